@@ -1,0 +1,1 @@
+"""Prefect flows over the mkdist library (installed as ``mkdist.flows``)."""

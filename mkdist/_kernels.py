@@ -1,0 +1,443 @@
+"""Base kernels, kernel specs, bandwidth heuristics and block-wise kernel evaluation.
+
+A *kernel spec* names the view it reads, its type and its parameters.  Specs are
+*fitted* once on the landmarks (bandwidth heuristics become numbers) and every
+later block -- landmark kernel, out-of-sample rows, any chunk on any worker --
+uses the fitted values, so all blocks come from the same kernel.
+
+Kernel blocks are computed per view from one GEMM ``X_block @ landmarks.T``: the
+squared distances (RBF, Laplacian), the inner products (linear, polynomial) and
+the cosines all derive from it, so a view with five kernels costs one GEMM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from .errors import InputValidationError
+
+__all__ = [
+    "KernelSpec",
+    "FittedKernel",
+    "KernelPreprocessing",
+    "KERNEL_KINDS",
+    "BANDWIDTH_RULES",
+    "STANDARD_KERNEL_SETS",
+    "rbf_grid",
+    "resolve_kernel_specs",
+    "fit_kernels",
+    "kernel_blocks",
+    "self_kernel",
+    "fit_preprocessing",
+    "preprocess_block",
+    "landmark_kernels",
+]
+
+KernelKind = Literal["rbf", "laplacian", "polynomial", "linear", "cosine"]
+KERNEL_KINDS = ("rbf", "laplacian", "polynomial", "linear", "cosine")
+#: "mean": sigma^2 = mean squared pairwise distance (bipartite-spectral paper eq. 24, and the
+#: SimpleMKKM authors' large-scale code); "median": sigma = median pairwise distance;
+#: "max": sigma = largest pairwise distance (the D of the standard 12-kernel set).
+BANDWIDTH_RULES = ("mean", "median", "max")
+#: Rows used to estimate the median / max heuristics (pairwise distances are O(n^2)).
+_HEURISTIC_SAMPLE = 2000
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """What one base kernel is, before it is fitted to the landmarks.
+
+    Parameters
+    ----------
+    view : str or int
+        Name (or position) of the view the kernel reads.
+    kind : {"rbf", "laplacian", "polynomial", "linear", "cosine"}
+        ``rbf``: exp(-||x - y||^2 / (2 sigma^2)); ``laplacian``: exp(-||x - y|| / sigma)
+        (Euclidean distance, so it shares the view's GEMM); ``polynomial``: (x.y + coef0)^degree;
+        ``linear``: x.y; ``cosine``: x.y / (||x|| ||y||) (0 for a zero row).
+    bandwidth : float or None, default=None
+        Explicit sigma (> 0) for rbf/laplacian.  ``None`` uses ``bandwidth_rule``.
+    bandwidth_rule : {"mean", "median", "max"}, default="mean"
+        Heuristic estimated once on the landmarks (see ``BANDWIDTH_RULES``).
+    multiplier : float, default=1.0
+        sigma = multiplier * heuristic (or explicit bandwidth): a grid of multipliers
+        turns one view into several base kernels (see :func:`rbf_grid`).
+    degree, coef0 : float
+        Polynomial parameters.
+    """
+
+    view: str | int
+    kind: KernelKind = "rbf"
+    bandwidth: float | None = None
+    bandwidth_rule: str = "mean"
+    multiplier: float = 1.0
+    degree: float = 2.0
+    coef0: float = 1.0
+
+    def __post_init__(self):
+        if self.kind not in KERNEL_KINDS:
+            raise InputValidationError(f"unknown kernel kind {self.kind!r}; choose one of {KERNEL_KINDS}.")
+        if self.kind in ("rbf", "laplacian"):
+            if self.bandwidth is not None and not (np.isfinite(self.bandwidth) and self.bandwidth > 0):
+                raise InputValidationError(
+                    f"kernel on view {self.view!r}: bandwidth={self.bandwidth!r} must be > 0."
+                )
+            if self.bandwidth is None and self.bandwidth_rule not in BANDWIDTH_RULES:
+                raise InputValidationError(
+                    f"unknown bandwidth_rule {self.bandwidth_rule!r}; choose one of {BANDWIDTH_RULES}."
+                )
+            if not (np.isfinite(self.multiplier) and self.multiplier > 0):
+                raise InputValidationError(f"kernel multiplier={self.multiplier!r} must be > 0.")
+        if self.kind == "polynomial" and not (np.isfinite(self.degree) and self.degree > 0):
+            raise InputValidationError(f"polynomial degree={self.degree!r} must be > 0.")
+
+    @classmethod
+    def from_any(cls, spec: Any) -> KernelSpec:
+        """Build a spec from a KernelSpec, a dict, or a ``(view, kind)`` pair."""
+        if isinstance(spec, KernelSpec):
+            return spec
+        if isinstance(spec, Mapping):
+            unknown = set(spec) - {f.name for f in dataclasses.fields(cls)}
+            if unknown:
+                raise InputValidationError(f"unknown kernel spec keys {sorted(unknown)} in {dict(spec)!r}.")
+            if "view" not in spec:
+                raise InputValidationError(f"kernel spec {dict(spec)!r} must name its `view`.")
+            return cls(**spec)
+        if isinstance(spec, tuple) and len(spec) == 2:
+            return cls(view=spec[0], kind=spec[1])
+        raise InputValidationError(
+            f"cannot read a kernel spec from {spec!r}; pass a KernelSpec, a dict with 'view' and "
+            "'kind', or a (view, kind) tuple."
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class FittedKernel:
+    """A base kernel with every parameter fixed (bandwidth estimated on the landmarks).
+
+    ``sigma`` is the final bandwidth (rule value x multiplier); ``statistic`` the raw
+    heuristic value it came from (stored so a user can see it).
+    """
+
+    view: str
+    kind: str
+    sigma: float | None = None
+    degree: float = 2.0
+    coef0: float = 1.0
+    bandwidth_rule: str | None = None
+    multiplier: float = 1.0
+    statistic: float | None = None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> FittedKernel:
+        return cls(**d)
+
+    @property
+    def name(self) -> str:
+        if self.kind in ("rbf", "laplacian"):
+            return f"{self.view}:{self.kind}(sigma={self.sigma:.4g})"
+        if self.kind == "polynomial":
+            return f"{self.view}:poly(d={self.degree:g},c={self.coef0:g})"
+        return f"{self.view}:{self.kind}"
+
+
+def rbf_grid(view: str | int, multipliers: Sequence[float] = (0.25, 0.5, 1.0, 2.0, 4.0),
+             rule: str = "mean", kind: KernelKind = "rbf") -> list[KernelSpec]:
+    """Several RBF (or Laplacian) kernels on one view: sigma = heuristic * multiplier.
+
+    >>> [k.multiplier for k in rbf_grid("pix", [0.5, 1, 2])]
+    [0.5, 1, 2]
+    """
+    return [KernelSpec(view=view, kind=kind, bandwidth_rule=rule, multiplier=m) for m in multipliers]
+
+
+def _mkkm12(view: str) -> list[KernelSpec]:
+    # Du et al. 2015 / GMLKM experiments: 7 Gaussians exp(-d^2 / (2 (t D)^2)), D the largest
+    # pairwise distance; 4 polynomials (x.y + a)^b; one cosine.
+    specs = [KernelSpec(view=view, kind="rbf", bandwidth_rule="max", multiplier=t)
+             for t in (0.01, 0.05, 0.1, 1.0, 10.0, 50.0, 100.0)]
+    specs += [KernelSpec(view=view, kind="polynomial", coef0=a, degree=b) for a in (0.0, 1.0) for b in (2.0, 4.0)]
+    specs.append(KernelSpec(view=view, kind="cosine"))
+    return specs
+
+
+#: Named kernel sets, expanded for every view: ``kernels="rbf"`` etc.
+STANDARD_KERNEL_SETS = {
+    "rbf": lambda v: [KernelSpec(view=v, kind="rbf", bandwidth_rule="mean")],
+    "rbf-median": lambda v: [KernelSpec(view=v, kind="rbf", bandwidth_rule="median")],
+    "rbf-grid": lambda v: rbf_grid(v, (0.5, 1.0, 2.0)),
+    "rbf-grid5": lambda v: rbf_grid(v),
+    "linear": lambda v: [KernelSpec(view=v, kind="linear")],
+    "mkkm12": _mkkm12,
+}
+
+
+def resolve_kernel_specs(kernels: Any, view_names: Sequence[str]) -> list[KernelSpec]:
+    """Turn the user's ``kernels=`` argument into specs whose views exist.
+
+    ``None`` gives one RBF kernel (mean-squared-distance bandwidth) per view; a string
+    names a set from :data:`STANDARD_KERNEL_SETS` applied to every view; otherwise a list
+    of specs (KernelSpec, dict or (view, kind) tuple).  Integer views are positions.
+    """
+    view_names = list(view_names)
+    if kernels is None:
+        kernels = "rbf"
+    if isinstance(kernels, str):
+        if kernels not in STANDARD_KERNEL_SETS:
+            raise InputValidationError(
+                f"unknown kernel set {kernels!r}; choose one of {sorted(STANDARD_KERNEL_SETS)} or pass a list of specs."
+            )
+        return [s for v in view_names for s in STANDARD_KERNEL_SETS[kernels](v)]
+    if isinstance(kernels, (KernelSpec, Mapping)):
+        kernels = [kernels]
+    specs = [KernelSpec.from_any(k) for k in kernels]
+    if not specs:
+        raise InputValidationError("`kernels` is empty; give at least one kernel spec.")
+    out = []
+    for s in specs:
+        view = s.view
+        if isinstance(view, (int, np.integer)) and not isinstance(view, bool):
+            if not 0 <= int(view) < len(view_names):
+                raise InputValidationError(
+                    f"kernel spec names view {view} but there are {len(view_names)} views {view_names}."
+                )
+            view = view_names[int(view)]
+        elif view not in view_names:
+            raise InputValidationError(
+                f"kernel spec names view {view!r}, which does not exist; views are {view_names}."
+            )
+        out.append(dataclasses.replace(s, view=view))
+    return out
+
+
+def _pairwise_sq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    d = np.einsum("ij,ij->i", a, a)[:, None] + np.einsum("ij,ij->i", b, b)[None, :] - 2.0 * (a @ b.T)
+    return np.maximum(d, 0.0, out=d)
+
+
+def _bandwidth_statistic(X: np.ndarray, rule: str, rng: np.random.Generator) -> float:
+    X = np.asarray(X, dtype=np.float64)
+    n = X.shape[0]
+    if rule == "mean":
+        # mean over pairs i != j of ||xi - xj||^2 = 2n/(n-1) * (mean ||x||^2 - ||mean x||^2): O(n d).
+        mu = X.mean(axis=0)
+        msq = 2.0 * n / max(n - 1, 1) * (np.einsum("ij,ij->", X, X) / n - mu @ mu)
+        return float(math.sqrt(max(msq, 0.0)))
+    sample = X if n <= _HEURISTIC_SAMPLE else X[rng.choice(n, _HEURISTIC_SAMPLE, replace=False)]
+    d2 = _pairwise_sq(sample, sample)
+    iu = np.triu_indices(sample.shape[0], k=1)
+    d = np.sqrt(d2[iu])
+    if rule == "median":
+        return float(np.median(d)) if d.size else 0.0
+    return float(d.max()) if d.size else 0.0  # "max"
+
+
+def fit_kernels(specs: Sequence[KernelSpec], landmark_views: Mapping[str, np.ndarray],
+                random_state: int | None = 0) -> list[FittedKernel]:
+    """Estimate every bandwidth heuristic once, on the landmarks.
+
+    Raises
+    ------
+    InputValidationError
+        If a heuristic is 0 (a constant view), naming the view.
+    """
+    rng = np.random.default_rng(random_state)
+    cache: dict[tuple[str, str], float] = {}
+    fitted = []
+    for s in specs:
+        view = str(s.view)
+        if s.kind in ("rbf", "laplacian"):
+            if s.bandwidth is not None:
+                stat, sigma, rule = float(s.bandwidth), float(s.bandwidth) * s.multiplier, None
+            else:
+                key = (view, s.bandwidth_rule)
+                if key not in cache:
+                    cache[key] = _bandwidth_statistic(landmark_views[view], s.bandwidth_rule, rng)
+                stat = cache[key]
+                if not (stat > 0 and np.isfinite(stat)):
+                    raise InputValidationError(
+                        f"view {view!r} is constant on the landmarks: the {s.bandwidth_rule!r} bandwidth "
+                        f"heuristic is {stat}; drop the view or give an explicit bandwidth."
+                    )
+                sigma, rule = stat * s.multiplier, s.bandwidth_rule
+            fitted.append(FittedKernel(view=view, kind=s.kind, sigma=sigma, bandwidth_rule=rule,
+                                       multiplier=s.multiplier, statistic=stat))
+        else:
+            fitted.append(FittedKernel(view=view, kind=s.kind, degree=float(s.degree), coef0=float(s.coef0)))
+    return fitted
+
+
+def _view_kernels(Xb: np.ndarray, L: np.ndarray, kernels: Sequence[FittedKernel]):
+    """Yield each kernel block of one view from a single GEMM."""
+    gram = Xb @ L.T
+    xx = np.einsum("ij,ij->i", Xb, Xb)
+    ll = np.einsum("ij,ij->i", L, L)
+    sq = None
+    for k in kernels:
+        if k.kind in ("rbf", "laplacian"):
+            if sq is None:
+                sq = np.maximum(xx[:, None] + ll[None, :] - 2.0 * gram, 0.0)
+            if k.kind == "rbf":
+                yield np.exp(sq * (-0.5 / k.sigma**2))
+            else:
+                yield np.exp(np.sqrt(sq) * (-1.0 / k.sigma))
+        elif k.kind == "linear":
+            yield gram.copy()
+        elif k.kind == "polynomial":
+            yield (gram + k.coef0) ** k.degree
+        else:  # cosine
+            nx = np.sqrt(xx)
+            nl = np.sqrt(ll)
+            denom = np.outer(nx, nl)
+            yield np.divide(gram, denom, out=np.zeros_like(gram), where=denom > 0)
+
+
+def kernel_blocks(X_block: Mapping[str, np.ndarray], landmarks: Mapping[str, np.ndarray],
+                  kernels: Sequence[FittedKernel], dtype=np.float64):
+    """Yield ``(p, block)`` for every base kernel p: block = k_p(X_block rows, landmarks), shape (b, n).
+
+    One GEMM per view serves all of that view's kernels.  Blocks are produced one at a
+    time so a caller that sums them never holds (m, b, n).
+    """
+    by_view: dict[str, list[int]] = {}
+    for p, k in enumerate(kernels):
+        by_view.setdefault(k.view, []).append(p)
+    for view, idx in by_view.items():
+        Xb = np.asarray(X_block[view], dtype=dtype)
+        L = np.asarray(landmarks[view], dtype=dtype)
+        for p, block in zip(idx, _view_kernels(Xb, L, [kernels[i] for i in idx])):
+            yield p, block.astype(dtype, copy=False)
+
+
+def self_kernel(X_block: Mapping[str, np.ndarray], kernel: FittedKernel, dtype=np.float64) -> np.ndarray:
+    """k(x, x) for every row of the block, shape (b,)."""
+    Xb = np.asarray(X_block[kernel.view], dtype=dtype)
+    b = Xb.shape[0]
+    if kernel.kind in ("rbf", "laplacian"):
+        return np.ones(b, dtype=dtype)
+    xx = np.einsum("ij,ij->i", Xb, Xb)
+    if kernel.kind == "linear":
+        return xx
+    if kernel.kind == "polynomial":
+        return (xx + kernel.coef0) ** kernel.degree
+    return (xx > 0).astype(dtype)  # cosine: 1, or 0 for a zero row (its kernel row is 0 too)
+
+
+@dataclasses.dataclass
+class KernelPreprocessing:
+    """Statistics that make landmark and out-of-sample kernels consistent.
+
+    Attributes
+    ----------
+    center : bool
+        Double-centre each kernel in feature space around the landmark mean.
+    normalize : {"diagonal", "trace", None}
+        "diagonal": K_ij / sqrt(K_ii K_jj) (unit diagonal, as the SimpleMKKM authors' ``knorm``);
+        "trace": K / (tr K / n).
+    row_means : ndarray of shape (m, n)
+        Mean over landmarks of the raw kernel row of each landmark (used by centring).
+    grand_means : ndarray of shape (m,)
+        Mean of the raw landmark kernel.
+    diag : ndarray of shape (m, n)
+        Diagonal of the (centred) landmark kernel (used by diagonal normalisation).
+    scale : ndarray of shape (m,)
+        tr / n of the (centred) landmark kernel (used by trace normalisation).
+
+    Notes
+    -----
+    With r_j = (1/n) sum_l k(x_j, x_l) and s = (1/n^2) sum_jl k(x_j, x_l), centring the
+    feature map at the landmark mean gives, for any point x and landmark x_j,
+
+        kc(x, x_j) = k(x, x_j) - (1/n) sum_l k(x, x_l) - r_j + s
+        kc(x, x)   = k(x, x) - (2/n) sum_l k(x, x_l) + s
+
+    which for x = x_i is exactly (I - 11'/n) K (I - 11'/n).  Diagonal normalisation then
+    divides by sqrt(kc(x, x) kc(x_j, x_j)).  Both need only the block row and k(x, x).
+    """
+
+    center: bool
+    normalize: str | None
+    row_means: np.ndarray
+    grand_means: np.ndarray
+    diag: np.ndarray
+    scale: np.ndarray
+
+
+#: Floor for kc(x, x) before dividing: a point at the landmark mean has kc(x, x) ~ 0.
+_DIAG_FLOOR = 1e-12
+
+
+def fit_preprocessing(raw: np.ndarray, center: bool, normalize: str | None) -> tuple[np.ndarray, KernelPreprocessing]:
+    """Preprocess a raw landmark kernel stack in place and return it with its statistics.
+
+    Parameters
+    ----------
+    raw : ndarray of shape (m, n, n)
+        Raw landmark kernels (overwritten).
+    """
+    if normalize not in (None, "diagonal", "trace"):
+        raise InputValidationError(f"`normalize`={normalize!r} must be 'diagonal', 'trace' or None.")
+    m, n, _ = raw.shape
+    row_means = raw.mean(axis=2)
+    grand = row_means.mean(axis=1)
+    if center:
+        raw -= row_means[:, :, None]
+        raw -= row_means[:, None, :]
+        raw += grand[:, None, None]
+    diag = np.einsum("mii->mi", raw).copy()
+    scale = np.maximum(diag.mean(axis=1), _DIAG_FLOOR)
+    if normalize == "diagonal":
+        d = 1.0 / np.sqrt(np.maximum(diag, _DIAG_FLOOR))
+        raw *= d[:, :, None]
+        raw *= d[:, None, :]
+    elif normalize == "trace":
+        raw /= scale[:, None, None]
+    # Symmetrise: the row/column operations above are exact in theory, not in floating point.
+    raw += raw.transpose(0, 2, 1)
+    raw *= 0.5
+    return raw, KernelPreprocessing(center, normalize, row_means, grand, diag, scale)
+
+
+def preprocess_block(block: np.ndarray, kxx: np.ndarray, p: int, prep: KernelPreprocessing) -> np.ndarray:
+    """Apply kernel p's landmark preprocessing to an out-of-sample block (b, n), in place."""
+    if prep.center:
+        row_mean = block.mean(axis=1)
+        kxx = kxx - 2.0 * row_mean + prep.grand_means[p]
+        block -= row_mean[:, None]
+        block -= prep.row_means[p][None, :].astype(block.dtype, copy=False)
+        block += prep.grand_means[p]
+    if prep.normalize == "diagonal":
+        dx = 1.0 / np.sqrt(np.maximum(kxx, _DIAG_FLOOR))
+        dl = (1.0 / np.sqrt(np.maximum(prep.diag[p], _DIAG_FLOOR))).astype(block.dtype, copy=False)
+        block *= dx[:, None]
+        block *= dl[None, :]
+    elif prep.normalize == "trace":
+        block /= prep.scale[p]
+    return block
+
+
+def landmark_kernels(landmarks: Mapping[str, np.ndarray], kernels: Sequence[FittedKernel],
+                     dtype=np.float64) -> np.ndarray:
+    """The raw landmark kernel stack, shape (m, n, n)."""
+    n = next(iter(landmarks.values())).shape[0]
+    out = np.empty((len(kernels), n, n), dtype=dtype)
+    for p, block in kernel_blocks(landmarks, landmarks, kernels, dtype=dtype):
+        out[p] = block
+    return out
+
+
+def kernels_to_json(kernels: Sequence[FittedKernel]) -> str:
+    return json.dumps([k.to_json() for k in kernels])
+
+
+def kernels_from_json(text: str) -> list[FittedKernel]:
+    return [FittedKernel.from_json(d) for d in json.loads(text)]

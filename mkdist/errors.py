@@ -1,0 +1,58 @@
+"""Exceptions and warnings raised by mkdist.
+
+Every error subclasses a built-in so callers can catch it the usual way
+(``except ValueError``) or precisely (``except MkdistError``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MkdistError",
+    "InputValidationError",
+    "StoreError",
+    "StoreExistsError",
+    "StoreNotFoundError",
+    "IncompleteStageError",
+    "SchemaVersionError",
+    "EmbeddingStabilityWarning",
+    "DegenerateKernelWarning",
+]
+
+
+class MkdistError(ValueError):
+    """Base class of every error mkdist raises on purpose."""
+
+
+class InputValidationError(MkdistError):
+    """The input views, kernel specs or parameters are not usable.
+
+    Raised before any heavy computation starts.
+    """
+
+
+class StoreError(MkdistError):
+    """A run store cannot be used as asked."""
+
+
+class StoreExistsError(StoreError, FileExistsError):
+    """The store location already holds a different run (pass ``overwrite=True``)."""
+
+
+class StoreNotFoundError(StoreError, FileNotFoundError):
+    """No mkdist store (or no such stage) exists at the location."""
+
+
+class IncompleteStageError(StoreError):
+    """A stage exists but was never marked complete (its writer crashed or is still running)."""
+
+
+class SchemaVersionError(StoreError):
+    """The store was written by a newer mkdist whose schema this version cannot read."""
+
+
+class EmbeddingStabilityWarning(RuntimeWarning):
+    """The spectral embedding may be unreliable (tiny eigenvalues or eigen-gaps)."""
+
+
+class DegenerateKernelWarning(RuntimeWarning):
+    """A base kernel carries (almost) no cluster structure and was dropped or down-weighted."""

@@ -1,0 +1,1 @@
+"""Zarr/xarray store layer for mkdist runs (installed as ``mkdist.storage``)."""
