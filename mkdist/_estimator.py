@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import warnings
 from typing import Any
 
 import numpy as np
@@ -12,11 +11,11 @@ from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from ._kernels import fit_kernels, fit_preprocessing, landmark_kernels, resolve_kernel_specs
-from ._model import MKCModel, Scaling, assign_chunk, embed, spectral_diagnostics
-from ._simplemkkm import average_kernel_kmeans, simple_mkkm
+from ._fit import fit_landmark_model
+from ._model import MKCModel, assign_chunk, embed
+from ._sampling import sample_landmark_indices
 from ._validation import as_views, check_finite, check_int, check_real, common_float_dtype, is_dask_array
-from .errors import EmbeddingStabilityWarning, InputValidationError
+from .errors import InputValidationError
 
 __all__ = ["MultipleKernelClustering", "default_n_landmarks"]
 
@@ -47,8 +46,8 @@ class MultipleKernelClustering(ClusterMixin, TransformerMixin, BaseEstimator):
     n_clusters : int, default=8
         K, number of clusters and of embedding dimensions.
     kernels : str or list of KernelSpec/dict, default=None
-        Base kernels.  None: one RBF per view with sigma^2 = mean squared pairwise distance.
-        A string names a kernel set applied to every view ("rbf", "rbf-median", "rbf-grid",
+        Base kernels.  None: "rbf-grid", three RBF kernels per view with sigma = sqrt(mean
+        squared pairwise distance) x {0.5, 1, 2}.  A string names a kernel set applied to every view ("rbf", "rbf-median", "rbf-grid",
         "rbf-grid5", "linear", "mkkm12").
     n_landmarks : int, default=None
         Landmarks n (<= N).  None: ``min(N, 1000)`` (see :func:`default_n_landmarks`).
@@ -131,6 +130,8 @@ class MultipleKernelClustering(ClusterMixin, TransformerMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ validation
     def _validate_params(self, n_samples: int) -> int:
+        if n_samples < 2:
+            raise InputValidationError(f"n_samples={n_samples} is too few: at least 2 samples are required.")
         check_int("n_clusters", self.n_clusters, low=2)
         n = check_int("n_landmarks", self.n_landmarks, low=2, allow_none=True)
         if n is None:
@@ -184,7 +185,7 @@ class MultipleKernelClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         N = next(iter(views.values())).shape[0]
         n = self._validate_params(N)
         rng = check_random_state(self.random_state)
-        landmark_indices = np.sort(rng.choice(N, size=n, replace=False))
+        landmark_indices = sample_landmark_indices(views, n, random_state=rng)
         landmark_views = {k: np.asarray(v[landmark_indices]) for k, v in views.items()}
         self.model_ = self._fit_landmarks(views, landmark_views, landmark_indices, rng)
         timings = self.diagnostics_["timings"]
@@ -202,50 +203,29 @@ class MultipleKernelClustering(ClusterMixin, TransformerMixin, BaseEstimator):
 
     def _fit_landmarks(self, views: dict, landmark_views: dict, landmark_indices: np.ndarray,
                        rng: np.random.RandomState) -> MKCModel:
-        """Kernels, preprocessing and SimpleMKKM on the (in-memory) landmarks; sets the fitted attributes."""
-        t0 = time.perf_counter()
-        specs = resolve_kernel_specs(self.kernels, list(views))
-        dtype = self.dtype or str(common_float_dtype(views))
-        scaling = Scaling.fit(self.scale, landmark_views)
-        if scaling is not None:
-            landmark_views = scaling.apply(landmark_views, np.float64)
-        landmark_views = {k: np.asarray(v, dtype=np.float64) for k, v in landmark_views.items()}
-        fitted = fit_kernels(specs, landmark_views, random_state=rng.randint(np.iinfo(np.int32).max))
-        stack = landmark_kernels(landmark_views, fitted)
-        stack, prep = fit_preprocessing(stack, self.center, self.normalize)
-        t_kernels = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        if self.weights == "uniform":
-            result = average_kernel_kmeans(stack, self.n_clusters)
-        else:
-            result = simple_mkkm(stack, self.n_clusters, max_iter=self.max_iter, tol=self.tol)
-        t_fit = time.perf_counter() - t0
-        del stack
-        n = landmark_indices.shape[0]
-        diag = spectral_diagnostics(result.eigenvalues, n, self.n_clusters)
-        if not diag["lambda_K"] > 1e-10 * max(diag["eigenvalues"][0], 1e-300):
-            warnings.warn(
-                f"the {self.n_clusters}-th eigenvalue of the combined landmark kernel is "
-                f"{diag['lambda_K']:.3g}: fewer than n_clusters directions carry signal, so the "
-                "out-of-sample embedding is unreliable; lower n_clusters or change the kernels.",
-                EmbeddingStabilityWarning, stacklevel=3)
-        model = MKCModel(
-            view_names=list(views), n_features={k: int(v.shape[1]) for k, v in views.items()},
-            landmarks={k: np.asarray(v, dtype=dtype) for k, v in landmark_views.items()},
-            landmark_indices=landmark_indices, kernels=fitted, preprocessing=prep,
-            kernel_weights=result.kernel_weights, eigenvectors=result.H, eigenvalues=result.eigenvalues,
-            normalize_embedding=bool(self.normalize_embedding), scaling=scaling, dtype=dtype)
-        self.kernels_ = fitted
-        self.kernel_weights_ = result.kernel_weights
-        self.landmark_indices_ = landmark_indices
-        self.eigenvalues_ = result.eigenvalues / n
-        self.objective_history_ = result.objective_history
-        self.n_iter_ = result.n_iter
-        self.converged_ = result.converged
+        """Fit on the (in-memory) landmarks and set the fitted attributes."""
+        model, info = fit_landmark_model(
+            landmark_views, landmark_indices, n_clusters=self.n_clusters, kernels=self.kernels,
+            weights=self.weights, center=self.center, normalize=self.normalize,
+            normalize_embedding=self.normalize_embedding, scale=self.scale, max_iter=self.max_iter,
+            tol=self.tol, dtype=self.dtype or str(common_float_dtype(views)),
+            random_state=rng.randint(np.iinfo(np.int32).max))
+        self._set_model_attributes(model, info)
         self.n_features_in_ = int(sum(v.shape[1] for v in views.values()))
-        self.n_features_per_view_ = dict(model.n_features)
-        self.diagnostics_ = {**diag, "timings": {"kernels_s": t_kernels, "simplemkkm_s": t_fit}}
         return model
+
+    def _set_model_attributes(self, model: MKCModel, info: dict) -> None:
+        n = model.n_landmarks
+        self.model_ = model
+        self.kernels_ = model.kernels
+        self.kernel_weights_ = model.kernel_weights
+        self.landmark_indices_ = model.landmark_indices
+        self.eigenvalues_ = model.eigenvalues / n
+        self.objective_history_ = np.asarray(info["objective_history"])
+        self.n_iter_ = info["n_iter"]
+        self.converged_ = info["converged"]
+        self.n_features_per_view_ = dict(model.n_features)
+        self.diagnostics_ = {**info["diagnostics"], "timings": dict(info["timings"])}
 
     # ------------------------------------------------------------------ inference
     def _check_predict_views(self, X) -> dict:

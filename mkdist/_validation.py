@@ -30,7 +30,16 @@ def is_dask_array(x: Any) -> bool:
     return type(x).__module__.startswith("dask.array") and hasattr(x, "chunks")
 
 
+def _reject_sparse(name: str, value: Any) -> None:
+    if type(value).__module__.startswith("scipy.sparse"):
+        raise TypeError(
+            f"view {name!r} is a sparse matrix; sparse input is not supported: pass a dense array "
+            "(X.toarray())."
+        )
+
+
 def _to_array(name: str, value: Any) -> Any:
+    _reject_sparse(name, value)
     if is_dask_array(value) or isinstance(value, np.ndarray):
         arr = value
     else:
@@ -42,6 +51,17 @@ def _to_array(name: str, value: Any) -> Any:
                 arr = np.asarray(value)
             except Exception as exc:  # pragma: no cover - exotic objects
                 raise InputValidationError(f"view {name!r} cannot be converted to an array: {exc}") from exc
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise InputValidationError(f"Complex data not supported: view {name!r} has dtype {arr.dtype}.")
+    if arr.dtype == object and not is_dask_array(arr):
+        try:  # numbers stored as objects (e.g. from pandas) are fine
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            # TypeError like NumPy's own float() failure, so callers catching it keep working.
+            raise TypeError(
+                f"view {name!r} has non-numeric dtype object ({exc}); convert it to float or drop the "
+                "non-numeric columns."
+            ) from None
     if arr.dtype == object or not (
         np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
     ):
@@ -49,15 +69,15 @@ def _to_array(name: str, value: Any) -> Any:
             f"view {name!r} has non-numeric dtype {arr.dtype}; convert it to float "
             "(e.g. X.astype(np.float32)) or drop the non-numeric columns."
         )
-    if np.issubdtype(arr.dtype, np.complexfloating):
-        raise InputValidationError(f"view {name!r} has complex dtype {arr.dtype}; only real data is supported.")
     if arr.ndim != 2:
         raise InputValidationError(
             f"view {name!r} must be 2-D (n_samples, n_features), got {arr.ndim}-D with shape "
             f"{arr.shape}; reshape a single feature with X.reshape(-1, 1)."
         )
     if arr.shape[1] == 0:
-        raise InputValidationError(f"view {name!r} has zero columns (shape {arr.shape}).")
+        raise InputValidationError(
+            f"view {name!r} has zero columns: 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required."
+        )
     return arr
 
 
@@ -77,6 +97,7 @@ def as_views(X: Any, *, min_samples: int = 1) -> dict[str, Any]:
     views : dict of str to ndarray or dask.array.Array
         Every view has the same number of rows. Arrays are not copied.
     """
+    _reject_sparse("view0", X)
     if isinstance(X, Mapping):
         items = list(X.items())
         for key, _ in items:

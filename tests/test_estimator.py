@@ -1,0 +1,128 @@
+import numpy as np
+import pytest
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from mkdist import MultipleKernelClustering, embed
+from mkdist.errors import InputValidationError
+from mkdist.metrics import clustering_accuracy
+
+from .conftest import make_blobs_views
+
+
+def test_fit_recovers_clusters_and_predict_agrees(blobs):
+    views, y = blobs
+    m = MultipleKernelClustering(3, n_landmarks=60, random_state=0).fit(views)
+    assert clustering_accuracy(y, m.labels_) == 1.0
+    np.testing.assert_array_equal(m.predict(views), m.labels_)
+    assert m.transform(views).shape == (len(y), 3)
+    assert m.kernel_weights_.shape == (6,) and m.kernel_weights_.sum() == pytest.approx(1)
+    assert m.landmark_indices_.shape == (60,)
+    assert m.cluster_centers_.shape == (3, 3)
+    assert m.eigenvalues_.shape == (4,)
+    assert len(m.objective_history_) == m.n_iter_ + 1
+    assert {"lambda_K", "eigengaps", "gap_threshold", "min_gap_ratio", "relative_gap_K"} <= set(m.diagnostics_)
+    assert m.diagnostics_["gap_threshold"] == pytest.approx(4 / np.sqrt(60))
+
+
+def test_landmarks_embed_to_their_own_eigenvector_rows(blobs):
+    views, _ = blobs
+    m = MultipleKernelClustering(3, n_landmarks=50, normalize_embedding=False, random_state=1).fit(views)
+    lm = [v[m.landmark_indices_] for v in views]
+    H = m.transform(lm)
+    np.testing.assert_allclose(H, m.model_.eigenvectors, atol=1e-8)
+
+
+@pytest.mark.parametrize("container", ["list", "tuple", "dict"])
+def test_multi_view_containers(blobs, container):
+    views, y = blobs
+    X = {"list": list(views), "tuple": tuple(views), "dict": {"a": views[0], "b": views[1]}}[container]
+    m = MultipleKernelClustering(3, n_landmarks=60, random_state=0).fit(X)
+    assert clustering_accuracy(y, m.labels_) == 1.0
+
+
+def test_float32_input_embeds_in_float32(blobs):
+    views, y = blobs
+    views32 = [v.astype(np.float32) for v in views]
+    m = MultipleKernelClustering(3, n_landmarks=60, random_state=0).fit(views32)
+    assert m.transform(views32).dtype == np.float32
+    assert clustering_accuracy(y, m.labels_) == 1.0
+
+
+def test_same_seed_same_result(blobs):
+    views, _ = blobs
+    a = MultipleKernelClustering(3, n_landmarks=40, random_state=5).fit(views)
+    b = MultipleKernelClustering(3, n_landmarks=40, random_state=5).fit(views)
+    np.testing.assert_array_equal(a.landmark_indices_, b.landmark_indices_)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+
+
+def _views():
+    return make_blobs_views(n_per_cluster=10)[0]
+
+
+@pytest.mark.parametrize("X, params, match", [
+    (lambda: [np.r_[_views()[0][:-1], [[np.nan] * 5]], _views()[1]], {}, "NaN"),
+    (lambda: [_views()[0], np.r_[_views()[1][:-1], [[np.inf] * 5]]], {}, "infinity"),
+    (lambda: [_views()[0], _views()[1][:-1]], {}, "same number of rows"),
+    (lambda: [_views()[0], _views()[1][:, 0]], {}, "must be 2-D"),
+    (lambda: [_views()[0], np.empty((30, 0))], {}, "zero columns"),
+    (lambda: _views(), {"n_clusters": 1}, "n_clusters"),
+    (lambda: _views(), {"n_clusters": 11, "n_landmarks": 10}, "n_clusters=11 must be <="),
+    (lambda: _views(), {"n_landmarks": 31}, "n_landmarks=31 must be <= n_samples=30"),
+    (lambda: [_views()[0], _views()[1].astype(str)], {}, "non-numeric"),
+    (lambda: _views(), {"kernels": [{"view": "view7", "kind": "rbf"}]}, "does not exist"),
+    (lambda: _views(), {"kernels": [{"view": 0, "kind": "rbf", "bandwidth": -2.0}]}, "must be > 0"),
+    (lambda: [_views()[0], np.ones((30, 3))], {}, "constant"),
+    (lambda: _views(), {"weights": "learned"}, "weights"),
+    (lambda: _views(), {"scale": "robust"}, "scale"),
+])
+def test_bad_input_raises_before_heavy_work(X, params, match):
+    with pytest.raises(InputValidationError, match=match):
+        MultipleKernelClustering(**{"n_clusters": 3, **params}).fit(X())
+
+
+def test_predict_before_fit_and_with_wrong_features(blobs):
+    views, _ = blobs
+    with pytest.raises(NotFittedError):
+        MultipleKernelClustering(3).predict(views)
+    m = MultipleKernelClustering(3, n_landmarks=30, random_state=0).fit(views)
+    with pytest.raises(InputValidationError, match="X has 4 features, but MultipleKernelClustering is expecting 5"):
+        m.predict([views[0], views[1][:, :4]])
+    with pytest.raises(InputValidationError, match="fitted on 2 views"):
+        m.transform([views[0]])
+
+
+def test_uniform_weights_baseline(blobs):
+    views, y = blobs
+    m = MultipleKernelClustering(3, n_landmarks=60, weights="uniform", random_state=0).fit(views)
+    np.testing.assert_allclose(m.kernel_weights_, 1 / 6)
+    assert m.n_iter_ == 0
+
+
+def test_model_state_round_trip(blobs):
+    from mkdist._model import MKCModel
+
+    views, _ = blobs
+    m = MultipleKernelClustering(3, n_landmarks=40, scale="minmax", random_state=0).fit(views)
+    state = m.model_.to_state()
+    restored = MKCModel.from_state(state)
+    np.testing.assert_array_equal(embed(dict(zip(["view0", "view1"], views)), restored), m.transform(views))
+
+
+# These checks set n_clusters=1 before fitting; mkdist rejects n_clusters < 2 on purpose
+# (a one-cluster spectral embedding is a constant: there is nothing to cluster), so they
+# cannot apply.  Everything else in scikit-learn's suite runs.
+N_CLUSTERS_1_CHECKS = {
+    name: "sets n_clusters=1, which mkdist rejects by design (n_clusters must be >= 2)"
+    for name in ("check_dont_overwrite_parameters", "check_methods_subset_invariance",
+                 "check_fit2d_predict1d", "check_fit2d_1feature")
+}
+
+
+# scikit-learn's common checks pass a single 2-D array: one view.  They use tiny data sets,
+# so the estimator is configured with few clusters and few k-means restarts.
+@parametrize_with_checks([MultipleKernelClustering(n_clusters=2, n_init=2, random_state=0)],
+                         expected_failed_checks=lambda est: N_CLUSTERS_1_CHECKS)
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
