@@ -116,7 +116,8 @@ class MKCModel:
 
     def check_views(self, views: Mapping[str, Any], estimator: str = "MultipleKernelClustering") -> None:
         """Raise if the views do not match the training views (names and feature counts)."""
-        if list(views) != list(self.view_names):
+        # Names must match; order need not (a Zarr store lists its views alphabetically).
+        if set(views) != set(self.view_names):
             if len(views) != len(self.view_names):
                 raise InputValidationError(
                     f"got {len(views)} views {list(views)}, but {estimator} was fitted on "

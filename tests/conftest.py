@@ -34,3 +34,30 @@ def mfeat():
         pytest.skip(f"shared data not found at {path}")
     d = np.load(path)
     return [d[f"view{i}"] for i in range(6)], d["y"]
+
+
+@pytest.fixture(scope="session")
+def dask_client():
+    """A real Dask cluster for the session: a scheduler and two worker processes on 127.0.0.1."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None, memory_limit="2GiB") as cluster, Client(cluster) as client:
+        yield client
+
+
+class raise_if_dask_computes:
+    """Fail if anything is computed inside the block (graph building must be lazy)."""
+
+    def __enter__(self):
+        import dask
+
+        def scheduler(*args, **kwargs):
+            raise AssertionError("a Dask computation ran while building the graph")
+
+        self._ctx = dask.config.set(scheduler=scheduler)
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._ctx.__exit__(*exc)

@@ -1,0 +1,517 @@
+"""The staged MKC-AE pipeline over a Zarr run store: landmarks -> model -> embedding -> k-means.
+
+Each stage reads what earlier stages stored, writes its own output atomically and is
+skipped when the store already holds it complete, so a crashed or interrupted run resumes
+where it stopped.  The Prefect flows (``mkdist.flows``) call these stage functions one
+task each; :func:`cluster` calls them in order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ._dask import embed_dask
+from ._fit import fit_landmark_model
+from ._io import load_views, views_fingerprint
+from ._kernels import KernelSpec, kernel_blocks, preprocess_block, self_kernel
+from ._kmeans import kmeans
+from ._model import MKCModel, assign_chunk
+from ._sampling import LANDMARK_METHODS, gather_rows, sample_landmark_indices
+from ._validation import check_int, check_real, common_float_dtype
+from .errors import InputValidationError
+
+__all__ = [
+    "RunConfig", "ClusterResult", "cluster", "open_run", "stage_landmarks", "stage_model",
+    "stage_embedding", "stage_kmeans", "stage_metrics", "load_model", "assign", "STAGES",
+]
+
+logger = logging.getLogger("mkdist")
+
+#: Stages of a run, in order.
+STAGES = ("landmarks", "model", "embedding", "labels", "metrics")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """Every parameter of a run (JSON-able; stored in the run store's root attributes).
+
+    See :class:`mkdist.MultipleKernelClustering` for the model parameters.  ``n_init``,
+    ``kmeans_max_iter`` and ``kmeans_tol`` drive the distributed k-means;
+    ``write_kernel_blocks`` also stores every partial kernel block P_p (N x n x m values:
+    24 GB in float32 for N = 1M, n = 1000, m = 6 -- off by default).
+    """
+
+    n_clusters: int
+    kernels: Any = None
+    n_landmarks: int | None = None
+    landmark_method: str = "uniform"
+    weights: str = "simplemkkm"
+    center: bool = True
+    normalize: str | None = "diagonal"
+    normalize_embedding: bool = True
+    scale: str | None = None
+    max_iter: int = 200
+    tol: float = 1e-4
+    n_init: int = 3
+    kmeans_max_iter: int = 100
+    kmeans_tol: float = 1e-4
+    dtype: str | None = None
+    random_state: int | None = None
+    write_kernel_blocks: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.kernels, KernelSpec):
+            self.kernels = [self.kernels]
+        if isinstance(self.kernels, (list, tuple)):
+            self.kernels = [dataclasses.asdict(k) if isinstance(k, KernelSpec) else
+                            (dict(k) if isinstance(k, Mapping) else {"view": k[0], "kind": k[1]})
+                            for k in self.kernels]
+
+    def validate(self, n_samples: int) -> int:
+        """Check every parameter against the input size; returns the landmark count."""
+        from ._estimator import MultipleKernelClustering
+
+        est = MultipleKernelClustering(
+            self.n_clusters, kernels=self.kernels, n_landmarks=self.n_landmarks, weights=self.weights,
+            center=self.center, normalize=self.normalize, normalize_embedding=self.normalize_embedding,
+            scale=self.scale, max_iter=self.max_iter, tol=self.tol, n_init=self.n_init,
+            kmeans_max_iter=self.kmeans_max_iter, dtype=self.dtype)
+        n = est._validate_params(n_samples)
+        if self.landmark_method not in LANDMARK_METHODS:
+            raise InputValidationError(f"`landmark_method`={self.landmark_method!r}; choose one of {LANDMARK_METHODS}.")
+        check_real("kmeans_tol", self.kmeans_tol, low=0.0)
+        check_int("random_state", self.random_state, low=0, allow_none=True)
+        return n
+
+    def to_json(self) -> dict:
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+@dataclasses.dataclass
+class ClusterResult:
+    """What :func:`cluster` returns.
+
+    Attributes
+    ----------
+    labels : dask.array.Array of shape (N,)
+        Cluster of every point, read lazily from the store.
+    model : MKCModel
+        The fitted model, centroids included.
+    store : RunStore
+    timings : dict of str to float
+        Seconds per stage of this call (0.0 for a stage resumed from the store).
+    skipped : list of str
+        Stages found complete in the store and not recomputed.
+    metrics : dict
+    """
+
+    labels: Any
+    model: MKCModel
+    store: Any
+    timings: dict[str, float]
+    skipped: list[str]
+    metrics: dict[str, Any]
+
+
+# ----------------------------------------------------------------------------- helpers
+def _persist(x, progress: bool = False):
+    """Persist on the active scheduler and wait (with a progress bar if asked)."""
+    import dask
+
+    try:
+        from distributed import get_client, progress as dprogress, wait
+
+        client = get_client()
+    except (ImportError, ValueError):
+        client = None
+    if client is not None:
+        from distributed import futures_of
+
+        x = client.persist(x)
+        futures = futures_of(x)
+        try:
+            if progress:
+                dprogress(x)
+            wait(futures)
+            failed = [f for f in futures if f.status == "error"]
+            if failed:
+                failed[0].result()  # raises the task's own exception
+        except BaseException:
+            # Release the failed keys: the scheduler would otherwise hand the same error to a
+            # re-run (same input, same deterministic keys) instead of recomputing.
+            client.cancel(futures, force=True)
+            raise
+        return x
+    if progress:
+        from dask.diagnostics import ProgressBar
+
+        with ProgressBar():
+            return dask.persist(x)[0]
+    return dask.persist(x)[0]
+
+
+def _json_attr(ds, key: str) -> Any:
+    return json.loads(ds.attrs[key])
+
+
+def _model_from_dataset(ds) -> MKCModel:
+    state = {"attrs": _json_attr(ds, "mkdist_model"),
+             "arrays": {k: np.asarray(ds[k].values) for k in ds.data_vars}}
+    return MKCModel.from_state(state)
+
+
+def _model_dataset(model: MKCModel, info: dict):
+    import xarray as xr
+
+    state = model.to_state()
+    ds = xr.Dataset({k: (dims, np.asarray(a)) for k, (dims, a) in state["arrays"].items()})
+    ds.attrs["mkdist_model"] = json.dumps(state["attrs"])
+    ds.attrs["mkdist_fit"] = json.dumps(info, default=float)
+    ds.attrs["kernel_names"] = [k.name for k in model.kernels]
+    return ds
+
+
+def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False):
+    """Validate input and parameters, then create or reopen the run store (no data is read).
+
+    A store that holds the same input (fingerprint) and the same parameters is reopened for
+    resuming; one that holds a different run is refused unless ``overwrite=True``.
+    ``config.random_state=None`` draws a seed -- or adopts the stored one when resuming.
+    """
+    from mkdist.storage import RunStore
+
+    views = load_views(views)
+    N = next(iter(views.values())).shape[0]
+    config.validate(N)
+    fingerprint = views_fingerprint(views)
+    if config.random_state is None:
+        try:
+            existing = RunStore.open(store_url, mode="r")
+            stored = existing.params.get("random_state")
+            if existing.fingerprint == fingerprint and stored is not None:
+                config.random_state = int(stored)
+        except Exception:  # no store yet (or unreadable): a fresh seed below
+            pass
+        if config.random_state is None:
+            config.random_state = int(np.random.SeedSequence().entropy % (2**31 - 1))
+    params = config.to_json()
+    return RunStore.create(store_url, fingerprint=fingerprint, params=params, overwrite=overwrite)
+
+
+def _config(store) -> RunConfig:
+    return RunConfig(**store.params)
+
+
+def _store(store, mode: str = "r+"):
+    """A RunStore from a RunStore or a URL (stage functions accept both, so flows pass URLs)."""
+    from mkdist.storage import RunStore
+
+    return store if hasattr(store, "read_stage") else RunStore.open(store, mode=mode)
+
+
+# ----------------------------------------------------------------------------- stages
+def stage_landmarks(store, views: Any) -> float:
+    """Sample the landmarks reproducibly and store their rows.  Returns seconds (0 if resumed).
+
+    ``store`` is a RunStore or its URL; ``views`` anything :func:`mkdist.load_views` reads.
+    """
+    import xarray as xr
+
+    store = _store(store)
+    if store.is_complete("landmarks"):
+        return 0.0
+    t0 = time.perf_counter()
+    views = load_views(views)
+    config = _config(store)
+    N = next(iter(views.values())).shape[0]
+    n = config.validate(N)
+    idx = sample_landmark_indices(views, n, method=config.landmark_method, random_state=config.random_state)
+    rows = gather_rows(views, idx)
+    ds = xr.Dataset({"landmark_index": (("landmark",), idx)})
+    for name, r in rows.items():
+        ds[f"X__{name}"] = (("landmark", f"feature__{name}"), r)
+    ds.attrs["view_names"] = list(rows)
+    store.write_stage("landmarks", ds)
+    return time.perf_counter() - t0
+
+
+def stage_model(store) -> float:
+    """Fit the multiple-kernel model on the stored landmarks (on this process)."""
+    store = _store(store)
+    if store.is_complete("model"):
+        return 0.0
+    t0 = time.perf_counter()
+    config = _config(store)
+    ds = store.read_stage("landmarks")
+    names = list(ds.attrs["view_names"])
+    rows = {n: np.asarray(ds[f"X__{n}"].values) for n in names}
+    idx = np.asarray(ds["landmark_index"].values)
+    model, info = fit_landmark_model(
+        rows, idx, n_clusters=config.n_clusters, kernels=config.kernels, weights=config.weights,
+        center=config.center, normalize=config.normalize, normalize_embedding=config.normalize_embedding,
+        scale=config.scale, max_iter=config.max_iter, tol=config.tol,
+        dtype=config.dtype or str(common_float_dtype(rows)), random_state=config.random_state)
+    store.write_stage("model", _model_dataset(model, info))
+    return time.perf_counter() - t0
+
+
+def load_model(store) -> MKCModel:
+    """The fitted model of a run store (arrays + JSON; centroids once k-means has run)."""
+    return _model_from_dataset(_store(store, mode="r").read_stage("model"))
+
+
+def _kernel_blocks_chunk(*args):
+    *blocks, model = args
+    dtype = np.dtype(model.dtype)
+    views = dict(zip(model.view_names, blocks))
+    if model.scaling is not None:
+        views = model.scaling.apply(views, dtype)
+    out = np.empty((len(model.kernels), blocks[0].shape[0], model.n_landmarks), dtype=dtype)
+    for p, block in kernel_blocks(views, model.landmarks, model.kernels, dtype=dtype):
+        out[p] = preprocess_block(block, self_kernel(views, model.kernels[p], dtype=dtype), p, model.preprocessing)
+    return out
+
+
+def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, float]:
+    """H_N for every point across the cluster, written to the store (and P_p if configured).
+
+    Returns ``{"embed_s": compute seconds, "write_s": store seconds}`` (zeros if resumed).
+    """
+    import dask
+    import dask.array as da
+    import xarray as xr
+
+    store = _store(store)
+    if store.is_complete("embedding"):
+        return {"embed_s": 0.0, "write_s": 0.0}
+    views = load_views(views)
+    config = _config(store)
+    model = load_model(store)
+    model.check_views(views)
+    arrays = [views[n] for n in model.view_names]
+    t0 = time.perf_counter()
+    H = _persist(embed_dask(arrays, model), progress)
+    t_embed = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    store.write_stage("embedding", xr.Dataset({"embedding": (("sample", "component"), H)}))
+    if config.write_kernel_blocks and not store.is_complete("kernel_blocks"):
+        model_key = dask.delayed(model, pure=True, traverse=False)
+        P = da.map_blocks(_kernel_blocks_chunk, *arrays, model_key, new_axis=0,
+                          chunks=((len(model.kernels),), arrays[0].chunks[0], (model.n_landmarks,)),
+                          dtype=np.dtype(model.dtype))
+        ds = xr.Dataset({"P": (("kernel", "sample", "landmark"), P)})
+        ds.attrs["kernel_names"] = [k.name for k in model.kernels]
+        store.write_stage("kernel_blocks", ds)
+    t_write = time.perf_counter() - t0
+    del H
+    return {"embed_s": t_embed, "write_s": t_write}
+
+
+def stage_kmeans(store, *, progress: bool = False) -> dict[str, float]:
+    """Distributed k-means on the stored embedding; centroids join the model, labels are stored.
+
+    Returns ``{"kmeans_s", "write_s"}`` (zeros if resumed).
+    """
+    import xarray as xr
+
+    store = _store(store)
+    if store.is_complete("labels"):
+        return {"kmeans_s": 0.0, "write_s": 0.0}
+    config = _config(store)
+    model_ds = store.read_stage("model")
+    model = _model_from_dataset(model_ds)
+    H = store.read_stage("embedding")["embedding"].data
+    t0 = time.perf_counter()
+    H = _persist(H, progress)
+    fit = json.loads(model_ds.attrs["mkdist_fit"])
+    if model.cluster_centers is None:
+        result = kmeans(H, config.n_clusters, n_init=config.n_init, max_iter=config.kmeans_max_iter,
+                        tol=config.kmeans_tol, random_state=config.random_state)
+        model.cluster_centers = result.centers
+        fit["kmeans"] = {"inertia": result.inertia, "n_iter": result.n_iter}
+        # The model stage is replaced atomically by one that also holds the centroids, so a
+        # crash after this line resumes with labels only (no second k-means).
+        store.write_stage("model", _model_dataset(model, fit), overwrite=True)
+    labels = _persist(H.map_blocks(assign_chunk_rows, model.cluster_centers.astype(H.dtype),
+                                   drop_axis=1, dtype=np.int32), progress)
+    t_kmeans = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ds = xr.Dataset({"labels": (("sample",), labels)})
+    ds.attrs["inertia"] = float(fit.get("kmeans", {}).get("inertia", float("nan")))
+    store.write_stage("labels", ds)
+    return {"kmeans_s": t_kmeans, "write_s": time.perf_counter() - t0}
+
+
+def assign_chunk_rows(H: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    """Nearest centre of every row (block first, for ``map_blocks``), int32."""
+    return assign_chunk(centers, H).astype(np.int32)
+
+
+def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=None) -> dict[str, Any]:
+    """Cluster sizes, fit diagnostics, timings (and scores when ``y_true`` is given), stored."""
+    import xarray as xr
+
+    from .metrics import clustering_scores
+
+    store = _store(store)
+    config = _config(store)
+    import dask.array as da
+
+    labels = store.read_stage("labels")["labels"].data
+    # Sizes by a distributed bincount; labels reach the client only to score them.
+    sizes = da.bincount(labels, minlength=config.n_clusters).compute()
+    scores = clustering_scores(np.asarray(y_true), np.asarray(labels.compute())) if y_true is not None else None
+    model_ds = store.read_stage("model")
+    fit = json.loads(model_ds.attrs["mkdist_fit"])
+    model_attrs = json.loads(model_ds.attrs["mkdist_model"])
+    N = int(labels.shape[0])
+    summary = {
+        "N": N,
+        "n_landmarks": int(model_ds.sizes["landmark"]),
+        "n_clusters": config.n_clusters,
+        "kernel_names": model_attrs["kernel_names"],
+        "kernel_weights": [float(w) for w in model_ds["kernel_weights"].values],
+        "cluster_sizes": [int(s) for s in sizes],
+        "diagnostics": fit["diagnostics"],
+        "simplemkkm_n_iter": fit["n_iter"],
+        "kmeans": fit.get("kmeans"),
+        "timings": dict(timings or {}),
+        "scores": scores,
+    }
+    ds = xr.Dataset({"cluster_sizes": (("cluster",), np.asarray(sizes, dtype=np.int64))})
+    ds.attrs["summary"] = json.dumps(summary, default=float)
+    store.write_stage("metrics", ds, overwrite=True)
+    store.update_attrs(summary=summary)
+    return summary
+
+
+# ----------------------------------------------------------------------------- entry points
+def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_landmarks: int | None = None,
+            random_state: int | None = None, *, overwrite: bool = False, progress: bool = False,
+            y_true=None, chunk_rows: int | None = None, **params) -> ClusterResult:
+    """Run the staged MKC-AE pipeline on the active Dask scheduler, persisting every stage.
+
+    Parameters
+    ----------
+    views : array, list/dict of arrays, xarray.Dataset or path/URL
+        Anything :func:`mkdist.load_views` reads (NumPy, Dask, xarray, Zarr, Parquet, .npy/.npz).
+    store : str or Path
+        Run store location (local directory or fsspec URL).  Reused for resuming when it
+        holds this input and these parameters; otherwise refused unless ``overwrite``.
+    n_clusters, kernels, n_landmarks, random_state
+        As in :class:`mkdist.MultipleKernelClustering`.
+    overwrite : bool, default=False
+        Replace a store that holds a different run.
+    progress : bool, default=False
+        Show Dask progress bars for the embedding and k-means passes.
+    y_true : array-like of shape (N,), optional
+        Ground truth; adds ACC/NMI/ARI/purity to the stored metrics.
+    chunk_rows : int, optional
+        Row chunking for NumPy input (see :func:`mkdist.load_views`).
+    **params
+        Any other :class:`RunConfig` field (``landmark_method``, ``weights``, ``scale``,
+        ``n_init``, ``write_kernel_blocks``, ...).
+
+    Returns
+    -------
+    ClusterResult
+
+    Examples
+    --------
+    >>> from distributed import Client, LocalCluster            # doctest: +SKIP
+    >>> client = Client(LocalCluster(n_workers=2))               # doctest: +SKIP
+    >>> result = mkdist.cluster([X1, X2], "runs/demo.zarr", 10)  # doctest: +SKIP
+    >>> result.labels[:10].compute(), result.timings             # doctest: +SKIP
+    """
+    unknown = set(params) - {f.name for f in dataclasses.fields(RunConfig)}
+    if unknown:
+        raise TypeError(f"cluster() got unknown parameters {sorted(unknown)}.")
+    vs = load_views(views, chunk_rows=chunk_rows)
+    config = RunConfig(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
+                       random_state=random_state, **params)
+    run = open_run(store, vs, config, overwrite=overwrite)
+    run.clean_partials()
+    before = run.stage_status()
+    timings: dict[str, float] = {}
+    t_all = time.perf_counter()
+    timings["sample_s"] = stage_landmarks(run, vs)
+    timings["fit_s"] = stage_model(run)
+    emb = stage_embedding(run, vs, progress=progress)
+    km = stage_kmeans(run, progress=progress)
+    timings.update(embed_s=emb["embed_s"], kmeans_s=km["kmeans_s"], write_s=emb["write_s"] + km["write_s"])
+    timings["total_s"] = time.perf_counter() - t_all
+    metrics = stage_metrics(run, timings=timings, y_true=y_true)
+    skipped = [s for s in ("landmarks", "model", "embedding", "labels") if before.get(s) == "complete"]
+    return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=load_model(run), store=run,
+                         timings=timings, skipped=skipped, metrics=metrics)
+
+
+def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
+           progress: bool = False, chunk_rows: int | None = None) -> Any:
+    """Label new points with a stored model, no refit; labels go to a new store.
+
+    Parameters
+    ----------
+    model_store : str, Path or RunStore
+        A run store whose ``model`` stage holds centroids (a finished run).
+    source : array, list/dict of arrays, xarray.Dataset or path/URL
+        The new points, with the same views and features as the training data.
+    output : str or Path
+        Store for the result: stage ``labels`` (sample,) and the embedding (sample, component).
+
+    Returns
+    -------
+    RunStore
+        The output store.
+    """
+    import xarray as xr
+
+    from mkdist.storage import RunStore
+
+    src = model_store if hasattr(model_store, "read_stage") else RunStore.open(model_store, mode="r")
+    model = load_model(src)
+    if model.cluster_centers is None:
+        raise InputValidationError(f"the model in {src.url} has no centroids yet: finish its run first.")
+    vs = load_views(source, chunk_rows=chunk_rows)
+    model.check_views(vs)
+    out = RunStore.create(output, fingerprint=views_fingerprint(vs),
+                          params={"model_store": str(src.url), "model_fingerprint": src.fingerprint},
+                          overwrite=overwrite)
+    if out.is_complete("labels"):
+        return out
+    arrays = [vs[n] for n in model.view_names]
+    H = embed_dask(arrays, model)
+    labels = _persist(H.map_blocks(assign_chunk_rows, model.cluster_centers.astype(H.dtype), drop_axis=1,
+                                   dtype=np.int32), progress)
+    out.write_stage("labels", xr.Dataset({"labels": (("sample",), labels)}))
+    return out
+
+
+def fit_estimator_dask(est, views: dict):
+    """``MultipleKernelClustering.fit`` for Dask views: the same stages, without a store."""
+    N = next(iter(views.values())).shape[0]
+    n = est._validate_params(N)
+    arrays = load_views(views)
+    from sklearn.utils import check_random_state
+
+    # Same random stream as the NumPy path, so the same seed picks the same landmarks.
+    rng = check_random_state(est.random_state)
+    idx = sample_landmark_indices(arrays, n, random_state=rng)
+    rows = gather_rows(arrays, idx)
+    est._fit_landmarks(arrays, rows, idx, rng)
+    H = _persist(embed_dask([arrays[k] for k in est.model_.view_names], est.model_))
+    result = kmeans(H, est.n_clusters, n_init=est.n_init, max_iter=est.kmeans_max_iter,
+                    random_state=rng.randint(2**31 - 1))
+    est.model_.cluster_centers = result.centers
+    est.cluster_centers_ = result.centers
+    est.labels_ = result.labels
+    est.inertia_ = result.inertia
+    return est
+

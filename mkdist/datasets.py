@@ -1,0 +1,78 @@
+"""Synthetic multi-view data, generated chunk by chunk so millions of rows never sit in one process."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["make_multiview_blobs"]
+
+
+def _centers(n_clusters: int, view_dims: Sequence[int], separation: float, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng([seed, 0])
+    return [rng.normal(0.0, separation, size=(n_clusters, d)) for d in view_dims]
+
+
+def _chunk(block_id: int, rows: int, n_clusters: int, view_dims: Sequence[int], separation: float,
+           noise: float, seed: int, dtype) -> tuple[np.ndarray, list[np.ndarray]]:
+    rng = np.random.default_rng([seed, 1, block_id])
+    centers = _centers(n_clusters, view_dims, separation, seed)
+    y = rng.integers(0, n_clusters, size=rows)
+    views = []
+    for v, (c, d) in enumerate(zip(centers, view_dims)):
+        x = c[y] + rng.normal(0.0, noise, size=(rows, d))
+        if v % 2 == 1:
+            # Odd views are a non-linear image of their cluster signal: kernels earn their keep.
+            x = np.tanh(x / separation) * separation + 0.1 * x
+        views.append(x.astype(dtype))
+    return y, views
+
+
+def make_multiview_blobs(n_samples: int, *, n_clusters: int = 10, view_dims: Sequence[int] = (32, 32),
+                         separation: float = 1.0, noise: float = 1.0, chunk_rows: int = 50_000,
+                         random_state: int = 0, dtype=np.float32, as_dask: bool = True):
+    """A Gaussian mixture seen through several views (the W1 workload of bench/).
+
+    Parameters
+    ----------
+    n_samples : int
+        N.
+    n_clusters : int, default=10
+    view_dims : sequence of int, default=(32, 32)
+        Features per view.  Even views are centre + Gaussian noise; odd views pass that
+        through a tanh (non-linear view of the same clusters).
+    separation, noise : float
+        Standard deviation of the cluster centres and of the within-cluster noise.
+    chunk_rows : int, default=50000
+        Rows per chunk; every chunk is generated independently from ``(random_state, chunk)``.
+    random_state : int, default=0
+    dtype : numpy dtype, default=float32
+    as_dask : bool, default=True
+        Lazy Dask arrays (generated on the workers) or NumPy arrays.
+
+    Returns
+    -------
+    views : dict of str to array of shape (n_samples, d_v)
+        Keys ``view0``, ``view1``, ...
+    y : array of shape (n_samples,)
+        True cluster of every row.
+    """
+    import dask
+    import dask.array as da
+
+    sizes = [chunk_rows] * (n_samples // chunk_rows) + ([n_samples % chunk_rows] if n_samples % chunk_rows else [])
+    parts = [dask.delayed(_chunk, nout=2, pure=True)(i, r, n_clusters, tuple(view_dims), separation, noise,
+                                                     random_state, np.dtype(dtype))
+             for i, r in enumerate(sizes)]
+    y = da.concatenate([da.from_delayed(p[0], shape=(r,), dtype=np.int64) for p, r in zip(parts, sizes)])
+    views = {}
+    for v, d in enumerate(view_dims):
+        blocks = [da.from_delayed(dask.delayed(operator.getitem, pure=True)(p[1], v), shape=(r, d), dtype=dtype)
+                  for p, r in zip(parts, sizes)]
+        views[f"view{v}"] = da.concatenate(blocks)
+    if not as_dask:
+        out = dask.compute(views, y)
+        return out[0], out[1]
+    return views, y

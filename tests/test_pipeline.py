@@ -1,0 +1,212 @@
+"""The staged pipeline on a real Dask cluster (scheduler + 2 worker processes) with real Zarr stores."""
+
+import json
+import os
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+
+import mkdist
+from mkdist import MultipleKernelClustering
+from mkdist._dask import embed_dask
+from mkdist._pipeline import assign, cluster, load_model
+from mkdist.errors import InputValidationError, SchemaVersionError, StoreExistsError
+from mkdist.metrics import clustering_accuracy
+
+from .conftest import make_blobs_views, raise_if_dask_computes
+
+
+@pytest.fixture(scope="module")
+def data():
+    views, y = make_blobs_views(n_per_cluster=400, n_clusters=3, seed=2, dtype=np.float32)
+    return views, y
+
+
+def _dask(views, rows=300):
+    return [da.from_array(v, chunks=(rows, -1)) for v in views]
+
+
+def test_cluster_end_to_end_and_store_contents(dask_client, data, tmp_path):
+    views, y = data
+    url = str(tmp_path / "run.zarr")
+    res = cluster(_dask(views), url, 3, n_landmarks=200, random_state=0, y_true=y)
+    labels = res.labels.compute()
+    assert labels.shape == (1200,)
+    assert clustering_accuracy(y, labels) == 1.0
+    assert res.metrics["scores"]["acc"] == 1.0
+    assert set(res.timings) >= {"sample_s", "fit_s", "embed_s", "kmeans_s", "write_s", "total_s"}
+    assert res.skipped == []
+    status = res.store.stage_status()
+    assert all(status[s] == "complete" for s in ("landmarks", "model", "embedding", "labels", "metrics"))
+    assert status["kernel_blocks"] == "missing"
+    # Readable with xarray, with named dimensions.
+    emb = xr.open_zarr(url, group="embedding", consolidated=False)
+    assert emb["embedding"].dims == ("sample", "component") and emb.sizes["sample"] == 1200
+    model = xr.open_zarr(url, group="model", consolidated=False)
+    assert model["kernel_weights"].dims == ("kernel",)
+    assert model["cluster_centers"].dims == ("cluster", "component")
+    assert model["eigenvectors"].dims == ("landmark", "component")
+    assert json.loads(model.attrs["mkdist_model"])["kernels"][0]["sigma"] > 0
+    # The embedding is chunked like the input.
+    assert emb["embedding"].encoding["chunks"][0] == 300
+    # No pickle anywhere: every array in the store has a plain numeric dtype.
+    for group in ("landmarks", "model", "embedding", "labels", "metrics"):
+        for var in xr.open_zarr(url, group=group, consolidated=False).data_vars.values():
+            assert var.dtype.kind in "iuf", (group, var.name, var.dtype)
+
+
+def test_rerun_resumes_every_stage(dask_client, data, tmp_path):
+    views, _ = data
+    url = str(tmp_path / "run.zarr")
+    first = cluster(_dask(views), url, 3, n_landmarks=100, random_state=1)
+    again = cluster(_dask(views), url, 3, n_landmarks=100, random_state=1)
+    assert again.skipped == ["landmarks", "model", "embedding", "labels"]
+    assert again.timings["fit_s"] == again.timings["embed_s"] == again.timings["kmeans_s"] == 0.0
+    np.testing.assert_array_equal(first.labels.compute(), again.labels.compute())
+
+
+def test_different_run_is_refused_unless_overwrite(dask_client, data, tmp_path):
+    views, _ = data
+    url = str(tmp_path / "run.zarr")
+    cluster(_dask(views), url, 3, n_landmarks=100, random_state=1)
+    with pytest.raises(StoreExistsError):
+        cluster(_dask(views), url, 4, n_landmarks=100, random_state=1)
+    res = cluster(_dask(views), url, 4, n_landmarks=100, random_state=1, overwrite=True)
+    assert res.model.cluster_centers.shape[0] == 4
+
+
+def test_newer_schema_is_refused(dask_client, data, tmp_path):
+    import zarr
+
+    views, _ = data
+    url = str(tmp_path / "run.zarr")
+    cluster(_dask(views), url, 3, n_landmarks=100, random_state=1)
+    root = zarr.open_group(url, mode="r+")
+    root.attrs["schema_version"] = 999
+    with pytest.raises(SchemaVersionError):
+        cluster(_dask(views), url, 3, n_landmarks=100, random_state=1)
+    with pytest.raises(SchemaVersionError):
+        load_model(url)
+
+
+def _flaky_block(path: str, marker: str, start: int, stop: int) -> np.ndarray:
+    """A chunk that fails once, after the marker's count of successful reads.
+
+    The landmark stage reads this chunk first (it holds landmarks); the embedding stage's
+    read is the one that fails, and consumes the marker.
+    """
+    if os.path.exists(marker):
+        with open(marker) as f:
+            reads_left = int(f.read() or 0)
+        if reads_left <= 0:
+            os.remove(marker)
+            raise RuntimeError("simulated worker crash in the embedding stage")
+        with open(marker, "w") as f:
+            f.write(str(reads_left - 1))
+    return np.load(path, mmap_mode="r")[start:stop]
+
+
+def _flaky_views(tmp_path, views, rows=300):
+    out = []
+    marker = str(tmp_path / "fail-once")
+    for i, v in enumerate(views):
+        path = str(tmp_path / f"v{i}.npy")
+        np.save(path, v)
+        blocks = []
+        for start in range(0, v.shape[0], rows):
+            stop = min(start + rows, v.shape[0])
+            fn = _flaky_block if (i == 1 and start == 600) else (lambda p, m, a, b: np.load(p, mmap_mode="r")[a:b])
+            blocks.append(da.from_delayed(dask.delayed(fn, pure=True)(path, marker, start, stop),
+                                          shape=(stop - start, v.shape[1]), dtype=v.dtype))
+        out.append(da.concatenate(blocks))
+    with open(marker, "w") as f:
+        f.write("1")  # one successful read (landmark sampling), then the crash (embedding)
+    return out, marker
+
+
+def test_crash_in_embedding_keeps_model_and_resumes_without_refit(dask_client, data, tmp_path):
+    views, y = data
+    url = str(tmp_path / "run.zarr")
+    flaky, marker = _flaky_views(tmp_path, views)
+    with pytest.raises(RuntimeError, match="simulated worker crash"):
+        cluster(flaky, url, 3, n_landmarks=100, random_state=3)
+    from mkdist.storage import RunStore
+
+    store = RunStore.open(url, mode="r")
+    status = store.stage_status()
+    assert status["model"] == "complete" and status["landmarks"] == "complete"
+    assert status["embedding"] != "complete" and status["labels"] == "missing"
+    weights = store.read_stage("model")["kernel_weights"].values.copy()
+    assert not os.path.exists(marker)
+    flaky2, _ = _flaky_views(tmp_path, views)
+    os.remove(marker)  # the data is healthy now
+    res = cluster(flaky2, url, 3, n_landmarks=100, random_state=3)
+    assert res.skipped == ["landmarks", "model"]
+    assert res.timings["fit_s"] == 0.0
+    np.testing.assert_array_equal(res.model.kernel_weights, weights)
+    assert clustering_accuracy(y, res.labels.compute()) == 1.0
+
+
+def test_nan_chunk_is_named(dask_client, data, tmp_path):
+    views, _ = data
+    bad = views[1].copy()
+    bad[650, 2] = np.nan
+    with pytest.raises(InputValidationError, match=r"view 'view1', chunk 2 \(first bad row 650\)"):
+        cluster(_dask([views[0], bad]), str(tmp_path / "run.zarr"), 3, n_landmarks=100, random_state=0)
+
+
+def test_assign_new_points_with_stored_model(dask_client, data, tmp_path):
+    views, _ = data
+    url = str(tmp_path / "run.zarr")
+    res = cluster(_dask(views), url, 3, n_landmarks=150, random_state=0)
+    new, _ = make_blobs_views(n_per_cluster=50, n_clusters=3, seed=2, dtype=np.float32)
+    out = assign(url, _dask(new, rows=70), str(tmp_path / "assigned.zarr"))
+    got = out.read_stage("labels")["labels"].values
+    model = load_model(url)
+    est = MultipleKernelClustering(3)
+    est.model_, est.cluster_centers_ = model, model.cluster_centers
+    np.testing.assert_array_equal(got, est.predict(new))
+    # ... and the model store was not modified.
+    assert res.store.stage_status()["labels"] == "complete"
+
+
+def test_estimator_on_dask_matches_numpy_fit(dask_client, data):
+    views, y = data
+    a = MultipleKernelClustering(3, n_landmarks=120, random_state=4).fit(_dask(views))
+    b = MultipleKernelClustering(3, n_landmarks=120, random_state=4).fit(views)
+    assert isinstance(a.labels_, da.Array)
+    np.testing.assert_array_equal(a.landmark_indices_, b.landmark_indices_)
+    np.testing.assert_allclose(a.kernel_weights_, b.kernel_weights_)
+    assert clustering_accuracy(y, a.labels_.compute()) == 1.0
+    np.testing.assert_array_equal(a.predict(_dask(views)).compute(), a.labels_.compute())
+
+
+def test_embedding_graph_is_lazy_and_fused(data):
+    views, _ = data
+    m = MultipleKernelClustering(3, n_landmarks=100, random_state=0).fit(views)
+    dv = _dask(views)
+    with raise_if_dask_computes():
+        H = embed_dask(dv, m.model_)
+    # One embedding task per row chunk, plus one key for the model.
+    layer = [k for k in H.__dask_graph__().layers if k.startswith("mkdist-embed")]
+    assert len(layer) == 1 and len(H.__dask_graph__().layers[layer[0]]) == dv[0].numblocks[0]
+    np.testing.assert_allclose(H.compute(scheduler="sync"), m.transform(views), rtol=1e-5, atol=1e-6)
+
+
+def test_optional_kernel_blocks(dask_client, data, tmp_path):
+    views, _ = data
+    url = str(tmp_path / "run.zarr")
+    cluster(_dask(views[:1]), url, 3, n_landmarks=50, random_state=0, kernels="rbf", write_kernel_blocks=True)
+    P = xr.open_zarr(url, group="kernel_blocks", consolidated=False)["P"]
+    assert P.dims == ("kernel", "sample", "landmark") and P.shape == (1, 1200, 50)
+    model = load_model(url)
+    # The landmark rows of P are the preprocessed landmark kernel: unit diagonal.
+    np.testing.assert_allclose(P.values[0][model.landmark_indices, np.arange(50)], 1.0, rtol=1e-4)
+
+
+def test_public_api_exports():
+    for name in ("cluster", "assign", "load_views", "RunConfig", "MultipleKernelClustering"):
+        assert hasattr(mkdist, name), name
