@@ -31,7 +31,7 @@ def _chunk(block_id: int, rows: int, n_clusters: int, view_dims: Sequence[int], 
 
 
 def make_multiview_blobs(n_samples: int, *, n_clusters: int = 10, view_dims: Sequence[int] = (32, 32),
-                         separation: float = 1.0, noise: float = 1.0, chunk_rows: int = 50_000,
+                         separation: float = 0.4, noise: float = 1.0, chunk_rows: int = 50_000,
                          random_state: int = 0, dtype=np.float32, as_dask: bool = True):
     """A Gaussian mixture seen through several views (the W1 workload of bench/).
 
@@ -43,8 +43,10 @@ def make_multiview_blobs(n_samples: int, *, n_clusters: int = 10, view_dims: Seq
     view_dims : sequence of int, default=(32, 32)
         Features per view.  Even views are centre + Gaussian noise; odd views pass that
         through a tanh (non-linear view of the same clusters).
-    separation, noise : float
-        Standard deviation of the cluster centres and of the within-cluster noise.
+    separation, noise : float, default=0.4, 1.0
+        Standard deviation of the cluster centres and of the within-cluster noise.  At 0.4
+        with two 32-feature views clusters overlap: k-means on the raw features reaches ACC
+        0.81, mkdist 0.87, a single view 0.58 (20k points).
     chunk_rows : int, default=50000
         Rows per chunk; every chunk is generated independently from ``(random_state, chunk)``.
     random_state : int, default=0

@@ -1,0 +1,73 @@
+"""Runtime pieces shared by the flows: the Dask cluster for a run and the retry policy."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+
+__all__ = ["dask_client", "retry_transient", "TRANSIENT_ERRORS"]
+
+logger = logging.getLogger("mkdist.flows")
+
+
+def _transient_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [TimeoutError, ConnectionError]
+    try:
+        from distributed.comm.core import CommClosedError
+        from distributed.scheduler import KilledWorker
+
+        types += [CommClosedError, KilledWorker]
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(types)
+
+
+#: Errors worth a retry: a worker died, a connection dropped, a store timed out.  Bad input
+#: and store-state errors (mkdist.errors.*) are never retried: they would fail again.
+TRANSIENT_ERRORS = _transient_types()
+
+
+def retry_transient(task, task_run, state) -> bool:
+    """Prefect ``retry_condition_fn``: retry only transient cluster/store failures."""
+    try:
+        state.result()
+    except TRANSIENT_ERRORS:
+        return True
+    except OSError as exc:
+        # Network/file-system hiccups (e.g. an fsspec backend) but not a missing path.
+        return not isinstance(exc, (FileNotFoundError, FileExistsError, PermissionError))
+    except Exception:
+        return False
+    return False
+
+
+@contextlib.contextmanager
+def dask_client(address: str | None = None, n_workers: int | None = None,
+                threads_per_worker: int = 1, memory_limit: str | None = "auto") -> Iterator:
+    """The Dask client a run uses: an existing scheduler, or a LocalCluster for the run.
+
+    ``address`` (or the ``MKDIST_DASK_ADDRESS`` environment variable) names a running
+    scheduler (``tcp://host:8786``, ``tls://...``; security settings come from Dask's own
+    configuration, see deploy/README.md).  Without one a LocalCluster of ``n_workers``
+    processes starts for the run and stops after it.  The client is the process default,
+    so every library call in the run's tasks uses it.
+    """
+    from distributed import Client, LocalCluster
+
+    address = address or os.environ.get("MKDIST_DASK_ADDRESS") or None
+    if address:
+        client = Client(address, set_as_default=True)
+        logger.info("using Dask scheduler %s", address)
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    n_workers = n_workers or int(os.environ.get("MKDIST_DASK_WORKERS", "2"))
+    with LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
+                      memory_limit=memory_limit, dashboard_address=None) as cluster:
+        with Client(cluster, set_as_default=True) as client:
+            logger.info("started LocalCluster with %d workers", n_workers)
+            yield client

@@ -1,0 +1,112 @@
+"""``cluster_flow``: the whole MKC-AE run as a Prefect flow over a Dask cluster.
+
+Thin by design: every task calls one ``mkdist`` stage function with the store URL and the
+input source (never arrays); the store's stage markers make each task skip work that is
+already complete, so re-running the flow with the same inputs resumes a failed run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from mkdist._pipeline import (
+    RunConfig, open_run, stage_embedding, stage_kmeans, stage_landmarks, stage_metrics, stage_model,
+)
+from mkdist._report import summary_markdown, load_labels
+
+from ._runtime import dask_client, retry_transient
+
+# Resume comes from the store's stage markers, not from Prefect's result cache: the store is
+# the one source of truth a later run (on any machine) can read, so results are not persisted.
+_TASK = dict(cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=[5, 30],
+             retry_condition_fn=retry_transient)
+
+
+@task(name="validate-and-open-store", **_TASK)
+def validate_task(source: Any, store: str, config: dict, overwrite: bool) -> dict:
+    run = open_run(store, source, RunConfig(**config), overwrite=overwrite)
+    return run.stage_status()
+
+
+@task(name="sample-landmarks", **_TASK)
+def landmarks_task(store: str, source: Any) -> float:
+    return stage_landmarks(store, source)
+
+
+@task(name="fit-on-landmarks", **_TASK)
+def fit_task(store: str) -> float:
+    return stage_model(store)
+
+
+@task(name="embed-all-points", **_TASK)
+def embed_task(store: str, source: Any, progress: bool) -> dict:
+    return stage_embedding(store, source, progress=progress)
+
+
+@task(name="distributed-kmeans", **_TASK)
+def kmeans_task(store: str, progress: bool) -> dict:
+    return stage_kmeans(store, progress=progress)
+
+
+@task(name="metrics-and-summary", **_TASK)
+def metrics_task(store: str, timings: dict, y_true: Any) -> dict:
+    return stage_metrics(store, timings=timings, y_true=y_true)
+
+
+@task(name="labels-for-scoring", **_TASK)
+def labels_task(source: Any, label_key: str) -> Any:
+    return load_labels(source, label_key)
+
+
+@flow(name="mkdist-cluster", log_prints=True)
+def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
+                 n_landmarks: int | None = None, random_state: int | None = None,
+                 dask_address: str | None = None, n_workers: int | None = None,
+                 overwrite: bool = False, label_key: str | None = None, progress: bool = False,
+                 options: dict | None = None) -> dict:
+    """Cluster every point of ``source`` with multiple kernel clustering; results in ``store``.
+
+    Parameters
+    ----------
+    source : str
+        Input path or URL: Zarr group / xarray dataset with one variable per view, Parquet,
+        or .npy/.npz (see ``mkdist.load_views``).
+    store : str
+        Run store (local directory or fsspec URL).  Same input + same parameters: resume.
+    n_clusters, kernels, n_landmarks, random_state
+        Model parameters (see ``mkdist.MultipleKernelClustering``).
+    dask_address : str, optional
+        Scheduler of an existing Dask cluster (``tcp://host:8786``); default: a LocalCluster
+        with ``n_workers`` worker processes for this run.
+    overwrite : bool, default=False
+        Replace a store that holds a different run.
+    label_key : str, optional
+        Variable of ``source`` with ground-truth labels: adds ACC/NMI/ARI/purity to the metrics.
+    options : dict, optional
+        Any other ``mkdist.RunConfig`` field (``landmark_method``, ``weights``, ``scale``, ...).
+
+    Returns
+    -------
+    dict
+        The run summary also stored in the store's metrics stage.
+    """
+    logger = get_run_logger()
+    config = RunConfig(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
+                       random_state=random_state, **(options or {}))
+    with dask_client(dask_address, n_workers):
+        status = validate_task(source, store, config.to_json(), overwrite)
+        logger.info("store %s: %s", store, status)
+        timings = {"sample_s": landmarks_task(store, source), "fit_s": fit_task(store)}
+        emb = embed_task(store, source, progress)
+        km = kmeans_task(store, progress)
+        timings.update(embed_s=emb["embed_s"], kmeans_s=km["kmeans_s"], write_s=emb["write_s"] + km["write_s"])
+        y_true = labels_task(source, label_key) if label_key else None
+        summary = metrics_task(store, timings, y_true)
+    summary["resumed_stages"] = [s for s, v in status.items() if v == "complete"]
+    create_markdown_artifact(summary_markdown(summary, store), key="mkdist-cluster-summary",
+                             description=f"mkdist run {store}")
+    return summary

@@ -1,0 +1,185 @@
+"""Prefect flows and the CLI with real components: a `dask scheduler` and two `dask worker`
+processes on 127.0.0.1, the real Prefect engine (one temporary server for the session)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import mkdist._pipeline as pipeline
+from mkdist import MultipleKernelClustering, load_model
+from mkdist.metrics import clustering_accuracy
+from mkdist.storage import RunStore
+
+from .conftest import make_blobs_views
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def dask_address():
+    """`dask scheduler` + two `dask worker` processes, as a data engineer would start them."""
+    from distributed import Client
+
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
+                               str(port), "--no-dashboard"], env=env, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise RuntimeError("dask scheduler did not start")
+                time.sleep(0.3)
+        for _ in range(2):
+            procs.append(subprocess.Popen([sys.executable, "-m", "dask", "worker", address, "--nthreads", "1",
+                                           "--no-dashboard", "--memory-limit", "2GiB", "--host", "127.0.0.1"],
+                                          env=env, stderr=subprocess.DEVNULL))
+        with Client(address) as client:
+            client.wait_for_workers(2, timeout=60)
+        yield address
+    finally:
+        for p in procs[::-1]:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    """One temporary Prefect server for the whole session (it takes 20-40 s to start)."""
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield PREFECT_API_URL.value()
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    views, y = make_blobs_views(n_per_cluster=300, n_clusters=3, seed=5, dtype=np.float32)
+    path = tmp_path_factory.mktemp("data") / "train.npz"
+    np.savez(path, a=views[0], b=views[1], y=y)
+    return str(path), views, y
+
+
+def test_cluster_flow_on_dask_processes(prefect_api, dask_address, source, tmp_path):
+    from mkdist.flows import cluster_flow
+
+    path, views, y = source
+    store = str(tmp_path / "run.zarr")
+    summary = cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, random_state=0,
+                           dask_address=dask_address, label_key="y")
+    assert summary["scores"]["acc"] >= 0.99
+    assert sum(summary["cluster_sizes"]) == 900
+    status = RunStore.open(store).stage_status()
+    assert all(status[s] == "complete" for s in ("landmarks", "model", "embedding", "labels", "metrics"))
+    labels = RunStore.open(store).read_stage("labels")["labels"].values
+    assert clustering_accuracy(y, labels) >= 0.99
+
+
+def test_failed_kmeans_resumes_without_refit(prefect_api, dask_address, source, tmp_path, monkeypatch):
+    from mkdist.flows import cluster_flow
+
+    path, _, y = source
+    store = str(tmp_path / "run.zarr")
+    real_kmeans = pipeline.kmeans
+    calls = {"n": 0}
+
+    def kmeans_failing_once(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("k-means stage lost its cluster")
+        return real_kmeans(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "kmeans", kmeans_failing_once)
+    with pytest.raises(RuntimeError, match="lost its cluster"):
+        cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, random_state=0,
+                     dask_address=dask_address)
+    status = RunStore.open(store).stage_status()
+    assert status["embedding"] == "complete" and status["labels"] == "missing"
+    fitted = RunStore.open(store).read_stage("model").attrs["mkdist_fit"]
+    summary = cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, random_state=0,
+                           dask_address=dask_address, label_key="y")
+    assert summary["resumed_stages"] == ["landmarks", "model", "embedding"]
+    t = summary["timings"]
+    assert t["sample_s"] == t["fit_s"] == t["embed_s"] == 0.0 and t["kmeans_s"] > 0
+    assert json.loads(RunStore.open(store).read_stage("model").attrs["mkdist_fit"])["n_iter"] == json.loads(fitted)["n_iter"]
+    assert summary["scores"]["acc"] >= 0.99
+
+
+def test_assign_flow_matches_model_predict(prefect_api, dask_address, source, tmp_path):
+    from mkdist.flows import assign_flow, cluster_flow
+
+    path, _, _ = source
+    store = str(tmp_path / "run.zarr")
+    cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, random_state=0, dask_address=dask_address)
+    new, _ = make_blobs_views(n_per_cluster=40, n_clusters=3, seed=5, dtype=np.float32)
+    new_path = str(tmp_path / "new.npz")
+    np.savez(new_path, a=new[0], b=new[1])
+    out = str(tmp_path / "assigned.zarr")
+    summary = assign_flow(model_store=store, source=new_path, output=out, dask_address=dask_address)
+    assert summary["N"] == 120
+    got = RunStore.open(out).read_stage("labels")["labels"].values
+    est = MultipleKernelClustering(3)
+    est.model_ = load_model(store)
+    est.cluster_centers_ = est.model_.cluster_centers
+    np.testing.assert_array_equal(got, est.predict({"a": new[0], "b": new[1]}))
+
+
+def _cli(*args, api=None, timeout=300):
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    if api:
+        env["PREFECT_API_URL"] = api
+    return subprocess.run([sys.executable, "-m", "mkdist.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def test_cli_run_inspect_assign_and_exit_codes(prefect_api, dask_address, source, tmp_path):
+    path, _, _ = source
+    store = str(tmp_path / "cli.zarr")
+    r = _cli("run", "--input", path, "--store", store, "--n-clusters", "3", "--n-landmarks", "120",
+             "--random-state", "0", "--dask-address", dask_address, "--label-key", "y", "--quiet", "--json",
+             api=prefect_api)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout[r.stdout.index("{"):])
+    assert summary["scores"]["acc"] >= 0.99
+    r = _cli("inspect", store, "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["stages"]["labels"] == "complete" and info["model"]["has_centroids"]
+    assert "kernel weights" in _cli("inspect", store).stdout
+    r = _cli("assign", "--model-store", store, "--input", path, "--output", str(tmp_path / "a.zarr"),
+             "--dask-address", dask_address, "--quiet", "--json", api=prefect_api)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout[r.stdout.index("{"):])["N"] == 900
+    # Bad input -> exit code 2 with a message naming the problem, before any work.
+    r = _cli("run", "--input", path, "--store", str(tmp_path / "bad.zarr"), "--n-clusters", "1",
+             "--dask-address", dask_address, "--quiet", api=prefect_api)
+    assert r.returncode == 2 and "n_clusters" in r.stderr
+    r = _cli("inspect", str(tmp_path / "nowhere.zarr"))
+    assert r.returncode == 2 and "no mkdist" in r.stderr
+    # A store holding another run is refused (exit 2), the stored run is untouched.
+    r = _cli("run", "--input", path, "--store", store, "--n-clusters", "4", "--dask-address", dask_address,
+             "--quiet", api=prefect_api)
+    assert r.returncode == 2 and "different run" in r.stderr
+    assert RunStore.open(store).stage_status()["labels"] == "complete"
