@@ -238,6 +238,7 @@ def stage_landmarks(store, views: Any) -> float:
     for name, r in rows.items():
         ds[f"X__{name}"] = (("landmark", f"feature__{name}"), r)
     ds.attrs["view_names"] = list(rows)
+    ds.attrs["elapsed_s"] = time.perf_counter() - t0  # provenance: what this stage cost when it ran
     store.write_stage("landmarks", ds)
     return time.perf_counter() - t0
 
@@ -258,7 +259,9 @@ def stage_model(store) -> float:
         center=config.center, normalize=config.normalize, normalize_embedding=config.normalize_embedding,
         scale=config.scale, max_iter=config.max_iter, tol=config.tol,
         dtype=config.dtype or str(common_float_dtype(rows)), random_state=config.random_state)
-    store.write_stage("model", _model_dataset(model, info))
+    ds = _model_dataset(model, info)
+    ds.attrs["elapsed_s"] = time.perf_counter() - t0
+    store.write_stage("model", ds)
     return time.perf_counter() - t0
 
 
@@ -300,7 +303,8 @@ def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, f
     H = _persist(embed_dask(arrays, model), progress)
     t_embed = time.perf_counter() - t0
     t0 = time.perf_counter()
-    store.write_stage("embedding", xr.Dataset({"embedding": (("sample", "component"), H)}))
+    store.write_stage("embedding", xr.Dataset({"embedding": (("sample", "component"), H)},
+                                              attrs={"elapsed_s": t_embed}))
     if config.write_kernel_blocks and not store.is_complete("kernel_blocks"):
         model_key = dask.delayed(model, pure=True, traverse=False)
         P = da.map_blocks(_kernel_blocks_chunk, *arrays, model_key, new_axis=0,
@@ -345,6 +349,7 @@ def stage_kmeans(store, *, progress: bool = False) -> dict[str, float]:
     t0 = time.perf_counter()
     ds = xr.Dataset({"labels": (("sample",), labels)})
     ds.attrs["inertia"] = float(fit.get("kmeans", {}).get("inertia", float("nan")))
+    ds.attrs["elapsed_s"] = t_kmeans
     store.write_stage("labels", ds)
     return {"kmeans_s": t_kmeans, "write_s": time.perf_counter() - t0}
 

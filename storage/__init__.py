@@ -1,10 +1,24 @@
-"""Zarr/xarray store layer for mkdist runs (installed as ``mkdist.storage``).
+"""Zarr run stores for mkdist runs (installed as ``mkdist.storage``).
 
-:class:`RunStore` holds one run: a schema-versioned root group whose attributes record the
-input fingerprint and parameters, and one xarray-readable group per stage, written
-atomically (temporary group, completion marker, move).  Models are arrays + JSON: no pickle.
+A :class:`RunStore` holds one clustering run in a Zarr v3 group: the run's provenance in
+the root attributes (``schema_version``, ``mkdist_version``, ``created``, ``fingerprint``,
+``params``) and each pipeline stage as an xarray Dataset in its own group, written
+atomically so that readers only ever see complete stages and a crashed run resumes.
+
+Public API
+----------
+RunStore        : create/open a run store; write, read, list and delete stages
+PendingStage    : a stage being written lazily (``RunStore.write_stage_lazy``)
+SCHEMA_VERSION  : on-disk layout version this mkdist writes and reads
+STANDARD_STAGES : stage names ``RunStore.stage_status`` always reports
 """
 
-from ._runstore import SCHEMA_VERSION, STANDARD_STAGES, RunStore
+from __future__ import annotations
 
-__all__ = ["RunStore", "SCHEMA_VERSION", "STANDARD_STAGES"]
+from ._store import SCHEMA_VERSION, STANDARD_STAGES, PendingStage, RunStore
+
+for _obj in (PendingStage, RunStore):
+    _obj.__module__ = __name__
+del _obj
+
+__all__ = ["RunStore", "PendingStage", "SCHEMA_VERSION", "STANDARD_STAGES"]

@@ -1,0 +1,654 @@
+"""Zarr v3 run stores: one clustering run per store, one atomically written group per stage."""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import fsspec
+import numpy as np
+import xarray as xr
+import zarr
+from fsspec.implementations.local import LocalFileSystem
+
+from mkdist.errors import (
+    IncompleteStageError,
+    SchemaVersionError,
+    StoreError,
+    StoreExistsError,
+    StoreNotFoundError,
+)
+
+if TYPE_CHECKING:
+    from dask.delayed import Delayed
+
+__all__ = ["SCHEMA_VERSION", "STANDARD_STAGES", "RunStore", "PendingStage"]
+
+#: Version of the on-disk layout; stores written with a higher version are refused.
+SCHEMA_VERSION = 1
+
+#: Stages every run may hold; ``stage_status`` always reports these.
+STANDARD_STAGES = ("landmarks", "model", "embedding", "labels", "kernel_blocks", "metrics")
+
+StageState = Literal["complete", "incomplete", "missing"]
+
+_MARKER = "mkdist_stage"
+_PROVENANCE = frozenset({"schema_version", "mkdist_version", "created", "fingerprint", "params"})
+_PARTIAL = re.compile(r"(?P<stage>.+)\.partial-[0-9a-f]{32}")
+_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
+# Encoding a stage may carry over.  Chunk keys are dropped on purpose: the stored chunks are
+# the data's own (Dask) chunks, and stale ``chunks`` from a store the data was read from
+# would conflict with them.
+_ENCODING_KEYS = frozenset({"compressors", "filters", "serializer", "dtype", "_FillValue"})
+
+
+class RunStore:
+    """A Zarr v3 store holding one mkdist clustering run.
+
+    The root group's attributes record the run's provenance; each pipeline stage is an
+    xarray Dataset in its own group, written atomically (see :meth:`write_stage`), so a
+    reader only ever sees complete stages and a crashed run resumes from its last one.
+
+    Use :meth:`create` (new or resumed run) or :meth:`open` (existing run) rather than
+    the constructor, which neither touches nor checks the location.
+
+    Parameters
+    ----------
+    url : str or os.PathLike
+        Local directory, or any fsspec URL (``memory://...``, ``file://...``, ``s3://...``).
+        Local locations, ``file://`` included, are normalised to an absolute path.
+    mode : {"r", "r+"}, default="r"
+        ``"r"`` refuses every write.
+
+    Attributes
+    ----------
+    url : str
+        The normalised location, accepted by ``xarray.open_zarr`` and ``zarr.open_group``.
+    mode : {"r", "r+"}
+
+    Notes
+    -----
+    Layout (``schema_version`` 1)::
+
+        <url>/zarr.json                  root group; attrs: schema_version, mkdist_version,
+                                         created, fingerprint, params (+ update_attrs keys)
+        <url>/<stage>/                   xarray Dataset (dimension_names set), attrs incl.
+                                         mkdist_stage = {"name", "complete": true, "completed"}
+        <url>/<stage>.partial-<uuid>/    a write in progress, or left by a crashed writer
+
+    A stage name may be nested (``"assignments/batch-2026-11-22"``).  Everything is JSON
+    or numeric Zarr arrays: nothing is pickled.
+
+    A ``memory://`` store lives in the process that created it: write and compute its
+    stages with the threaded or synchronous scheduler (or an in-process cluster), since
+    the workers of a multi-process cluster would write to, and read from, their own memory.
+
+    Examples
+    --------
+    >>> import numpy as np, xarray as xr
+    >>> store = RunStore.create("memory://doc/run.zarr", fingerprint="sha256:0", params={"k": 3})
+    >>> store.write_stage("labels", xr.Dataset({"labels": ("sample", np.arange(4))}))
+    >>> store.stage_status()["labels"]
+    'complete'
+    >>> store.read_stage("labels")["labels"].values
+    array([0, 1, 2, 3])
+    >>> RunStore.create("memory://doc/run.zarr", fingerprint="sha256:1", params={"k": 3})
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    mkdist.errors.StoreExistsError: memory://doc/run.zarr holds a different run: ...
+    >>> store = RunStore.create("memory://doc/run.zarr", fingerprint="sha256:1", params={"k": 3},
+    ...                         overwrite=True)
+    >>> store.stage_status()["labels"]
+    'missing'
+    """
+
+    def __init__(self, url: str | os.PathLike[str], mode: Literal["r", "r+"] = "r") -> None:
+        if mode not in ("r", "r+"):
+            raise ValueError(f"mode={mode!r} is not supported: use 'r' (read-only) or 'r+'.")
+        raw = os.fspath(url)
+        if "://" not in raw:
+            raw = os.path.abspath(os.path.expanduser(raw))
+        fs, path = fsspec.core.url_to_fs(raw)
+        self._fs = fs
+        self._local = isinstance(fs, LocalFileSystem)
+        # zarr's LocalStore creates parent directories as it writes; fsspec's file:// does
+        # not, so local locations are handed to zarr/xarray as plain paths.
+        self.url = path if self._local else raw.rstrip("/")
+        self._path = path.rstrip("/") or "/"
+        self.mode = mode
+
+    def __repr__(self) -> str:
+        return f"RunStore({self.url!r}, mode={self.mode!r})"
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def create(cls, url: str | os.PathLike[str], *, fingerprint: str, params: Mapping[str, Any],
+               overwrite: bool = False) -> RunStore:
+        """Create the store of a new run, or reopen the same run to resume it.
+
+        Parameters
+        ----------
+        url : str or os.PathLike
+            Local directory or fsspec URL.
+        fingerprint : str
+            Identifies the input data (e.g. ``"sha256:..."``).
+        params : mapping
+            Every parameter of the run, JSON-serialisable (numpy scalars are converted).
+        overwrite : bool, default=False
+            Delete whatever the location holds first -- including the same run -- and start
+            a fresh store.
+
+        Returns
+        -------
+        RunStore
+            Opened with ``mode="r+"``.
+
+        Raises
+        ------
+        StoreExistsError
+            The location holds a run with another fingerprint or other params (the message
+            names the differences), or non-empty content that is no mkdist store.
+        SchemaVersionError
+            The location holds a run written by a newer mkdist.
+        TypeError
+            ``fingerprint`` is not a str, or ``params`` is not a JSON-able mapping.
+        """
+        if not isinstance(fingerprint, str):
+            raise TypeError(f"fingerprint must be a str, got {type(fingerprint).__name__}.")
+        if not isinstance(params, Mapping):
+            raise TypeError(f"params must be a mapping, got {type(params).__name__}.")
+        params = _to_json(dict(params), "params")
+        store = cls(url, mode="r+")
+        fs, path = store._fs, store._path
+        if overwrite:
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+        elif fs.exists(path):
+            attrs = store._root_attrs()
+            if attrs is None:
+                if fs.isfile(path) or fs.ls(path, detail=False):
+                    raise StoreExistsError(
+                        f"{store.url} exists and is not an mkdist run store; choose another "
+                        "location, or pass overwrite=True to delete its content.")
+            else:
+                _check_schema(attrs, store.url)
+                diffs = _run_differences(attrs, fingerprint, params)
+                if diffs:
+                    raise StoreExistsError(
+                        f"{store.url} holds a different run: {'; '.join(diffs)}. Use another "
+                        "location, or pass overwrite=True to delete the stored run.")
+                return store
+        from mkdist import __version__
+
+        zarr.open_group(store.url, mode="w-", zarr_format=3, attributes={
+            "schema_version": SCHEMA_VERSION, "mkdist_version": __version__, "created": _now(),
+            "fingerprint": fingerprint, "params": params,
+        })
+        return store
+
+    @classmethod
+    def open(cls, url: str | os.PathLike[str], mode: Literal["r", "r+"] = "r") -> RunStore:
+        """Open an existing run store.
+
+        Parameters
+        ----------
+        url : str or os.PathLike
+            Local directory or fsspec URL.
+        mode : {"r", "r+"}, default="r"
+
+        Raises
+        ------
+        StoreNotFoundError
+            No mkdist run store exists at ``url``.
+        SchemaVersionError
+            The store was written by a newer mkdist.
+        """
+        store = cls(url, mode=mode)
+        attrs = store._root_attrs()
+        if attrs is None:
+            raise StoreNotFoundError(
+                f"no mkdist run store at {store.url}; create one with RunStore.create(...).")
+        _check_schema(attrs, store.url)
+        return store
+
+    # --------------------------------------------------------------- provenance
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """A copy of the root attributes (provenance plus :meth:`update_attrs` keys)."""
+        return self._root_attrs() or {}
+
+    @property
+    def fingerprint(self) -> str:
+        """Fingerprint of the run's input data."""
+        return self.attrs["fingerprint"]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """Parameters of the run."""
+        return self.attrs["params"]
+
+    def update_attrs(self, **attrs: Any) -> None:
+        """Merge JSON-able values into the root attributes (e.g. a run summary).
+
+        The provenance keys (``schema_version``, ``mkdist_version``, ``created``,
+        ``fingerprint``, ``params``) cannot be changed: another run needs another store.
+        Concurrent updaters may overwrite each other's keys (read-modify-write).
+        """
+        self._check_writable()
+        fixed = sorted(_PROVENANCE.intersection(attrs))
+        if fixed:
+            raise ValueError(f"update_attrs cannot change the run's provenance {fixed}; a "
+                             "different run needs its own store (or RunStore.create(..., "
+                             "overwrite=True)).")
+        zarr.open_group(self.url, mode="r+", zarr_format=3).attrs.update(_to_json(attrs, "attrs"))
+
+    # ------------------------------------------------------------------- stages
+    def stage_status(self) -> dict[str, StageState]:
+        """State of every standard stage and of every other stage found.
+
+        Returns
+        -------
+        dict of str to {"complete", "incomplete", "missing"}
+            The :data:`STANDARD_STAGES` first, in pipeline order, then the other stages
+            sorted by name.  ``"incomplete"`` means a writer started but did not finish
+            (it crashed, or is still running).
+        """
+        found, _ = self._scan()
+        status: dict[str, StageState] = {n: found.pop(n, "missing") for n in STANDARD_STAGES}
+        status.update(sorted(found.items()))
+        return status
+
+    def is_complete(self, name: str) -> bool:
+        """Whether stage ``name`` was written completely (one small metadata read)."""
+        return _is_marked(self._meta(_check_name(name)))
+
+    def read_stage(self, name: str) -> xr.Dataset:
+        """Open a complete stage lazily (Dask-backed, chunked as stored).
+
+        Raises
+        ------
+        StoreNotFoundError
+            No such stage; the message lists the stages that exist.
+        IncompleteStageError
+            The stage's writer did not finish.
+        """
+        if not self.is_complete(name):
+            found, _ = self._scan()
+            if found.get(name) == "incomplete":
+                raise IncompleteStageError(
+                    f"stage {name!r} in {self.url} is incomplete: its writer did not finish (it "
+                    "crashed or is still running). Re-running the pipeline resumes the run and "
+                    "rewrites this stage.")
+            listing = ", ".join(f"{n} ({s})" for n, s in sorted(found.items())) or "none"
+            raise StoreNotFoundError(
+                f"stage {name!r} does not exist in {self.url}; stages found: {listing}.")
+        ds = xr.open_zarr(self.url, group=name, consolidated=False, zarr_format=3)
+        ds.attrs.pop(_MARKER, None)
+        return ds
+
+    def write_stage(self, name: str, dataset: xr.Dataset, *, overwrite: bool = False) -> None:
+        """Write a Dataset as stage ``name``, atomically.
+
+        Dask-backed variables are computed on the active scheduler (the distributed client,
+        if any), their chunks written in parallel, and stored with the Dask chunks.
+
+        Parameters
+        ----------
+        name : str
+            Stage name; ``/`` nests it (``"assignments/batch-2026-11-22"``).
+        dataset : xarray.Dataset
+            Numeric variables, JSON-able attrs.  Dimension names are stored.
+        overwrite : bool, default=False
+            Replace a complete stage of that name.
+
+        Raises
+        ------
+        StoreExistsError
+            The stage is already complete and ``overwrite=False``, or ``name`` is a group of
+            other stages.
+
+        Notes
+        -----
+        The data goes to ``<name>.partial-<uuid>``; then the completion marker is set on
+        that group, last; then the group is renamed to ``<name>``.  On any error the partial
+        group is removed and the error re-raised.  With a parallel scheduler, tasks already
+        running when another one fails may still write chunks after that cleanup; such
+        leftovers are ``*.partial-*`` groups, never read as a stage, and removed by
+        :meth:`clean_partials`.
+        """
+        pending = self.write_stage_lazy(name, dataset, overwrite=overwrite)
+        try:
+            pending.delayed.compute()
+        except BaseException:
+            pending.abort()
+            raise
+        pending.finalize()
+
+    def write_stage_lazy(self, name: str, dataset: xr.Dataset, *,
+                         overwrite: bool = False) -> PendingStage:
+        """Start writing stage ``name``; the Dask-backed data is written when computed.
+
+        Lets several stages (or other outputs) be computed in one ``dask.compute`` call.
+        Metadata and numpy-backed variables are written now.
+
+        Returns
+        -------
+        PendingStage
+            Compute its ``delayed``, then call ``finalize()``; on failure call ``abort()``.
+
+        See Also
+        --------
+        write_stage : the eager version, with the same checks and guarantees.
+        """
+        self._check_writable()
+        self._check_target(_check_name(name), overwrite)  # fail before any computation
+        partial = f"{name}.partial-{uuid.uuid4().hex}"
+        try:
+            delayed = _writable(dataset).to_zarr(self.url, group=partial, mode="w",
+                                                 consolidated=False, zarr_format=3, compute=False)
+        except BaseException:
+            self._remove(partial)
+            raise
+        return PendingStage(self, name, partial, delayed, overwrite)
+
+    def delete_stage(self, name: str, *, missing_ok: bool = False) -> None:
+        """Delete stage ``name`` and its partial groups (do not call while it is written).
+
+        Raises
+        ------
+        StoreNotFoundError
+            Nothing of that name exists and ``missing_ok=False``.
+        """
+        self._check_writable()
+        targets = self._partials_of(_check_name(name))
+        if self._fs.exists(self._abs(name)):
+            targets.append(name)
+        if not targets and not missing_ok:
+            raise StoreNotFoundError(f"stage {name!r} does not exist in {self.url}.")
+        for target in targets:
+            self._remove(target)
+
+    def clean_partials(self) -> list[str]:
+        """Remove every ``*.partial-*`` group left by crashed writers.
+
+        Call it when no writer is running (the pipeline does at the start of a run): it
+        also removes the partial group of a write in progress.
+
+        Returns
+        -------
+        list of str
+            The removed groups, relative to the store root.
+        """
+        self._check_writable()
+        _, partials = self._scan()
+        for partial in partials:
+            self._remove(partial)
+        return partials
+
+    # ---------------------------------------------------------------- internals
+    def _abs(self, rel: str) -> str:
+        return posixpath.join(self._path, rel) if rel else self._path
+
+    def _meta(self, rel: str) -> dict[str, Any] | None:
+        """The parsed ``zarr.json`` of node ``rel``, or None if there is none."""
+        try:
+            return json.loads(self._fs.cat_file(posixpath.join(self._abs(rel), "zarr.json")))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def _root_attrs(self) -> dict[str, Any] | None:
+        """Root attributes if the location is an mkdist store (v3 group with schema_version)."""
+        meta = self._meta("")
+        attrs = (meta or {}).get("attributes") or {}
+        if meta is None or meta.get("node_type") != "group" or "schema_version" not in attrs:
+            return None
+        return attrs
+
+    def _check_writable(self) -> None:
+        if self.mode == "r":
+            raise StoreError(f"{self.url} was opened read-only; use RunStore.open(url, mode='r+') "
+                             "to write to it.")
+
+    def _check_target(self, name: str, overwrite: bool) -> None:
+        """Refuse replacing a complete stage (unless overwrite) or a group, or nesting in one."""
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            parent = "/".join(parts[:i])
+            meta = self._meta(parent)
+            if meta is not None and (_is_marked(meta) or meta.get("node_type") != "group"):
+                raise StoreExistsError(f"cannot write stage {name!r} inside stage {parent!r}.")
+        meta = self._meta(name)
+        if meta is None:
+            return
+        if not _is_marked(meta):
+            raise StoreExistsError(
+                f"{name!r} in {self.url} is not a stage written by mkdist (a group of stages?); "
+                f"delete it with delete_stage({name!r}) first.")
+        if not overwrite:
+            raise StoreExistsError(f"stage {name!r} is already complete in {self.url}; pass "
+                                   "overwrite=True to replace it.")
+
+    def _commit(self, partial: str, name: str, overwrite: bool) -> None:
+        """Mark the fully written ``partial`` complete and move it to ``name``."""
+        group = zarr.open_group(self.url, path=partial, mode="r+", zarr_format=3)
+        group.attrs[_MARKER] = {"name": name, "complete": True, "completed": _now()}
+        self._check_target(name, overwrite)  # again: another writer may have finished first
+        old = None
+        if self._meta(name) is not None:
+            # Move the old stage aside and delete it only once the new one is in place: a
+            # crash in between leaves two partial groups (the stage reads as incomplete and a
+            # re-run rewrites it), never a half-deleted stage; and data read lazily from the
+            # old stage has already been written into the new one.
+            old = f"{name}.partial-{uuid.uuid4().hex}"
+            self._move(name, old)
+        try:
+            self._move(partial, name)
+        except BaseException:
+            if old is not None:
+                self._move(old, name)
+            raise
+        if old is not None:
+            self._remove(old)
+
+    def _move(self, src: str, dst: str) -> None:
+        """Rename group ``src`` to ``dst`` (which must not exist)."""
+        s, d = self._abs(src), self._abs(dst)
+        if self._local:
+            os.rename(s, d)  # atomic, and refuses to merge into a non-empty directory
+            return
+        # Elsewhere a move is copy + delete.  The group's zarr.json (which holds the marker)
+        # is copied last and deleted first, so `dst` never looks complete with chunks
+        # missing and `src` is no longer complete while its chunks are being deleted.
+        head = posixpath.join(s, "zarr.json")
+        rest = [f for f in self._fs.find(s) if f != head]
+        if rest:
+            self._fs.copy(rest, [d + f[len(s):] for f in rest])
+        self._fs.copy(head, posixpath.join(d, "zarr.json"))
+        self._remove(src)
+
+    def _remove(self, rel: str) -> None:
+        """Delete node ``rel`` if it exists, its zarr.json (and so any marker) first."""
+        path = self._abs(rel)
+        try:
+            self._fs.rm_file(posixpath.join(path, "zarr.json"))
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        if self._fs.exists(path):
+            self._fs.rm(path, recursive=True)
+
+    def _partials_of(self, name: str) -> list[str]:
+        parent = posixpath.dirname(name)
+        if not self._fs.isdir(self._abs(parent)):
+            return []
+        children = (posixpath.join(parent, posixpath.basename(p.rstrip("/")))
+                    for p in self._fs.ls(self._abs(parent), detail=False))
+        return [c for c in children if (m := _PARTIAL.fullmatch(c)) and m["stage"] == name]
+
+    def _scan(self) -> tuple[dict[str, StageState], list[str]]:
+        """States of the stages in the store, and its partial groups.
+
+        Walks directories with fsspec rather than zarr so that partial groups whose
+        metadata was never written (or already deleted) are found too; never lists
+        inside arrays.
+        """
+        self._fs.invalidate_cache(self._path)  # zarr wrote through another fs instance
+        found: dict[str, StageState] = {}
+        partials: list[str] = []
+
+        def visit(rel: str) -> bool:
+            holds_arrays = False
+            for entry in self._fs.ls(self._abs(rel), detail=True):
+                if entry["type"] != "directory":
+                    continue
+                child = posixpath.join(rel, posixpath.basename(entry["name"].rstrip("/")))
+                if m := _PARTIAL.fullmatch(child):
+                    partials.append(child)
+                    found.setdefault(m["stage"], "incomplete")
+                    continue
+                meta = self._meta(child) or {}
+                if meta.get("node_type") == "array":
+                    holds_arrays = True
+                elif _is_marked(meta):
+                    found[child] = "complete"
+                elif meta.get("node_type") == "group" and visit(child):
+                    # Data but no marker: not written by write_stage, or its marker was lost.
+                    found.setdefault(child, "incomplete")
+            return holds_arrays
+
+        if self._fs.isdir(self._path):
+            visit("")
+        return found, sorted(partials)
+
+
+@dataclass(frozen=True, eq=False)
+class PendingStage:
+    """A stage being written by :meth:`RunStore.write_stage_lazy`.
+
+    Attributes
+    ----------
+    store : RunStore
+    name : str
+        The stage's final name.
+    partial : str
+        The group the data is written to.
+    delayed : dask.delayed.Delayed
+        Computing it writes the Dask-backed variables.
+    overwrite : bool
+        Whether ``finalize`` may replace a complete stage of the same name.
+    """
+
+    store: RunStore
+    name: str
+    partial: str
+    delayed: Delayed
+    overwrite: bool = False
+
+    def finalize(self) -> None:
+        """Mark the stage complete and move it into place (after ``delayed`` was computed).
+
+        Only call it once the computation succeeded: the marker asserts every chunk is written.
+        On failure the partial group is removed and the error re-raised.
+        """
+        try:
+            self.store._commit(self.partial, self.name, self.overwrite)
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Remove the partial group (the stage stays as it was)."""
+        self.store._remove(self.partial)
+
+
+# ---------------------------------------------------------------------- helpers
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _check_name(name: str) -> str:
+    """``name`` if it is a valid stage name, else ValueError."""
+    if not (isinstance(name, str) and all(_SEGMENT.fullmatch(s) for s in name.split("/"))
+            and ".partial-" not in name):
+        raise ValueError(f"invalid stage name {name!r}: use '/'-separated segments of letters, "
+                         "digits and '_.=+-' (not starting with '.', '=', '+' or '-', and without "
+                         "'.partial-'), e.g. 'assignments/batch-2026-11-22'.")
+    return name
+
+
+def _is_marked(meta: Mapping[str, Any] | None) -> bool:
+    """Whether node metadata carries the completion marker."""
+    marker = ((meta or {}).get("attributes") or {}).get(_MARKER)
+    return isinstance(marker, Mapping) and marker.get("complete") is True
+
+
+def _check_schema(attrs: Mapping[str, Any], url: str) -> None:
+    version = attrs.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        from mkdist import __version__
+
+        raise SchemaVersionError(
+            f"{url} has store schema_version={version!r}, but mkdist {__version__} reads "
+            f"schema versions up to {SCHEMA_VERSION}: upgrade mkdist to read this store.")
+
+
+def _run_differences(attrs: Mapping[str, Any], fingerprint: str, params: dict) -> list[str]:
+    """What differs between the stored run and the given one (empty if it is the same run)."""
+    diffs = []
+    if attrs.get("fingerprint") != fingerprint:
+        diffs.append(f"fingerprint (stored {attrs.get('fingerprint')!r}, given {fingerprint!r})")
+    stored = attrs.get("params") or {}
+    unset = object()
+
+    def same(a: Any, b: Any) -> bool:  # through JSON so that NaN equals NaN
+        return a is not unset and b is not unset and _dumps(a) == _dumps(b)
+
+    keys = sorted(k for k in stored.keys() | params.keys()
+                  if not same(stored.get(k, unset), params.get(k, unset)))
+    if keys:
+        diffs.append("params " + ", ".join(
+            f"{k} (stored {stored.get(k, '<unset>')!r}, given {params.get(k, '<unset>')!r})"
+            for k in keys))
+    return diffs
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (np.generic, np.ndarray)):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"{type(obj).__name__} {obj!r} is not JSON-serialisable")
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, default=_json_default)
+
+
+def _to_json(obj: Any, what: str) -> Any:
+    """``obj`` as plain JSON types (tuples become lists, numpy scalars numbers)."""
+    try:
+        return json.loads(_dumps(obj))
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{what} must be JSON-serialisable (run stores hold no pickles): {e}"
+                        ) from None
+
+
+def _writable(dataset: xr.Dataset) -> xr.Dataset:
+    """A shallow copy of ``dataset`` ready for a stage group (the input is not modified)."""
+    if not isinstance(dataset, xr.Dataset):
+        raise TypeError(f"a stage is an xarray.Dataset, got {type(dataset).__name__}.")
+    ds = dataset.copy(deep=False)
+    # A marker copied from another store's stage would make the partial group look
+    # complete before its data is written.
+    ds.attrs.pop(_MARKER, None)
+    for var in ds.variables.values():
+        var.encoding = {k: v for k, v in var.encoding.items() if k in _ENCODING_KEYS}
+    return ds

@@ -1,0 +1,307 @@
+"""Tests for mkdist.storage: one abstract suite, run on a local directory and on memory://."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+import dask
+import dask.array as da
+import fsspec
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import mkdist
+from mkdist.errors import (
+    IncompleteStageError,
+    SchemaVersionError,
+    StoreError,
+    StoreExistsError,
+    StoreNotFoundError,
+)
+from mkdist.storage import SCHEMA_VERSION, STANDARD_STAGES, RunStore
+
+FP = "sha256:" + "0" * 64
+PARAMS = {"n_clusters": 3, "kernels": [{"view": 0, "kind": "rbf"}], "tol": 1e-4, "seed": None}
+
+
+def _dataset(n=10, k=3, dtype=np.float64, chunks=None, seed=0):
+    rng = np.random.default_rng(seed)
+    H = (rng.normal(size=(n, k)) * 100).astype(dtype)
+    labels = rng.integers(0, k, size=n).astype(np.int32)
+    if chunks:
+        H, labels = da.from_array(H, chunks=(chunks, k)), da.from_array(labels, chunks=chunks)
+    return xr.Dataset({"embedding": (("sample", "component"), H), "labels": (("sample",), labels)},
+                      attrs={"note": "test", "sizes": [1, 2]})
+
+
+def _failing(n=12, chunks=4, bad_block=1):
+    """A Dask array whose block ``bad_block`` raises when computed (a crashing worker)."""
+    def block(x, block_info=None):
+        if block_info[0]["chunk-location"][0] == bad_block:
+            raise RuntimeError("simulated worker crash")
+        return x
+    return da.zeros((n,), chunks=chunks).map_blocks(block, dtype=float)
+
+
+class StoreSuite:
+    """Behaviour every location type must have; subclasses provide the ``url`` fixture."""
+
+    @pytest.fixture
+    def url(self):
+        raise NotImplementedError
+
+    @pytest.fixture
+    def store(self, url):
+        return RunStore.create(url, fingerprint=FP, params=PARAMS)
+
+    @staticmethod
+    def _files(store):
+        fs, path = fsspec.core.url_to_fs(store.url)
+        return [f[len(path) + 1:] for f in fs.find(path, withdirs=True) if f != path]
+
+    # ----------------------------------------------------------- create / open
+    def test_create_writes_provenance(self, store, url):
+        attrs = store.attrs
+        assert attrs["schema_version"] == SCHEMA_VERSION == 1
+        assert attrs["mkdist_version"] == mkdist.__version__
+        assert datetime.fromisoformat(attrs["created"]).utcoffset().total_seconds() == 0
+        assert store.fingerprint == FP and store.params == PARAMS
+        assert zarr.open_group(store.url, mode="r").metadata.zarr_format == 3
+        assert RunStore.open(url).attrs == attrs
+
+    def test_create_same_run_resumes(self, store, url):
+        store.write_stage("landmarks", _dataset())
+        # JSON-equal params (numpy scalar, tuple) are the same run.
+        params = dict(PARAMS, n_clusters=np.int64(3), kernels=({"view": 0, "kind": "rbf"},))
+        again = RunStore.create(url, fingerprint=FP, params=params)
+        assert again.stage_status()["landmarks"] == "complete"
+        assert again.attrs["created"] == store.attrs["created"]
+
+    @pytest.mark.parametrize("change, match", [
+        ({"fingerprint": "sha256:other"},
+         r"fingerprint \(stored 'sha256:0+', given 'sha256:other'\)"),
+        ({"params": dict(PARAMS, n_clusters=4)}, r"params n_clusters \(stored 3, given 4\)"),
+        ({"params": dict(PARAMS, extra=1)}, r"params extra \(stored '<unset>', given 1\)"),
+    ])
+    def test_create_refuses_a_different_run_unless_overwrite(self, store, url, change, match):
+        store.write_stage("landmarks", _dataset())
+        new = {"fingerprint": FP, "params": PARAMS, **change}
+        with pytest.raises(StoreExistsError, match=match):
+            RunStore.create(url, **new)
+        assert RunStore.open(url).stage_status()["landmarks"] == "complete"
+        fresh = RunStore.create(url, **new, overwrite=True)
+        assert fresh.stage_status()["landmarks"] == "missing"
+        assert (fresh.fingerprint, fresh.params) == (new["fingerprint"], new["params"])
+
+    def test_create_refuses_foreign_content(self, url):
+        zarr.create_array(str(url) + "/data", shape=(3,), dtype="i4", zarr_format=3)
+        with pytest.raises(StoreExistsError, match="not an mkdist run store"):
+            RunStore.create(url, fingerprint=FP, params=PARAMS)
+        with pytest.raises(StoreNotFoundError, match="no mkdist run store"):
+            RunStore.open(url)
+        store = RunStore.create(url, fingerprint=FP, params=PARAMS, overwrite=True)
+        assert self._files(store) == ["zarr.json"]
+
+    def test_newer_schema_is_refused(self, store, url):
+        zarr.open_group(store.url, mode="r+").attrs["schema_version"] = SCHEMA_VERSION + 1
+        for call in (lambda: RunStore.open(url),
+                     lambda: RunStore.create(url, fingerprint=FP, params=PARAMS)):
+            with pytest.raises(SchemaVersionError, match="schema_version=2.*upgrade mkdist"):
+                call()
+
+    def test_open_missing_store(self, url):
+        with pytest.raises(StoreNotFoundError, match="no mkdist run store"):
+            RunStore.open(url)
+
+    def test_read_only_store_refuses_writes(self, store, url):
+        ro = RunStore.open(url, mode="r")
+        for call in (lambda: ro.write_stage("labels", _dataset()), lambda: ro.update_attrs(a=1),
+                     lambda: ro.clean_partials(), lambda: ro.delete_stage("labels")):
+            with pytest.raises(StoreError, match="read-only"):
+                call()
+
+    # -------------------------------------------------------------- round trip
+    @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+    @pytest.mark.parametrize("chunks", [None, 4], ids=["numpy", "dask"])
+    def test_roundtrip_is_exact(self, store, dtype, chunks):
+        ds = _dataset(dtype=dtype, chunks=chunks)
+        store.write_stage("embedding", ds)
+        back = store.read_stage("embedding")
+        xr.testing.assert_identical(back.compute(), ds.compute())
+        assert back["embedding"].dtype == dtype and back["labels"].dtype == np.int32
+        # What other tools see: named dimensions, no mkdist bookkeeping besides the marker.
+        raw = xr.open_zarr(store.url, group="embedding", consolidated=False)
+        assert raw["embedding"].dims == ("sample", "component")
+        assert raw["labels"].dims == ("sample",)
+
+    def test_dask_chunks_are_stored(self, store):
+        ds = _dataset(n=11, chunks=4)
+        ds["embedding"].encoding["chunks"] = (5, 3)  # stale encoding must not win
+        store.write_stage("embedding", ds)
+        arr = zarr.open_array(store.url, path="embedding/embedding", mode="r")
+        assert arr.chunks == (4, 3)
+        assert arr.metadata.dimension_names == ("sample", "component")
+        assert store.read_stage("embedding")["embedding"].chunks == ((4, 4, 3), (3,))
+        assert ds["embedding"].encoding == {"chunks": (5, 3)}  # input left untouched
+
+    def test_rewrite_of_a_stage_read_back(self, store):
+        store.write_stage("embedding", _dataset(chunks=4))
+        back = store.read_stage("embedding")
+        back.attrs["note"] = "copied"
+        store.write_stage("copy", back)
+        assert store.read_stage("copy").attrs == {"note": "copied", "sizes": [1, 2]}
+
+    # ------------------------------------------------------------------ stages
+    def test_stage_status(self, store):
+        assert store.stage_status() == dict.fromkeys(STANDARD_STAGES, "missing")
+        store.write_stage("model", _dataset())
+        store.write_stage("assignments/b1", _dataset())
+        _dataset().to_zarr(store.url, group=f"labels.partial-{uuid.uuid4().hex}", mode="w",
+                           consolidated=False, zarr_format=3)
+        status = store.stage_status()
+        assert list(status) == [*STANDARD_STAGES, "assignments/b1"]
+        assert (status["model"], status["labels"], status["assignments/b1"]) == (
+            "complete", "incomplete", "complete")
+        assert store.is_complete("model") and not store.is_complete("labels")
+
+    def test_read_missing_stage_lists_what_exists(self, store):
+        store.write_stage("model", _dataset())
+        with pytest.raises(StoreNotFoundError,
+                           match=r"'labels' does not exist.*model \(complete\)"):
+            store.read_stage("labels")
+
+    def test_read_unmarked_stage(self, store):
+        # A writer that died after writing data but before setting the marker.
+        _dataset().to_zarr(store.url, group=f"labels.partial-{uuid.uuid4().hex}", mode="w",
+                           consolidated=False, zarr_format=3)
+        with pytest.raises(IncompleteStageError,
+                           match="did not finish.*Re-running the pipeline resumes"):
+            store.read_stage("labels")
+
+    def test_crash_during_write_leaves_nothing(self, store):
+        store.write_stage("model", _dataset())
+        ds = xr.Dataset({"embedding": (("sample",), _failing())})
+        # The synchronous scheduler makes "nothing left behind" deterministic: with a pool,
+        # blocks still running when one fails can write after the cleanup (see clean_partials).
+        with dask.config.set(scheduler="synchronous"), \
+                pytest.raises(RuntimeError, match="simulated"):
+            store.write_stage("embedding", ds)
+        assert store.stage_status()["embedding"] == "missing"
+        assert not [f for f in self._files(store) if ".partial-" in f]
+        xr.testing.assert_identical(store.read_stage("model").compute(), _dataset())
+
+    def test_existing_stage_needs_overwrite(self, store):
+        store.write_stage("labels", _dataset(seed=0))
+        with pytest.raises(StoreExistsError, match="'labels' is already complete.*overwrite=True"):
+            store.write_stage("labels", _dataset(seed=1))
+        store.write_stage("labels", _dataset(seed=1), overwrite=True)
+        xr.testing.assert_identical(store.read_stage("labels").compute(), _dataset(seed=1))
+        assert not [f for f in self._files(store) if ".partial-" in f]
+
+    def test_overwrite_with_data_read_from_the_old_stage(self, store):
+        store.write_stage("model", _dataset(chunks=4))
+        old = store.read_stage("model")
+        store.write_stage("model", old.assign(embedding=old["embedding"] * 2), overwrite=True)
+        np.testing.assert_array_equal(store.read_stage("model")["embedding"].values,
+                                      _dataset()["embedding"].values * 2)
+
+    def test_nested_stage_names(self, store):
+        store.write_stage("assignments/batch-2026-11-22", _dataset(seed=0))
+        store.write_stage("assignments/batch-2026-11-23", _dataset(seed=1))
+        xr.testing.assert_identical(store.read_stage("assignments/batch-2026-11-23").compute(),
+                                    _dataset(seed=1))
+        assert store.stage_status()["assignments/batch-2026-11-22"] == "complete"
+        assert "assignments" not in store.stage_status()
+        with pytest.raises(StoreExistsError, match="a group of stages"):
+            store.write_stage("assignments", _dataset())
+        with pytest.raises(StoreExistsError, match="inside stage 'assignments/batch-2026-11-22'"):
+            store.write_stage("assignments/batch-2026-11-22/x", _dataset())
+        store.delete_stage("assignments/batch-2026-11-22")
+        assert [n for n in store.stage_status() if n.startswith("assignments/")] == [
+            "assignments/batch-2026-11-23"]
+
+    @pytest.mark.parametrize("name", ["", "/labels", "labels/", "a//b", "..", "a/../b", ".hidden",
+                                      "with space", "labels.partial-x", 3])
+    def test_invalid_stage_names(self, store, name):
+        with pytest.raises(ValueError, match="invalid stage name"):
+            store.write_stage(name, _dataset())
+
+    def test_delete_stage(self, store):
+        store.write_stage("labels", _dataset())
+        _dataset().to_zarr(store.url, group=f"labels.partial-{uuid.uuid4().hex}", mode="w",
+                           consolidated=False, zarr_format=3)
+        store.delete_stage("labels")
+        assert store.stage_status()["labels"] == "missing"
+        with pytest.raises(StoreNotFoundError, match="'labels' does not exist"):
+            store.delete_stage("labels")
+        store.delete_stage("labels", missing_ok=True)
+
+    def test_clean_partials(self, store):
+        store.write_stage("model", _dataset())
+        pending = store.write_stage_lazy("embedding", _dataset(chunks=4))  # never computed
+        assert store.stage_status()["embedding"] == "incomplete"
+        assert store.clean_partials() == [pending.partial]
+        assert store.stage_status()["embedding"] == "missing"
+        assert store.clean_partials() == []
+        assert store.is_complete("model")
+
+    def test_write_stage_lazy(self, store):
+        a = store.write_stage_lazy("embedding", _dataset(chunks=4, seed=0))
+        b = store.write_stage_lazy("assignments/x", _dataset(chunks=5, seed=1))
+        dask.compute(a.delayed, b.delayed)  # both stages in one computation
+        assert not store.is_complete("embedding")
+        a.finalize(), b.finalize()
+        xr.testing.assert_identical(store.read_stage("assignments/x").compute(), _dataset(seed=1))
+        c = store.write_stage_lazy("labels", _dataset(chunks=4))
+        c.abort()
+        assert store.stage_status()["labels"] == "missing"
+
+    def test_update_attrs(self, store, url):
+        store.update_attrs(summary={"N": np.int64(10), "sizes": np.array([4, 6])})
+        store.update_attrs(note="x")
+        attrs = RunStore.open(url).attrs
+        assert attrs["summary"] == {"N": 10, "sizes": [4, 6]} and attrs["note"] == "x"
+        assert attrs["fingerprint"] == FP
+        with pytest.raises(ValueError, match=r"provenance \['params'\]"):
+            store.update_attrs(params={})
+        with pytest.raises(TypeError, match="JSON-serialisable"):
+            store.update_attrs(bad=object())
+
+
+class TestLocalStore(StoreSuite):
+    @pytest.fixture
+    def url(self, tmp_path):
+        return tmp_path / "run.zarr"
+
+    def test_url_forms(self, tmp_path):
+        RunStore.create(str(tmp_path / "run.zarr"), fingerprint=FP, params=PARAMS).write_stage(
+            "labels", _dataset())
+        for form in (tmp_path / "run.zarr", f"file://{tmp_path}/run.zarr"):
+            store = RunStore.open(form)
+            assert store.url == str(tmp_path / "run.zarr")
+            xr.testing.assert_identical(store.read_stage("labels").compute(), _dataset())
+
+    def test_empty_directory_is_usable(self, tmp_path):
+        RunStore.create(tmp_path, fingerprint=FP, params=PARAMS)
+        assert RunStore.open(tmp_path).fingerprint == FP
+
+    def test_write_on_distributed_cluster(self, dask_client, store):
+        ds = _dataset(n=40, chunks=10)
+        store.write_stage("embedding", ds)
+        xr.testing.assert_identical(store.read_stage("embedding").compute(), ds.compute())
+
+
+class TestMemoryStore(StoreSuite):
+    @pytest.fixture
+    def url(self):
+        url = f"memory://mkdist-tests/{uuid.uuid4().hex}/run.zarr"
+        # memory:// lives in this process: keep Dask off a session-wide distributed client,
+        # whose worker processes would write to (and read from) their own memory.
+        with dask.config.set(scheduler="threads"):
+            yield url
+        fs, path = fsspec.core.url_to_fs(url)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
