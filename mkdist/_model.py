@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ._kernels import FittedKernel, KernelPreprocessing, kernel_blocks, preprocess_block, self_kernel
+from ._kernels import (
+    _DIAG_FLOOR, FittedKernel, KernelPreprocessing, kernel_blocks, preprocess_block, self_kernel,
+)
 from .errors import InputValidationError
 
 __all__ = ["MKCModel", "embed_chunk", "embed", "assign_chunk", "spectral_diagnostics", "Scaling"]
@@ -218,19 +220,84 @@ def combined_kernel_chunk(model: MKCModel, views_block: Mapping[str, np.ndarray]
     return acc
 
 
-def embed_chunk(model: MKCModel, *view_blocks: np.ndarray) -> np.ndarray:
+def _projected_terms(model: MKCModel, dtype: np.dtype) -> list[tuple]:
+    """Per kernel: (weight, dl * projection, u = dl @ projection, v = (dl * r) @ projection).
+
+    Cached on the model: every block of every worker reuses them.
+    """
+    cache = model.__dict__.setdefault("_terms_cache", {})
+    if dtype.str in cache:
+        return cache[dtype.str]
+    prep, P = model.preprocessing, model.projection
+    terms = []
+    for p, w in enumerate(model.kernel_weights**2):
+        if prep.normalize == "diagonal":
+            dl = 1.0 / np.sqrt(np.maximum(prep.diag[p], _DIAG_FLOOR))
+        else:
+            dl = np.ones(model.n_landmarks)
+        r = prep.row_means[p] if prep.center else np.zeros(model.n_landmarks)
+        dlP = dl[:, None] * P
+        terms.append((float(w), dlP.astype(dtype), dl @ P, (dl * r) @ P))
+    cache[dtype.str] = terms
+    return terms
+
+
+def embed_chunk(model: MKCModel, *view_blocks: np.ndarray, block_rows: int = 4096) -> np.ndarray:
     """H_N rows for one row block (eq. 8): (sum_p alpha_p^2 P_p) H_n D_n^-1, shape (b, K).
 
     ``view_blocks`` are the blocks of every view, in ``model.view_names`` order (the
     signature suits ``dask.array.map_blocks``).
+
+    Notes
+    -----
+    The preprocessed kernel is dx * (k(x, x_j) - m_x - r_j + s) * dl_j, with m_x the row mean
+    of the raw block, dx = 1/sqrt(kc(x, x)) and dl_j = 1/sqrt(kc(x_j, x_j)) for diagonal
+    normalisation (see ``KernelPreprocessing``).  Multiplying by the projection P = H_n D_n^-1
+    is linear, so the rank-one centring terms go through P as K-vectors:
+
+        kn_p(x, :) @ P = dx [ k_p(x, :) @ (dl P) - (m_x - s) (dl @ P) - (dl r) @ P ]
+
+    Each kernel then costs one exp pass, one row mean and one thin GEMM over its (b, n)
+    block, and no (b, n) accumulator is needed.  Rows are processed ``block_rows`` at a time,
+    so memory stays bounded whatever the input chunking.
     """
     dtype = np.dtype(model.dtype)
-    views_block = dict(zip(model.view_names, view_blocks))
-    H = combined_kernel_chunk(model, views_block) @ model.projection.astype(dtype)
+    N = view_blocks[0].shape[0]
+    out = np.empty((N, model.n_components), dtype=dtype)
+    for start in range(0, N, block_rows):
+        stop = min(start + block_rows, N)
+        views = {name: b[start:stop] for name, b in zip(model.view_names, view_blocks)}
+        out[start:stop] = _embed_rows(model, views, dtype)
+    return out
+
+
+def _embed_rows(model: MKCModel, views_block: Mapping[str, np.ndarray], dtype: np.dtype) -> np.ndarray:
+    if model.scaling is not None:
+        views_block = model.scaling.apply(views_block, dtype)
+    prep = model.preprocessing
+    terms = _projected_terms(model, dtype)
+    b = next(iter(views_block.values())).shape[0]
+    H = np.zeros((b, model.n_components))
+    for p, block in kernel_blocks(views_block, model.landmarks, model.kernels, dtype=dtype):
+        w, dlP, u, v = terms[p]
+        if w == 0.0:
+            continue
+        G = (block @ dlP).astype(np.float64)
+        if prep.center:
+            m = block.mean(axis=1, dtype=np.float64)
+            s = prep.grand_means[p]
+            G -= (m - s)[:, None] * u[None, :] + v[None, :]
+        if prep.normalize == "diagonal":
+            kxx = self_kernel(views_block, model.kernels[p], dtype=np.float64)
+            if prep.center:
+                kxx = kxx - 2.0 * m + s
+            G *= (1.0 / np.sqrt(np.maximum(kxx, _DIAG_FLOOR)))[:, None]
+        elif prep.normalize == "trace":
+            G /= prep.scale[p]
+        H += w * G
     if model.normalize_embedding:
-        norms = np.linalg.norm(H, axis=1, keepdims=True)
-        H /= np.maximum(norms, np.finfo(dtype).tiny)
-    return H
+        H /= np.maximum(np.linalg.norm(H, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+    return H.astype(dtype, copy=False)
 
 
 def assign_chunk(centers: np.ndarray, H: np.ndarray) -> np.ndarray:

@@ -126,3 +126,17 @@ N_CLUSTERS_1_CHECKS = {
                          expected_failed_checks=lambda est: N_CLUSTERS_1_CHECKS)
 def test_sklearn_compatible(estimator, check):
     check(estimator)
+
+
+@pytest.mark.parametrize("center, normalize", [(True, "diagonal"), (True, "trace"), (False, None),
+                                               (False, "diagonal"), (True, None)])
+def test_fused_embedding_equals_reference(blobs, center, normalize):
+    """The fused block (centring through the projection) equals sum_p alpha_p^2 P_p @ H D^-1."""
+    from mkdist._model import combined_kernel_chunk, embed_chunk
+
+    views, _ = blobs
+    m = MultipleKernelClustering(3, n_landmarks=50, center=center, normalize=normalize,
+                                 normalize_embedding=False, random_state=0).fit(views)
+    named = dict(zip(["view0", "view1"], views))
+    ref = combined_kernel_chunk(m.model_, named) @ m.model_.projection
+    np.testing.assert_allclose(embed_chunk(m.model_, *views, block_rows=37), ref, rtol=1e-8, atol=1e-10)
