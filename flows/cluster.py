@@ -37,9 +37,9 @@ def landmarks_task(store: str, source: Any) -> float:
     return stage_landmarks(store, source)
 
 
-@task(name="fit-on-landmarks", **_TASK)
-def fit_task(store: str) -> float:
-    return stage_model(store)
+@task(name="fit-model", **_TASK)
+def fit_task(store: str, source: Any) -> float:
+    return stage_model(store, source)
 
 
 @task(name="embed-all-points", **_TASK)
@@ -48,8 +48,8 @@ def embed_task(store: str, source: Any, progress: bool) -> dict:
 
 
 @task(name="distributed-kmeans", **_TASK)
-def kmeans_task(store: str, progress: bool) -> dict:
-    return stage_kmeans(store, progress=progress)
+def kmeans_task(store: str, source: Any, progress: bool) -> dict:
+    return stage_kmeans(store, source, progress=progress)
 
 
 @task(name="metrics-and-summary", **_TASK)
@@ -67,7 +67,7 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
                  n_landmarks: int | None = None, random_state: int | None = None,
                  dask_address: str | None = None, n_workers: int | None = None,
                  overwrite: bool = False, label_key: str | None = None, progress: bool = False,
-                 options: dict | None = None) -> dict:
+                 method: str = "mkc", options: dict | None = None) -> dict:
     """Cluster every point of ``source`` with multiple kernel clustering; results in ``store``.
 
     Parameters
@@ -86,6 +86,9 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
         Replace a store that holds a different run.
     label_key : str, optional
         Variable of ``source`` with ground-truth labels: adds ACC/NMI/ARI/purity to the metrics.
+    method : str, default="mkc"
+        "mkc" (MultipleKernelClustering, staged), "nystrom", "rff-power", "mv-rff-power" or
+        "late-fusion"; the estimator's own parameters go in ``options["method_params"]``.
     options : dict, optional
         Any other ``mkdist.RunConfig`` field (``landmark_method``, ``weights``, ``scale``, ...).
 
@@ -96,13 +99,13 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
     """
     logger = get_run_logger()
     config = RunConfig(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
-                       random_state=random_state, **(options or {}))
+                       random_state=random_state, method=method, **(options or {}))
     with dask_client(dask_address, n_workers):
         status = validate_task(source, store, config.to_json(), overwrite)
         logger.info("store %s: %s", store, status)
-        timings = {"sample_s": landmarks_task(store, source), "fit_s": fit_task(store)}
+        timings = {"sample_s": landmarks_task(store, source), "fit_s": fit_task(store, source)}
         emb = embed_task(store, source, progress)
-        km = kmeans_task(store, progress)
+        km = kmeans_task(store, source, progress)
         timings.update(embed_s=emb["embed_s"], kmeans_s=km["kmeans_s"], write_s=emb["write_s"] + km["write_s"])
         y_true = labels_task(source, label_key) if label_key else None
         summary = metrics_task(store, timings, y_true)

@@ -71,11 +71,15 @@ def embed_dask(arrays: Sequence, model: MKCModel):
     import dask
     import dask.array as da
 
+    from dask.base import tokenize
+
     arrays = align_row_chunks(arrays, model.view_names)
     model_key = dask.delayed(model, pure=True, traverse=False)
+    # The name must be unique per (model, input): Dask treats equal keys as equal results.
+    name = f"mkdist-embed-{tokenize(model_key, *arrays)}"
     return da.map_blocks(
         _embed_block, *arrays, model_key,
         chunks=(arrays[0].chunks[0], (model.n_components,)),
-        dtype=np.dtype(model.dtype), name="mkdist-embed",
+        dtype=np.dtype(model.dtype), name=name,
         meta=np.empty((0, model.n_components), dtype=np.dtype(model.dtype)),
     )

@@ -37,6 +37,27 @@ logger = logging.getLogger("mkdist")
 #: Stages of a run, in order.
 STAGES = ("landmarks", "model", "embedding", "labels", "metrics")
 
+#: Estimators reachable through ``method=``: "mkc" runs the staged MKC-AE pipeline (landmarks,
+#: model, embedding, labels); the others fit with their own distributed ``fit`` in the model
+#: stage and label every point with ``predict`` in the labels stage.
+METHODS = {
+    "mkc": "mkdist._estimator:MultipleKernelClustering",
+    "nystrom": "mkdist._nystrom:NystromSpectralClustering",
+    "rff-power": "mkdist._power_kmeans:RFFKernelPowerKMeans",
+    "mv-rff-power": "mkdist._power_kmeans:MultiViewRFFPowerKMeans",
+    "late-fusion": "mkdist._late_fusion:LateFusionClustering",
+}
+
+
+def estimator_class(method: str):
+    """The estimator class behind a ``method=`` name."""
+    import importlib
+
+    if method not in METHODS:
+        raise InputValidationError(f"unknown method {method!r}; choose one of {sorted(METHODS)}.")
+    module, name = METHODS[method].split(":")
+    return getattr(importlib.import_module(module), name)
+
 
 @dataclasses.dataclass
 class RunConfig:
@@ -65,6 +86,8 @@ class RunConfig:
     dtype: str | None = None
     random_state: int | None = None
     write_kernel_blocks: bool = False
+    method: str = "mkc"
+    method_params: dict | None = None
 
     def __post_init__(self):
         if isinstance(self.kernels, KernelSpec):
@@ -77,6 +100,11 @@ class RunConfig:
     def validate(self, n_samples: int) -> int:
         """Check every parameter against the input size; returns the landmark count."""
         from ._estimator import MultipleKernelClustering
+
+        if self.method != "mkc":
+            estimator_class(self.method)  # a clear error for an unknown method
+            check_int("random_state", self.random_state, low=0, allow_none=True)
+            return 0
 
         est = MultipleKernelClustering(
             self.n_clusters, kernels=self.kernels, n_landmarks=self.n_landmarks, weights=self.weights,
@@ -93,6 +121,20 @@ class RunConfig:
     def to_json(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
+    def make_estimator(self):
+        """The estimator of a non-"mkc" method, with n_clusters, random_state and method_params."""
+        cls = estimator_class(self.method)
+        params = dict(self.method_params or {})
+        accepted = cls().get_params()
+        unknown = sorted(set(params) - set(accepted))
+        if unknown:
+            raise InputValidationError(
+                f"method {self.method!r} does not take {unknown}; its parameters are {sorted(accepted)}."
+            )
+        if "random_state" in accepted:
+            params.setdefault("random_state", self.random_state)
+        return cls(n_clusters=self.n_clusters, **params)
+
 
 @dataclasses.dataclass
 class ClusterResult:
@@ -102,8 +144,9 @@ class ClusterResult:
     ----------
     labels : dask.array.Array of shape (N,)
         Cluster of every point, read lazily from the store.
-    model : MKCModel
-        The fitted model, centroids included.
+    model : MKCModel or estimator
+        The fitted MKC-AE model, centroids included (``method="mkc"``), or the fitted
+        estimator of another method.
     store : RunStore
     timings : dict of str to float
         Seconds per stage of this call (0.0 for a stage resumed from the store).
@@ -190,6 +233,9 @@ def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool =
     views = load_views(views)
     N = next(iter(views.values())).shape[0]
     config.validate(N)
+    if config.method != "mkc":
+        _estimator_input(views, config.method)  # a single-view method refuses several views now
+        config.make_estimator()  # and unknown method_params, before the store is touched
     fingerprint = views_fingerprint(views)
     if config.random_state is None:
         try:
@@ -225,11 +271,11 @@ def stage_landmarks(store, views: Any) -> float:
     import xarray as xr
 
     store = _store(store)
-    if store.is_complete("landmarks"):
+    config = _config(store)
+    if store.is_complete("landmarks") or config.method != "mkc":
         return 0.0
     t0 = time.perf_counter()
     views = load_views(views)
-    config = _config(store)
     N = next(iter(views.values())).shape[0]
     n = config.validate(N)
     idx = sample_landmark_indices(views, n, method=config.landmark_method, random_state=config.random_state)
@@ -243,13 +289,20 @@ def stage_landmarks(store, views: Any) -> float:
     return time.perf_counter() - t0
 
 
-def stage_model(store) -> float:
-    """Fit the multiple-kernel model on the stored landmarks (on this process)."""
+def stage_model(store, views: Any = None) -> float:
+    """Fit the model: MKC-AE on the stored landmarks (on this process), or for another
+    ``method`` its estimator's own (distributed) fit on ``views``."""
     store = _store(store)
     if store.is_complete("model"):
         return 0.0
     t0 = time.perf_counter()
     config = _config(store)
+    if config.method != "mkc":
+        est = config.make_estimator().fit(_estimator_input(load_views(views), config.method))
+        ds = _state_dataset(est._model_state(), config.method)
+        ds.attrs["elapsed_s"] = time.perf_counter() - t0
+        store.write_stage("model", ds)
+        return time.perf_counter() - t0
     ds = store.read_stage("landmarks")
     names = list(ds.attrs["view_names"])
     rows = {n: np.asarray(ds[f"X__{n}"].values) for n in names}
@@ -265,9 +318,57 @@ def stage_model(store) -> float:
     return time.perf_counter() - t0
 
 
+def _state_dataset(state: dict, method: str):
+    """A ``_model_state()`` as an xarray Dataset: arrays with named dims, attrs as JSON."""
+    import xarray as xr
+
+    ds = xr.Dataset({k: (dims, np.asarray(a)) for k, (dims, a) in state["arrays"].items()})
+    ds.attrs["mkdist_model"] = json.dumps(state["attrs"])
+    ds.attrs["method"] = method
+    return ds
+
+
+def _estimator_input(views: dict, method: str):
+    """Single-view estimators take the one view as an array, multi-view ones the dict."""
+    if method == "nystrom" or method == "rff-power":
+        if len(views) != 1:
+            raise InputValidationError(
+                f"method {method!r} clusters one view; got {len(views)} views {list(views)}: pass one, or "
+                "use a multi-view method (mkc, mv-rff-power, late-fusion)."
+            )
+        return next(iter(views.values()))
+    return views
+
+
+def da_int32(labels):
+    """Labels as int32, the store's label dtype (works lazily on Dask arrays)."""
+    return labels.astype(np.int32)
+
+
+def load_estimator(store):
+    """The fitted estimator of a run store, rebuilt from arrays + JSON (any ``method``)."""
+    store = _store(store, mode="r")
+    ds = store.read_stage("model")
+    method = ds.attrs.get("method", "mkc")
+    if method == "mkc":
+        from ._estimator import MultipleKernelClustering
+
+        model = _model_from_dataset(ds)
+        est = MultipleKernelClustering(n_clusters=int(store.params["n_clusters"]))
+        est._set_model_attributes(model, json.loads(ds.attrs["mkdist_fit"]))
+        est.cluster_centers_ = model.cluster_centers
+        return est
+    state = {"attrs": json.loads(ds.attrs["mkdist_model"]),
+             "arrays": {k: (ds[k].dims, np.asarray(ds[k].values)) for k in ds.data_vars}}
+    return estimator_class(method)._from_model_state(state)
+
+
 def load_model(store) -> MKCModel:
     """The fitted model of a run store (arrays + JSON; centroids once k-means has run)."""
-    return _model_from_dataset(_store(store, mode="r").read_stage("model"))
+    ds = _store(store, mode="r").read_stage("model")
+    if ds.attrs.get("method", "mkc") != "mkc":
+        raise InputValidationError(f"the store holds a {ds.attrs['method']!r} model: use load_estimator().")
+    return _model_from_dataset(ds)
 
 
 def _kernel_blocks_chunk(*args):
@@ -292,10 +393,10 @@ def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, f
     import xarray as xr
 
     store = _store(store)
-    if store.is_complete("embedding"):
+    config = _config(store)
+    if store.is_complete("embedding") or config.method != "mkc":
         return {"embed_s": 0.0, "write_s": 0.0}
     views = load_views(views)
-    config = _config(store)
     model = load_model(store)
     model.check_views(views)
     arrays = [views[n] for n in model.view_names]
@@ -318,8 +419,9 @@ def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, f
     return {"embed_s": t_embed, "write_s": t_write}
 
 
-def stage_kmeans(store, *, progress: bool = False) -> dict[str, float]:
+def stage_kmeans(store, views: Any = None, *, progress: bool = False) -> dict[str, float]:
     """Distributed k-means on the stored embedding; centroids join the model, labels are stored.
+    For another ``method`` the stored estimator labels ``views`` with ``predict``.
 
     Returns ``{"kmeans_s", "write_s"}`` (zeros if resumed).
     """
@@ -329,6 +431,14 @@ def stage_kmeans(store, *, progress: bool = False) -> dict[str, float]:
     if store.is_complete("labels"):
         return {"kmeans_s": 0.0, "write_s": 0.0}
     config = _config(store)
+    if config.method != "mkc":
+        t0 = time.perf_counter()
+        est = load_estimator(store)
+        labels = _persist(da_int32(est.predict(_estimator_input(load_views(views), config.method))), progress)
+        t_pred = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        store.write_stage("labels", xr.Dataset({"labels": (("sample",), labels)}, attrs={"elapsed_s": t_pred}))
+        return {"kmeans_s": t_pred, "write_s": time.perf_counter() - t0}
     model_ds = store.read_stage("model")
     model = _model_from_dataset(model_ds)
     H = store.read_stage("embedding")["embedding"].data
@@ -373,20 +483,12 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
     # Sizes by a distributed bincount; labels reach the client only to score them.
     sizes = da.bincount(labels, minlength=config.n_clusters).compute()
     scores = clustering_scores(np.asarray(y_true), np.asarray(labels.compute())) if y_true is not None else None
-    model_ds = store.read_stage("model")
-    fit = json.loads(model_ds.attrs["mkdist_fit"])
-    model_attrs = json.loads(model_ds.attrs["mkdist_model"])
-    N = int(labels.shape[0])
     summary = {
-        "N": N,
-        "n_landmarks": int(model_ds.sizes["landmark"]),
+        "method": config.method,
+        "N": int(labels.shape[0]),
         "n_clusters": config.n_clusters,
-        "kernel_names": model_attrs["kernel_names"],
-        "kernel_weights": [float(w) for w in model_ds["kernel_weights"].values],
+        **_model_summary(store, config),
         "cluster_sizes": [int(s) for s in sizes],
-        "diagnostics": fit["diagnostics"],
-        "simplemkkm_n_iter": fit["n_iter"],
-        "kmeans": fit.get("kmeans"),
         "timings": dict(timings or {}),
         "scores": scores,
     }
@@ -395,6 +497,30 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
     store.write_stage("metrics", ds, overwrite=True)
     store.update_attrs(summary=summary)
     return summary
+
+
+def _model_summary(store, config: RunConfig) -> dict[str, Any]:
+    """What the metrics stage reports about the fitted model (JSON-able)."""
+    model_ds = store.read_stage("model")
+    if config.method == "mkc":
+        fit = json.loads(model_ds.attrs["mkdist_fit"])
+        return {
+            "n_landmarks": int(model_ds.sizes["landmark"]),
+            "kernel_names": json.loads(model_ds.attrs["mkdist_model"])["kernel_names"],
+            "kernel_weights": [float(w) for w in model_ds["kernel_weights"].values],
+            "diagnostics": fit["diagnostics"],
+            "simplemkkm_n_iter": fit["n_iter"],
+            "kmeans": fit.get("kmeans"),
+        }
+    est = load_estimator(store)
+    out: dict[str, Any] = {"estimator": type(est).__name__}
+    for attr in ("view_weights_", "filter_weights_", "kernel_weights_"):
+        if hasattr(est, attr):
+            out[attr.rstrip("_")] = [float(w) for w in np.ravel(getattr(est, attr))]
+    diag = getattr(est, "diagnostics_", None)
+    if diag:
+        out["diagnostics"] = json.loads(json.dumps(diag, default=lambda o: np.asarray(o).tolist()))
+    return out
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -447,14 +573,15 @@ def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_land
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
     timings["sample_s"] = stage_landmarks(run, vs)
-    timings["fit_s"] = stage_model(run)
+    timings["fit_s"] = stage_model(run, vs)
     emb = stage_embedding(run, vs, progress=progress)
-    km = stage_kmeans(run, progress=progress)
+    km = stage_kmeans(run, vs, progress=progress)
     timings.update(embed_s=emb["embed_s"], kmeans_s=km["kmeans_s"], write_s=emb["write_s"] + km["write_s"])
     timings["total_s"] = time.perf_counter() - t_all
     metrics = stage_metrics(run, timings=timings, y_true=y_true)
     skipped = [s for s in ("landmarks", "model", "embedding", "labels") if before.get(s) == "complete"]
-    return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=load_model(run), store=run,
+    model = load_model(run) if config.method == "mkc" else load_estimator(run)
+    return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=model, store=run,
                          timings=timings, skipped=skipped, metrics=metrics)
 
 
@@ -480,21 +607,27 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
 
     from mkdist.storage import RunStore
 
-    src = model_store if hasattr(model_store, "read_stage") else RunStore.open(model_store, mode="r")
-    model = load_model(src)
-    if model.cluster_centers is None:
-        raise InputValidationError(f"the model in {src.url} has no centroids yet: finish its run first.")
+    src = _store(model_store, mode="r")
+    method = src.read_stage("model").attrs.get("method", "mkc")
     vs = load_views(source, chunk_rows=chunk_rows)
-    model.check_views(vs)
+    if method == "mkc":
+        model = load_model(src)
+        if model.cluster_centers is None:
+            raise InputValidationError(f"the model in {src.url} has no centroids yet: finish its run first.")
+        model.check_views(vs)
+    else:
+        est = load_estimator(src)
     out = RunStore.create(output, fingerprint=views_fingerprint(vs),
                           params={"model_store": str(src.url), "model_fingerprint": src.fingerprint},
                           overwrite=overwrite)
     if out.is_complete("labels"):
         return out
-    arrays = [vs[n] for n in model.view_names]
-    H = embed_dask(arrays, model)
-    labels = _persist(H.map_blocks(assign_chunk_rows, model.cluster_centers.astype(H.dtype), drop_axis=1,
-                                   dtype=np.int32), progress)
+    if method == "mkc":
+        H = embed_dask([vs[n] for n in model.view_names], model)
+        lazy = H.map_blocks(assign_chunk_rows, model.cluster_centers.astype(H.dtype), drop_axis=1, dtype=np.int32)
+    else:
+        lazy = da_int32(est.predict(_estimator_input(vs, method)))
+    labels = _persist(lazy, progress)
     out.write_stage("labels", xr.Dataset({"labels": (("sample",), labels)}))
     return out
 

@@ -210,3 +210,27 @@ def test_optional_kernel_blocks(dask_client, data, tmp_path):
 def test_public_api_exports():
     for name in ("cluster", "assign", "load_views", "RunConfig", "MultipleKernelClustering"):
         assert hasattr(mkdist, name), name
+
+
+def test_other_method_through_the_store(dask_client, data, tmp_path):
+    """method= runs another estimator: fit in the model stage, predict in the labels stage."""
+    from mkdist._pipeline import load_estimator
+
+    views, y = data
+    url = str(tmp_path / "nys.zarr")
+    res = cluster(_dask(views[:1]), url, 3, random_state=0, method="nystrom", y_true=y)
+    assert res.metrics["scores"]["acc"] == 1.0 and res.metrics["method"] == "nystrom"
+    status = res.store.stage_status()
+    assert status["model"] == status["labels"] == "complete" and status["embedding"] == "missing"
+    est = load_estimator(url)
+    np.testing.assert_array_equal(est.predict(views[0]), res.labels.compute())
+    out = assign(url, _dask(views[:1]), str(tmp_path / "out.zarr"))
+    np.testing.assert_array_equal(out.read_stage("labels")["labels"].values, res.labels.compute())
+    again = cluster(_dask(views[:1]), url, 3, random_state=0, method="nystrom")
+    assert again.skipped == ["model", "labels"]
+    with pytest.raises(InputValidationError, match="clusters one view"):
+        cluster(_dask(views), str(tmp_path / "two.zarr"), 3, random_state=0, method="nystrom")
+    with pytest.raises(InputValidationError, match="unknown method"):
+        cluster(_dask(views), str(tmp_path / "x.zarr"), 3, method="spectral")
+    with pytest.raises(InputValidationError, match="does not take"):
+        cluster(_dask(views[:1]), str(tmp_path / "y.zarr"), 3, method="nystrom", method_params={"gamma": 1})
