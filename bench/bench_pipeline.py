@@ -158,7 +158,7 @@ def part_peers(args):
     out = {"mkdist": run_pipeline(args.n, OUT / "stores")}
     cluster, client = local_cluster()
     try:
-        X = da.concatenate([ds["view0"].data, ds["view1"].data], axis=1).persist()
+        X = da.concatenate([ds["view0"].data, ds["view1"].data], axis=1).rechunk({1: -1}).persist()
         km, t = timed(DaskKMeans(n_clusters=10, random_state=0).fit, X)
         out["dask_ml_kmeans"] = {"time_s": t, "scores": mkdist.clustering_scores(y, np.asarray(km.labels_))}
     finally:

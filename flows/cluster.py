@@ -98,8 +98,8 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
         The run summary also stored in the store's metrics stage.
     """
     logger = get_run_logger()
-    config = RunConfig(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
-                       random_state=random_state, method=method, **(options or {}))
+    config = RunConfig.from_options(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
+                                    random_state=random_state, method=method, **(options or {}))
     with dask_client(dask_address, n_workers):
         status = validate_task(source, store, config.to_json(), overwrite)
         logger.info("store %s: %s", store, status)

@@ -89,6 +89,15 @@ class RunConfig:
     method: str = "mkc"
     method_params: dict | None = None
 
+    @classmethod
+    def from_options(cls, **options: Any) -> RunConfig:
+        """Build from keyword options, refusing unknown names with the list of valid ones."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - fields)
+        if unknown:
+            raise InputValidationError(f"unknown run parameters {unknown}; valid ones are {sorted(fields)}.")
+        return cls(**options)
+
     def __post_init__(self):
         if isinstance(self.kernels, KernelSpec):
             self.kernels = [self.kernels]
@@ -561,12 +570,9 @@ def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_land
     >>> result = mkdist.cluster([X1, X2], "runs/demo.zarr", 10)  # doctest: +SKIP
     >>> result.labels[:10].compute(), result.timings             # doctest: +SKIP
     """
-    unknown = set(params) - {f.name for f in dataclasses.fields(RunConfig)}
-    if unknown:
-        raise TypeError(f"cluster() got unknown parameters {sorted(unknown)}.")
+    config = RunConfig.from_options(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
+                                    random_state=random_state, **params)
     vs = load_views(views, chunk_rows=chunk_rows)
-    config = RunConfig(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
-                       random_state=random_state, **params)
     run = open_run(store, vs, config, overwrite=overwrite)
     run.clean_partials()
     before = run.stage_status()

@@ -176,6 +176,11 @@ def test_cli_run_inspect_assign_and_exit_codes(prefect_api, dask_address, source
     r = _cli("run", "--input", path, "--store", str(tmp_path / "bad.zarr"), "--n-clusters", "1",
              "--dask-address", dask_address, "--quiet", api=prefect_api)
     assert r.returncode == 2 and "n_clusters" in r.stderr
+    cfg = tmp_path / "run.toml"
+    cfg.write_text("n_clusters = 3\nbogus_option = 1\n")
+    r = _cli("run", "--input", path, "--store", str(tmp_path / "bad2.zarr"), "--config", str(cfg),
+             "--dask-address", dask_address, "--quiet", api=prefect_api)
+    assert r.returncode == 2 and "unknown run parameters ['bogus_option']" in r.stderr
     r = _cli("inspect", str(tmp_path / "nowhere.zarr"))
     assert r.returncode == 2 and "no mkdist" in r.stderr
     # A store holding another run is refused (exit 2), the stored run is untouched.
