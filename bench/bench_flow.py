@@ -61,7 +61,7 @@ def library_run(src: str, store: str) -> float:
     import mkdist
 
     t0 = time.perf_counter()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c, Client(c):
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c, Client(c):
         mkdist.cluster(src, store, random_state=0, overwrite=True, **W1)
     return time.perf_counter() - t0
 

@@ -47,7 +47,7 @@ def w1_input(N: int, chunk_rows: int = 50_000) -> Path:
     views, y = make_multiview_blobs(N, chunk_rows=chunk_rows, random_state=0, view_dims=(32, 32))
     ds = xr.Dataset({k: (("sample", f"feature_{k}"), v) for k, v in views.items()})
     ds["y"] = (("sample",), y)
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as c, Client(c):
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as c, Client(c):
         ds.to_zarr(path, mode="w", consolidated=False, zarr_format=3)
     return path
 
@@ -55,7 +55,7 @@ def w1_input(N: int, chunk_rows: int = 50_000) -> Path:
 def local_cluster():
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                            memory_limit="8GiB")
     return cluster, Client(cluster)
 

@@ -67,7 +67,7 @@ def dask_client(address: str | None = None, n_workers: int | None = None,
         return
     n_workers = n_workers or int(os.environ.get("MKDIST_DASK_WORKERS", "2"))
     with LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
-                      memory_limit=memory_limit, dashboard_address=None) as cluster:
+                      memory_limit=memory_limit, dashboard_address=":0") as cluster:
         with Client(cluster, set_as_default=True) as client:
             logger.info("started LocalCluster with %d workers", n_workers)
             yield client

@@ -5,7 +5,7 @@ cluster (MKC-AE), distributed k-means, Zarr run stores and Prefect flows.
 
 Public API
 ----------
-Estimators : MultipleKernelClustering
+Estimators : MultipleKernelClustering, NystromSpectralClustering
 Pipeline   : cluster, assign, load_views, load_model, RunConfig, ClusterResult
 Functions  : simple_mkkm, average_kernel_kmeans, embed, spectral_diagnostics, kmeans
 Kernels    : KernelSpec, FittedKernel, rbf_grid, STANDARD_KERNEL_SETS
@@ -18,6 +18,7 @@ from ._estimator import MultipleKernelClustering, default_n_landmarks
 from ._io import load_views
 from ._kernels import STANDARD_KERNEL_SETS, FittedKernel, KernelSpec, rbf_grid
 from ._kmeans import KMeansResult, kmeans
+from ._nystrom import NystromSpectralClustering
 from ._model import MKCModel, embed, spectral_diagnostics
 from ._pipeline import ClusterResult, RunConfig, assign, cluster, load_model
 from ._simplemkkm import SimpleMKKMResult, average_kernel_kmeans, simple_mkkm
@@ -28,6 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MultipleKernelClustering",
+    "NystromSpectralClustering",
     "default_n_landmarks",
     "cluster",
     "assign",

@@ -42,7 +42,7 @@ def dask_client():
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None, memory_limit="2GiB") as cluster, Client(cluster) as client:
+                      dashboard_address=":0", memory_limit="2GiB") as cluster, Client(cluster) as client:
         yield client
 
 
