@@ -11,6 +11,7 @@ import numpy as np
 
 from ._kernels import fit_kernels, fit_preprocessing, landmark_kernels, resolve_kernel_specs
 from ._model import MKCModel, Scaling, spectral_diagnostics
+from ._pep import principal_eigenvalue_proportion
 from ._simplemkkm import average_kernel_kmeans, simple_mkkm
 from .errors import EmbeddingStabilityWarning
 
@@ -62,9 +63,16 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
     else:
         result = simple_mkkm(stack, n_clusters, max_iter=max_iter, tol=tol)
     t_fit = time.perf_counter() - t0
-    del stack
     n = int(landmark_indices.shape[0])
     diag = spectral_diagnostics(result.eigenvalues, n, n_clusters)
+    # Principal eigenvalue proportion (t = K) of every base kernel and of the combined one:
+    # how much of each spectrum the K-dimensional embedding captures.
+    combined_trace = float(np.einsum("p,pii->", result.kernel_weights**2, stack))
+    diag["pep"] = {
+        "combined": float(result.eigenvalues[:n_clusters].sum() / combined_trace) if combined_trace > 0 else 0.0,
+        "base": [principal_eigenvalue_proportion(stack[p], n_clusters) for p in range(stack.shape[0])],
+    }
+    del stack
     if not diag["lambda_K"] > 1e-10 * max(diag["eigenvalues"][0], 1e-300):
         warnings.warn(
             f"the {n_clusters}-th eigenvalue of the combined landmark kernel is {diag['lambda_K']:.3g}: "

@@ -45,8 +45,9 @@ def summary_markdown(summary: dict, store: str | None = None) -> str:
             if k in diag:
                 lines.append(f"| {k} | {_fmt(diag[k])} |")
         if "pep" in diag:
-            for k, v in diag["pep"].items():
-                lines.append(f"| PEP {k} | {_fmt(v)} |")
+            lines.append(f"| PEP (t = K) of the combined kernel | {_fmt(diag['pep']['combined'])} |")
+            names = summary.get("kernel_names") or [f"kernel {i}" for i in range(len(diag["pep"].get("base", [])))]
+            lines += [f"| PEP (t = K) of {n} | {_fmt(v)} |" for n, v in zip(names, diag["pep"].get("base", []))]
         lines += ["", "lambda_K is the K-th eigenvalue of (1/n) K_alpha; the theorem wants eigen-gaps of at "
                   "least 4/sqrt(n) (`gap_threshold`). `min_gap_ratio` < 1 is typical of real data and means "
                   "the out-of-sample bound is loose, not that the clustering failed."]
@@ -96,8 +97,10 @@ def inspect_markdown(info: dict) -> str:
         for k in ("lambda_K", "min_gap_ratio", "relative_gap_K"):
             if k in diag:
                 lines.append(f"  {k:<14} {_fmt(diag[k])}")
-        for k, v in (diag.get("pep") or {}).items():
-            lines.append(f"  PEP {k:<10} {_fmt(v)}")
+        pep = diag.get("pep") or {}
+        if pep:
+            lines.append(f"  PEP combined   {_fmt(pep['combined'])}  (share of the combined kernel's spectrum in its top K)")
+            lines += [f"  PEP {n:<36} {_fmt(v)}" for n, v in zip(model.get("kernels") or [], pep.get("base", []))]
     summary = info.get("summary")
     if summary:
         lines.append("summary:")

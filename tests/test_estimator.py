@@ -23,6 +23,10 @@ def test_fit_recovers_clusters_and_predict_agrees(blobs):
     assert len(m.objective_history_) == m.n_iter_ + 1
     assert {"lambda_K", "eigengaps", "gap_threshold", "min_gap_ratio", "relative_gap_K"} <= set(m.diagnostics_)
     assert m.diagnostics_["gap_threshold"] == pytest.approx(4 / np.sqrt(60))
+    # PEP (t = K) of every base kernel and of the combined kernel, each a share in (K/n, 1].
+    pep = m.diagnostics_["pep"]
+    assert len(pep["base"]) == 6 and all(3 / 60 <= b <= 1 + 1e-9 for b in pep["base"])
+    assert 3 / 60 <= pep["combined"] <= 1 + 1e-9
 
 
 def test_landmarks_embed_to_their_own_eigenvector_rows(blobs):
