@@ -1,0 +1,444 @@
+"""RFF kernel power k-means: the feature map and weights against their formulas, one
+iteration of Algorithms 1 and 2 against a direct transcription, MM monotonicity, the
+collapse guard, NumPy/Dask parity (one compute per iteration), model state round trip and
+input validation."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import cdist
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
+
+from mkdist._power_kmeans import (
+    LOG_WEIGHT_FLOOR,
+    S0_GAP_FACTOR,
+    MultiViewRFFPowerKMeans,
+    RFFKernelPowerKMeans,
+    _auto_s0,
+    _fit_loop,
+    _log_gap,
+    _Model,
+    _power_mean_weights,
+    _row_labels,
+    _Rows,
+    default_n_components,
+)
+from mkdist.errors import InputValidationError
+from mkdist.metrics import clustering_accuracy, nmi
+
+from .conftest import make_blobs_views, raise_if_dask_computes
+
+ESTIMATORS = [RFFKernelPowerKMeans, MultiViewRFFPowerKMeans]
+
+
+@pytest.fixture
+def views():
+    """Two views of 3 well separated clusters, 150 points (view1 a noisy non-linear map)."""
+    (v0, v1), y = make_blobs_views(n_per_cluster=50, n_clusters=3, seed=0)
+    return [v0, v1], y
+
+
+def _fit(cls, X, **kw):
+    kw.setdefault("n_init", 2)
+    kw.setdefault("random_state", 0)
+    return cls(3, **kw).fit(X)
+
+
+class _CountingScheduler:
+    """Synchronous scheduler that counts the computes it runs."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, dsk, keys, **kwargs):
+        import dask
+
+        self.calls += 1
+        return dask.get(dsk, keys, **kwargs)
+
+
+# ----------------------------------------------------------------------------- building blocks
+def test_default_n_components_rules():
+    assert default_n_components(10) == math.ceil(4 * math.log(20) ** 3) == 108
+    assert default_n_components(10, "appendix") == math.ceil(16 * math.log(20) ** 3) == 431
+    assert default_n_components(1) == 2  # ceil(4 ln^3 2) = ceil(1.33)
+
+
+def test_rff_features_approximate_the_gaussian_kernel(views):
+    (X, _), _ = views
+    sigma = 3.0
+    m = RFFKernelPowerKMeans(3, n_components=4000, bandwidth=sigma, max_iter=1, n_init=1,
+                             random_state=0).fit(X)
+    (phi,) = m.rff_features(X[:40])
+    assert phi.shape == (40, 8000)
+    np.testing.assert_allclose((phi * phi).sum(axis=1), 1.0, rtol=1e-12)
+    exact = np.exp(-cdist(X[:40], X[:40], "sqeuclidean") / (2 * sigma**2))
+    # Monte Carlo error of a D-term mean of cosines: sd <= 1/sqrt(2D) ~ 0.011.
+    assert np.abs(phi @ phi.T - exact).max() < 0.06
+    assert m.bandwidths_.tolist() == [sigma]
+
+
+def test_scaling_is_folded_into_the_frequencies(views):
+    (X, _), _ = views
+    X = X * np.array([1.0, 10.0, 100.0, 0.1, 5.0]) + 7.0
+    m = RFFKernelPowerKMeans(3, scale="standard", bandwidth=2.0, max_iter=1, n_init=1,
+                             random_state=0).fit(X)
+    Z = (X - X.mean(axis=0)) / X.std(axis=0)
+    (phi,) = m.rff_features(X)
+    D = m.n_components_
+    proj = Z @ m.rff_frequencies_[0]
+    np.testing.assert_allclose(phi, np.sqrt(1 / D) * np.c_[np.sin(proj), np.cos(proj)], atol=1e-10)
+
+
+def test_power_mean_weights_match_the_direct_formula():
+    rng = np.random.default_rng(0)
+    C = rng.uniform(0.2, 2.0, size=(50, 4))
+    s, k = -3.0, 4
+    w, log_mean = _power_mean_weights(C, s)
+    direct = (C ** (s - 1) / k) / ((C**s).sum(axis=1, keepdims=True) / k) ** (1 - 1 / s)
+    np.testing.assert_allclose(w, direct, rtol=1e-12)
+    M = ((C**s).mean(axis=1)) ** (1 / s)
+    np.testing.assert_allclose(np.exp(log_mean), M, rtol=1e-12)
+    # w is the gradient of the 1-homogeneous M_s: sum_j w_ij C_ij = M_s(C_i) (Euler).
+    np.testing.assert_allclose((w * C).sum(axis=1), M, rtol=1e-12)
+
+
+def test_weights_stay_finite_at_s_minus_1000_and_zero_cost():
+    C = np.array([[0.0, 0.5, 1.0], [0.30, 0.31, 2.0], [0.0, 0.0, 1.0], [1e-300, 3.9, 4.0]])
+    w, log_mean = _power_mean_weights(C, -1000.0)
+    assert np.isfinite(w).all() and np.isfinite(log_mean).all()
+    # no subnormals: every weight is 0 or at least exp(LOG_WEIGHT_FLOOR)
+    assert np.all((w == 0) | (w >= math.exp(LOG_WEIGHT_FLOOR)))
+    # a point on a centroid: all weight there (k^(-1/s) = 3^(1/1000) is eq. 4's 1/k factors)
+    np.testing.assert_allclose(w[0], [3 ** (1 / 1000), 0.0, 0.0], rtol=1e-12, atol=1e-300)
+    assert w[1, 2] == 0.0 and w[1, 0] > 0 and w[1, 1] > 0
+    np.testing.assert_allclose(w[2, :2], w[2, 0])  # two clusters tied at the point
+    assert w[3, 0] > 0 and w[3, 1:].tolist() == [0.0, 0.0]
+
+
+def test_auto_s0_is_inverse_to_the_log_gap():
+    rng = np.random.default_rng(0)
+    C = rng.uniform(0.2, 1.5, size=(200, 5))
+    s0 = _auto_s0(C)
+    assert s0 * _log_gap(C) == pytest.approx(-S0_GAP_FACTOR)
+    # squaring the costs doubles every log gap, so it halves |s0|: the start weights
+    # C^s0 are then identical.
+    assert _auto_s0(C**2) == pytest.approx(s0 / 2)
+
+
+# ----------------------------------------------------------------------------- one iteration
+def _reference_iteration(phis, theta, alpha, s, eta=None, lam=None, m=2.0):
+    """Algorithm 1 (eta None) or Algorithm 2 step, written from the paper's formulas."""
+    k = theta.shape[1]
+    d = np.stack([cdist(phi, t, "sqeuclidean") for phi, t in zip(phis, theta)], axis=2)
+    if eta is None:
+        dt, g_factor = d, 1.0
+    else:
+        ratio = (d @ alpha) / (eta @ alpha)[None, :]
+        u = 1.0 / (1.0 + ratio ** (1.0 / (m - 1.0)))                           # eq. 26
+        dt = u[:, :, None] ** m * d + (1 - u[:, :, None]) ** m * eta[None]      # eq. 23
+        g_factor = u**m
+    C = dt @ alpha
+    w = (C ** (s - 1) / k) / ((C**s).sum(axis=1, keepdims=True) / k) ** (1 - 1 / s)  # eq. 22
+    g = w * g_factor
+    new = np.stack([(g.T @ phi) / g.sum(axis=0)[:, None] for phi in phis])         # eq. 28
+    if lam is None:
+        return new, alpha
+    logits = -np.einsum("ij,ijl->l", w, dt) / lam                                   # eq. 31
+    a = np.exp(logits - logits.max())
+    return new, a / a.sum()
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_one_iteration_matches_the_paper_formulas(cls, views):
+    X, _ = views
+    est = _fit(cls, X, max_iter=1)
+    phis = est.rff_features(X)
+    rng = np.random.default_rng(1)
+    theta = np.stack([phi[rng.choice(len(phi), 3, replace=False)] for phi in phis])
+    alpha = np.array([0.3, 0.7])
+    eta = rng.uniform(0.3, 1.0, size=(3, 2)) if cls is MultiViewRFFPowerKMeans else None
+    lam = 50.0 if eta is not None else None
+    model = _Model(est._feature_map(), theta, alpha, float("nan"), eta)
+    out = _fit_loop(_Rows(dict(zip(["a", "b"], X)), chunk_size=40), model, s0=-2.5,
+                    annealing=1.04, anneal_every=2, max_iter=1, tol=0.0, lam=lam,
+                    reseed_pool=phis)
+    ref_theta, ref_alpha = _reference_iteration(phis, theta, alpha, -2.5, eta, lam)
+    np.testing.assert_allclose(out["model"].centroids, ref_theta, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(out["model"].view_weights, ref_alpha, rtol=1e-9)
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_objective_never_increases_at_fixed_s(cls, views):
+    """Without annealing each iteration is an MM step: f_s (+ lam sum alpha log alpha) falls."""
+    X, _ = views
+    est = _fit(cls, X, s0=-2.0, annealing=1.0, max_iter=25, tol=0.0)
+    f = est.objective_history_
+    assert f.size == 25 and np.all(np.diff(f) <= 1e-9 * np.abs(f[:-1]))
+    assert f[-1] < f[0]
+
+
+def test_annealing_schedule(views):
+    X, _ = views
+    est = _fit(RFFKernelPowerKMeans, X, s0=-2.0, annealing=1.5, anneal_every=3, max_iter=7, tol=0.0)
+    np.testing.assert_allclose(est.s_history_, [-2, -2, -2, -3, -3, -3, -4.5])
+    assert est.s0_ == -2.0 and est.n_iter_ == 7
+
+
+# ----------------------------------------------------------------------------- fitting
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_recovers_clusters_and_sets_attributes(cls, views):
+    X, y = views
+    est = _fit(cls, X)
+    D = default_n_components(3)
+    assert nmi(y, est.labels_) == 1.0 and nmi(y, est.predict(X)) == 1.0
+    np.testing.assert_array_equal(est.labels_, est.predict(X))
+    assert est.labels_.dtype == np.int64
+    assert est.n_components_ == D and est.centroids_.shape == (2, 3, 2 * D)
+    assert est.cluster_centers_.shape == (3, 4 * D)
+    assert est.rff_frequencies_[0].shape == (5, D) and est.bandwidths_.shape == (2,)
+    assert est.view_weights_.sum() == pytest.approx(1.0) and np.all(est.view_weights_ > 0)
+    assert est.n_features_in_ == 10 and est.n_features_per_view_ == [5, 5]
+    assert est.s0_ < 0 and est.s_ <= est.s0_ and est.diagnostics_["converged"]
+    assert est.s_history_.shape == est.objective_history_.shape == (est.n_iter_,)
+    costs = est.transform(X)
+    assert costs.shape == (150, 3) and np.all(costs >= 0)
+    np.testing.assert_array_equal(costs.argmin(axis=1), est.labels_)
+    if cls is MultiViewRFFPowerKMeans:
+        assert est.typicality_.shape == (3, 2) and np.all(est.typicality_ > 0)
+    else:
+        np.testing.assert_array_equal(est.view_weights_, [0.5, 0.5])
+
+
+def test_view_weights_favour_the_informative_view(views):
+    (X, _), y = views
+    noise = np.random.default_rng(3).normal(size=(150, 5))
+    est = _fit(MultiViewRFFPowerKMeans, [X, noise], lam=5.0)
+    assert nmi(y, est.labels_) == 1.0
+    assert est.view_weights_[0] > 0.9
+
+
+def test_duplicate_points_and_s0_minus_1000_stay_finite():
+    rng = np.random.default_rng(0)
+    points = np.array([[0.0, 0.0], [3.0, 0.0], [0.0, 3.0]])
+    y = rng.integers(0, 3, size=90)
+    X = points[y]  # only 3 distinct points: centroids sit exactly on them (cost 0)
+    for cls in ESTIMATORS:
+        est = cls(3, s0=-1000.0, n_init=1, random_state=0).fit(X)
+        assert np.isfinite(est.centroids_).all() and np.isfinite(est.objective_history_).all()
+        assert nmi(y, est.labels_) == 1.0
+        assert np.isfinite(est.transform(X)).all()
+
+
+@pytest.fixture
+def overlapping():
+    """4 overlapping Gaussian blobs (centres 3 sd apart): at s near 0 the centroids merge."""
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(4), 40)
+    return np.array([[0, 0], [3, 0], [0, 3], [3, 3]])[y] + rng.normal(size=(160, 2)), y
+
+
+def test_merged_centroids_do_not_end_the_fit(overlapping, monkeypatch):
+    """s0 near 0 first merges the centroids, where they barely move; the guard keeps
+    annealing until they split again instead of stopping on the small shift."""
+    import mkdist._power_kmeans as module
+
+    X, y = overlapping
+    sharp = RFFKernelPowerKMeans(4, s0=-1.0, n_init=2, random_state=0).fit(X)
+    est = RFFKernelPowerKMeans(4, s0=-0.05, n_init=2, random_state=0).fit(X)
+    assert est.diagnostics_["n_merged_iterations"] > 0
+    assert not est.diagnostics_["merged_at_end"] and est.diagnostics_["converged"]
+    assert nmi(y, est.labels_) >= nmi(y, sharp.labels_) - 0.01
+    # without the guard the shift test stops the fit among merged centroids
+    monkeypatch.setattr(module, "MERGE_TOL", 0.0)
+    unguarded = RFFKernelPowerKMeans(4, s0=-0.05, n_init=2, random_state=0).fit(X)
+    assert unguarded.n_iter_ < est.n_iter_ / 3
+    assert nmi(y, unguarded.labels_) < nmi(y, est.labels_) - 0.05
+
+
+def test_merged_at_max_iter_warns(overlapping):
+    X, _ = overlapping
+    with pytest.warns(ConvergenceWarning, match="still coincide"):
+        est = RFFKernelPowerKMeans(4, s0=-0.05, n_init=2, max_iter=20, random_state=0).fit(X)
+    assert est.diagnostics_["merged_at_end"] and not est.diagnostics_["converged"]
+
+
+def test_a_cluster_whose_weight_mass_vanishes_is_reseeded(views):
+    X, y = views
+    est = _fit(RFFKernelPowerKMeans, X[0], max_iter=1)
+    (phi,) = est.rff_features(X[0])
+    theta = est.centroids_.copy()
+    theta[0, 2] = -phi.mean(axis=0) * 5  # far from every point: all its weights underflow
+    model = _Model(est._feature_map(), theta, np.ones(1), float("nan"), None)
+    out = _fit_loop(_Rows({"v": X[0]}, chunk_size=64), model, s0=-1000.0, annealing=1.04,
+                    anneal_every=2, max_iter=30, tol=1e-9, lam=None, reseed_pool=[phi])
+    assert out["n_reseeded"] >= 1
+    assert np.isfinite(out["model"].centroids).all()
+    assert np.unique(_row_labels([phi], out["model"])).size == 3
+
+
+# ----------------------------------------------------------------------------- Dask
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_dask_matches_numpy_with_one_compute_per_iteration(cls, views):
+    import dask
+    import dask.array as da
+
+    X, y = views
+    ref = _fit(cls, X)
+    Xd = [da.from_array(v, chunks=(40, 5)) for v in X]
+    counter = _CountingScheduler()
+    with dask.config.set(scheduler=counter):
+        est = _fit(cls, Xd, chunk_size=16)
+    # one compute for the init sample, then one per iteration; labels_ stays lazy
+    assert counter.calls == est.n_iter_ + 1
+    assert est.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(est.centroids_, ref.centroids_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(est.view_weights_, ref.view_weights_, rtol=1e-8)
+    np.testing.assert_allclose(est.objective_history_, ref.objective_history_, rtol=1e-10)
+    assert isinstance(est.labels_, da.Array)
+    np.testing.assert_array_equal(est.labels_.compute(), ref.labels_)
+
+
+def test_dask_predict_and_transform_are_lazy(views):
+    import dask.array as da
+
+    X, y = views
+    est = _fit(MultiViewRFFPowerKMeans, X)
+    Xd = [da.from_array(v, chunks=(50, 5)) for v in X]
+    with raise_if_dask_computes():
+        labels = est.predict(Xd)
+        costs = est.transform(Xd)
+    assert isinstance(labels, da.Array) and labels.chunks == ((50, 50, 50),)
+    assert costs.chunks == ((50, 50, 50), (3,))
+    np.testing.assert_array_equal(labels.compute(), est.predict(X))
+    np.testing.assert_allclose(costs.compute(), est.transform(X), rtol=1e-12)
+
+
+def test_mixed_numpy_and_dask_views(views):
+    import dask.array as da
+
+    X, y = views
+    ref = _fit(RFFKernelPowerKMeans, X)
+    est = _fit(RFFKernelPowerKMeans, [X[0], da.from_array(X[1], chunks=(60, 5))])
+    np.testing.assert_array_equal(est.labels_.compute(), ref.labels_)
+
+
+def test_dask_views_with_different_row_chunks_are_rejected(views):
+    import dask.array as da
+
+    X, _ = views
+    with pytest.raises(InputValidationError, match="rechunk"):
+        _fit(RFFKernelPowerKMeans, [da.from_array(X[0], chunks=(50, 5)),
+                                    da.from_array(X[1], chunks=(40, 5))])
+
+
+def test_nan_in_dask_input_is_named(views):
+    import dask.array as da
+
+    X, _ = views
+    bad = X[1].copy()
+    bad[77, 2] = np.nan
+    with pytest.raises(InputValidationError, match=r"NaN or infinity: view 'view1', row 77"):
+        _fit(RFFKernelPowerKMeans, [da.from_array(X[0], chunks=(50, 5)),
+                                    da.from_array(bad, chunks=(50, 5))])
+
+
+# ----------------------------------------------------------------------------- model state
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_model_state_round_trip(cls, views):
+    X, _ = views
+    est = _fit(cls, X, scale="minmax")
+    state = est._model_state()
+    json.dumps(state["attrs"])
+    for name, (dims, arr) in state["arrays"].items():
+        assert isinstance(arr, np.ndarray) and len(dims) == arr.ndim, name
+    # what a store would hand back: plain arrays, attrs through JSON
+    restored = cls._from_model_state({
+        "attrs": json.loads(json.dumps(state["attrs"])),
+        "arrays": {name: (dims, np.array(arr)) for name, (dims, arr) in state["arrays"].items()},
+    })
+    np.testing.assert_array_equal(restored.predict(X), est.predict(X))
+    np.testing.assert_array_equal(restored.transform(X), est.transform(X))
+    assert restored.get_params() == est.get_params()
+    assert restored.n_iter_ == est.n_iter_ and restored.diagnostics_["converged"]
+
+
+def test_model_state_of_another_class_is_rejected(views):
+    X, _ = views
+    state = _fit(RFFKernelPowerKMeans, X, max_iter=2)._model_state()
+    with pytest.raises(InputValidationError, match="format 'mkdist.RFFKernelPowerKMeans/1'"):
+        MultiViewRFFPowerKMeans._from_model_state(state)
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("cls, params, match", [
+    (RFFKernelPowerKMeans, {"n_components": 0}, r"`n_components`=0 must be >= 1"),
+    (RFFKernelPowerKMeans, {"n_components": "huge"}, r"`n_components`='huge'"),
+    (RFFKernelPowerKMeans, {"s0": 0.0}, r"`s0`=0.0 must be < 0"),
+    (MultiViewRFFPowerKMeans, {"s0": 15}, r"`s0`=15.0 must be < 0"),
+    (RFFKernelPowerKMeans, {"s0": "big"}, r"`s0`='big'"),
+    (MultiViewRFFPowerKMeans, {"lam": 0.0}, r"`lam`=0.0 must be > 0"),
+    (MultiViewRFFPowerKMeans, {"lam": -1}, r"`lam`=-1.0 must be > 0"),
+    (MultiViewRFFPowerKMeans, {"fuzzifier": 1.0}, r"`fuzzifier`=1.0 must be > 1"),
+    (RFFKernelPowerKMeans, {"annealing": 0.9}, r"`annealing`=0.9 must be >= 1"),
+    (RFFKernelPowerKMeans, {"anneal_every": 0}, r"`anneal_every`=0 must be >= 1"),
+    (RFFKernelPowerKMeans, {"bandwidth": -1.0}, r"`bandwidth`=-1.0 must be > 0"),
+    (RFFKernelPowerKMeans, {"bandwidth": [1.0]}, r"`bandwidth` has 1 values but the input has 2"),
+    (RFFKernelPowerKMeans, {"bandwidth": "silverman"}, r"`bandwidth`='silverman'"),
+    (RFFKernelPowerKMeans, {"scale": "robust"}, r"`scale`='robust'"),
+    (RFFKernelPowerKMeans, {"n_clusters": 151}, r"n_samples=150 should be >= n_clusters=151"),
+])
+def test_bad_parameters_are_rejected_before_work(cls, params, match, views, monkeypatch):
+    import mkdist._power_kmeans as module
+
+    X, _ = views
+    # the checks must come before any work on the data
+    monkeypatch.setattr(module, "gather_rows", lambda *a: pytest.fail("data read before validation"))
+    monkeypatch.setattr(module, "_Rows", lambda *a: pytest.fail("data read before validation"))
+    kw = {"n_clusters": 3, **params}
+    with pytest.raises(InputValidationError, match=match):
+        cls(**kw).fit(X)
+
+
+def test_zero_variance_view_is_rejected(views):
+    X, _ = views
+    const = np.full((150, 4), 2.5)
+    with pytest.raises(InputValidationError, match=r"view 'view1' has zero spread"):
+        _fit(MultiViewRFFPowerKMeans, [X[0], const])
+
+
+def test_nan_input_is_rejected(views):
+    X, _ = views
+    bad = X[0].copy()
+    bad[5, 1] = np.nan
+    with pytest.raises(InputValidationError, match=r"NaN.*view 'view0', first bad row 5"):
+        _fit(RFFKernelPowerKMeans, [bad, X[1]])
+
+
+def test_predict_checks_fitted_and_feature_counts(views):
+    X, _ = views
+    with pytest.raises(NotFittedError):
+        RFFKernelPowerKMeans(3).predict(X)
+    est = _fit(RFFKernelPowerKMeans, X)
+    with pytest.raises(InputValidationError,
+                       match=r"X has 4 features, but RFFKernelPowerKMeans is expecting 5 features as "
+                             r"input \(view 'view1'\)"):
+        est.predict([X[0], X[1][:, :4]])
+    with pytest.raises(InputValidationError, match=r"X has 1 view\(s\), but .* fitted on 2 view"):
+        est.transform(X[0])
+
+
+# ----------------------------------------------------------------------------- real data
+def test_mfeat_pix_fac(mfeat):
+    """One seed on the paper's HW2 pair (pix + fac): far above the k-means start's ~0.75."""
+    views_, y = mfeat
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = MultiViewRFFPowerKMeans(10, scale="minmax", n_init=3, random_state=0).fit(
+            [views_[3], views_[1]])
+    assert clustering_accuracy(y, est.labels_) > 0.8
