@@ -1,0 +1,319 @@
+import json
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from mkdist._late_fusion import (
+    LateFusionClustering, LateFusionModel, _apply_filter, _build_graph, _filter_basis, _knn,
+    adaptive_neighbor_weights,
+)
+from mkdist.errors import DegenerateKernelWarning, InputValidationError
+from mkdist.metrics import clustering_accuracy
+
+from .conftest import make_blobs_views, raise_if_dask_computes
+
+# Few, cheap kernels keep every fit well under a second on the test data (180 x 2 views).
+FAST = {"kernels": "rbf-grid", "n_init": 3}
+
+
+@pytest.fixture(scope="module")
+def blobs_views():
+    return make_blobs_views()
+
+
+@pytest.fixture(scope="module")
+def fitted(blobs_views):
+    views, _ = blobs_views
+    return LateFusionClustering(3, n_landmarks=120, random_state=0, **FAST).fit(views)
+
+
+# ----------------------------------------------------------------------------- building blocks
+def test_adaptive_neighbor_weights_by_hand():
+    # d = (0, 1, 3), k = 2: s = (3 - 0, 3 - 1) / (2 * 3 - (0 + 1)) = (0.6, 0.4).
+    np.testing.assert_allclose(adaptive_neighbor_weights(np.array([[0.0, 1.0, 3.0]]), 2), [[0.6, 0.4]])
+    # All k + 1 distances equal: 0/0 in the closed form -> uniform.
+    np.testing.assert_allclose(adaptive_neighbor_weights(np.array([[2.0, 2.0, 2.0]]), 2), [[0.5, 0.5]])
+    w = adaptive_neighbor_weights(np.sort(np.random.default_rng(0).random((50, 6)), axis=1), 5)
+    assert np.all(w >= 0) and np.allclose(w.sum(axis=1), 1.0)
+    assert np.all(np.diff(w, axis=1) <= 1e-15)  # nearer neighbours weigh more
+
+
+def test_knn_excludes_self_and_orders_by_distance():
+    X = np.array([[0.0], [1.0], [3.0], [6.0]])
+    idx, d = _knn(X, X, 2, exclude_self=True)
+    np.testing.assert_array_equal(idx, [[1, 2], [0, 2], [1, 0], [2, 1]])
+    np.testing.assert_allclose(d, [[1, 9], [1, 4], [4, 9], [9, 25]])
+
+
+def test_graph_is_symmetric_normalised_and_filter_identity_holds():
+    rng = np.random.default_rng(1)
+    H = rng.normal(size=(60, 4))
+    g = _build_graph(H, 5)
+    assert scipy.sparse.issparse(g.S_hat)
+    assert abs(g.S_hat - g.S_hat.T).max() < 1e-15
+    assert g.S_hat.nnz <= 2 * 5 * 60  # sparse: at most the k-NN edges, symmetrised
+    # Spectrum of D^-1/2 A D^-1/2 in [-1, 1], so T = (I + S)/2 is a low-pass filter.
+    ev = np.linalg.eigvalsh(g.S_hat.toarray())
+    assert ev.max() == pytest.approx(1.0) and ev.min() >= -1 - 1e-12
+    Z = rng.normal(size=(60, 3))
+    T = 0.5 * (np.eye(60) + g.S_hat.toarray())
+    for order in (1, 2, 3):
+        dense = sum(np.linalg.matrix_power(T, o) for o in range(1, order + 1)) @ Z
+        np.testing.assert_allclose(_apply_filter(g.S_hat, Z, order), dense, atol=1e-12)
+        # G Z = (1 - 2^-o) Z + S B: the identity the out-of-sample rule rests on.
+        B = _filter_basis(g.S_hat, Z, order)
+        np.testing.assert_allclose((1 - 2.0**-order) * Z + g.S_hat @ B, dense, atol=1e-12)
+    np.testing.assert_array_equal(_apply_filter(g.S_hat, Z, 0), Z)
+
+
+# ----------------------------------------------------------------------------- the estimator
+def test_fit_recovers_clusters_and_learned_state(blobs_views, fitted):
+    views, y = blobs_views
+    m = fitted
+    assert clustering_accuracy(y, m.labels_) == 1.0
+    n_kernels = len(m.kernels_)
+    for w in (m.view_weights_, m.filter_weights_):
+        assert w.shape == (n_kernels,) and w.sum() == pytest.approx(1.0) and np.all(w >= 0)
+    assert m.landmark_indices_.shape == (120,)
+    D = m.model_.n_components
+    assert m.model_.column_kernel.shape == (D,)
+    assert m.cluster_centers_.shape == (3, D)
+    assert m.embedding_dim_ == 6
+    assert len(m.objective_history_) == m.n_iter_ + 1
+    diag = m.diagnostics_
+    assert len(diag["pep_kernels"]) == n_kernels
+    assert diag["pep_chance"] == pytest.approx(3 / 120)
+    assert 0 < diag["pep_combined_before"] <= 1 and 0 < diag["pep_combined_after"] <= 1
+    assert m.transform(views).shape == (len(y), D)
+
+
+@pytest.mark.parametrize("params", [{}, {"graph_filter_order": 0}, {"graph_filter_order": 3},
+                                    {"filter_weights": "uniform"}])
+def test_objective_never_increases(blobs_views, params):
+    views, _ = blobs_views
+    m = LateFusionClustering(3, n_landmarks=120, random_state=2, **{**FAST, **params}).fit(views)
+    hist = m.objective_history_
+    assert np.all(np.diff(hist) <= 1e-10 * hist[0])
+    steps = np.array([v for _, v in m.diagnostics_["objective_steps"]])
+    assert np.all(np.diff(steps) <= 1e-10 * steps[0])  # every single step (Y, gamma, mu)
+
+
+def test_order_zero_is_plain_late_fusion(blobs_views):
+    views, _ = blobs_views
+    m = LateFusionClustering(3, n_landmarks=120, graph_filter_order=0, random_state=0, **FAST).fit(views)
+    model = m.model_
+    # G~ = I: H~ is the gamma-weighted concatenation of the base partitions; mu stays uniform.
+    np.testing.assert_allclose(model.embedding, model.partitions * model.gamma_cols[None, :])
+    kept = m.kept_kernels_
+    np.testing.assert_allclose(m.filter_weights_[kept], 1.0 / kept.size)
+
+
+def test_predict_and_transform_reproduce_the_fit_on_landmarks(blobs_views, fitted):
+    views, _ = blobs_views
+    m = fitted
+    lm = [v[m.landmark_indices_] for v in views]
+    np.testing.assert_array_equal(m.predict(lm), m.model_.landmark_labels)
+    np.testing.assert_array_equal(m.predict(lm), m.labels_[m.landmark_indices_])
+    np.testing.assert_array_equal(m.transform(lm), m.model_.embedding)
+    # The whole training set: landmarks keep their labels, the rest out of sample.
+    np.testing.assert_array_equal(m.predict(views), m.labels_)
+    # Row order changes nothing.
+    perm = np.random.default_rng(0).permutation(120)
+    np.testing.assert_array_equal(m.predict([v[perm] for v in lm]), m.model_.landmark_labels[perm])
+
+
+def test_out_of_sample_formula_reproduces_landmark_rows(fitted):
+    """Without the landmark shortcut, the formula with a landmark's own graph row gives its H~ row."""
+    model = fitted.model_
+    views = model.landmarks  # already scaled
+    # h_p(x_j) = P_p(x_j) H_p Lambda_p^-1 = H_p[j] for a landmark (MKC-AE).
+    np.testing.assert_allclose(model._base_rows(views), model.partitions, atol=1e-9)
+    order = model.graph_filter_order
+    Hg = model.partitions * model.gamma_cols[None, :]
+    rebuilt = (1 - 2.0**-order) * Hg
+    for i, B in model.bases.items():
+        rebuilt += model.filter_weights[i] * (model.graphs[i].S_hat @ B)
+    np.testing.assert_allclose(rebuilt, model.embedding, atol=1e-12)
+
+
+def test_out_of_sample_points_are_assigned_well(blobs_views):
+    views, y = blobs_views
+    m = LateFusionClustering(3, n_landmarks=60, random_state=1, **FAST).fit(views)
+    rest = np.setdiff1d(np.arange(len(y)), m.landmark_indices_)
+    assert rest.size == 120
+    assert clustering_accuracy(y[rest], m.labels_[rest]) == 1.0
+    # A point next to a landmark is embedded next to that landmark's fitted row, and shares its label.
+    for j in m.landmark_indices_[:10]:
+        near = [v[[j]] + 1e-7 for v in views]
+        H_near = m.transform(near)
+        nearest = np.argmin(((m.model_.embedding - H_near) ** 2).sum(axis=1))
+        assert m.landmark_indices_[nearest] == j
+        assert m.predict(near)[0] == m.labels_[j]
+
+
+def test_degenerate_kernels_are_dropped_and_recorded(blobs_views):
+    views, _ = blobs_views
+    kernels = [{"view": 0, "kind": "rbf", "bandwidth_rule": "max", "multiplier": 0.005},  # ~identity
+               {"view": 0, "kind": "rbf"}, {"view": 1, "kind": "rbf"}]
+    with pytest.warns(DegenerateKernelWarning, match="dropped"):
+        m = LateFusionClustering(3, kernels=kernels, n_landmarks=120, random_state=0, n_init=3).fit(views)
+    assert [d["index"] for d in m.dropped_kernels_] == [0]
+    assert m.view_weights_[0] == 0 and m.filter_weights_[0] == 0
+    np.testing.assert_array_equal(m.kept_kernels_, [1, 2])
+    pep = m.diagnostics_["pep_kernels"]
+    assert pep[0] < 3 * m.diagnostics_["pep_chance"] < pep[1]
+    # The ablation: min_pep_ratio=0 keeps every kernel and warns about nothing.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateKernelWarning)
+        m0 = LateFusionClustering(3, kernels=kernels, n_landmarks=120, min_pep_ratio=0.0, random_state=0,
+                                  n_init=3).fit(views)
+    assert m0.dropped_kernels_ == [] and m0.kept_kernels_.size == 3
+
+
+def test_same_seed_same_result_and_float32(blobs_views):
+    views, y = blobs_views
+    a = LateFusionClustering(3, n_landmarks=100, random_state=7, **FAST).fit(views)
+    b = LateFusionClustering(3, n_landmarks=100, random_state=7, **FAST).fit(views)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    c = LateFusionClustering(3, n_landmarks=100, random_state=7, **FAST).fit([v.astype(np.float32) for v in views])
+    assert clustering_accuracy(y, c.labels_) == 1.0
+
+
+def test_full_pep_diagnostics(blobs_views):
+    views, _ = blobs_views
+    m = LateFusionClustering(3, n_landmarks=90, full_pep=True, random_state=0, **FAST).fit(views)
+    d = m.diagnostics_
+    names = [m.kernels_[p].name for p in m.kept_kernels_]
+    assert list(d["pep_kernels_filtered"]) == names
+    for key in ("pep_kernel_combined_before", "pep_kernel_combined_after"):
+        assert 0 < d[key] <= 1
+    for name, p in zip(names, m.kept_kernels_):
+        assert d["pep_kernels_kept_unfiltered"][name] == pytest.approx(d["pep_kernels"][p], rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- bad input
+def _small():
+    return make_blobs_views(n_per_cluster=10)[0]
+
+
+@pytest.mark.parametrize("X, params, match", [
+    (lambda: _small(), {"n_neighbors": 0}, "`n_neighbors`=0 must be >= 1"),
+    (lambda: _small(), {"n_neighbors": 29}, r"`n_neighbors`=29 must be >= 1 and < n_landmarks - 1 = 29"),
+    (lambda: _small(), {"n_neighbors": 5, "n_landmarks": 6}, "`n_neighbors`=5"),
+    (lambda: _small(), {"graph_filter_order": -1}, "`graph_filter_order`=-1 must be >= 0"),
+    (lambda: _small(), {"graph_filter_order": 1.5}, "must be a non-negative integer, got 1.5"),
+    (lambda: _small(), {"graph_filter_order": True}, "must be a non-negative integer"),
+    (lambda: _small(), {"embedding_dim": 2}, "embedding_dim=2 must be >= n_clusters=3"),
+    (lambda: _small(), {"embedding_dim": 31}, r"embedding_dim=31 .* <= the number of landmarks \(30\)"),
+    (lambda: _small(), {"embedding_dim": 21, "n_landmarks": 20}, "embedding_dim=21"),
+    (lambda: [_small()[0], np.ones((30, 3))], {"kernels": [{"view": 1, "kind": "linear"}]},
+     "view 'view1': the view is constant .* top-6 eigenvalues are all 0"),
+    (lambda: [_small()[0], np.zeros((30, 3))], {"kernels": [{"view": 1, "kind": "linear"}], "center": False},
+     "eigenvalues are all 0|zero on the landmarks"),
+    (lambda: [np.r_[_small()[0][:-1], [[np.nan] * 5]], _small()[1]], {}, "NaN"),
+    (lambda: _small(), {"filter_weights": "fixed"}, "filter_weights"),
+    (lambda: _small(), {"min_pep_ratio": 1.0}, "min_pep_ratio"),
+    (lambda: _small(), {"n_clusters": 1}, "n_clusters"),
+    (lambda: _small(), {"scale": "robust"}, "scale"),
+    (lambda: _small(), {"kernels": [{"view": "nope", "kind": "rbf"}]}, "does not exist"),
+])
+def test_bad_input_raises_before_heavy_work(X, params, match):
+    with pytest.raises(InputValidationError, match=match):
+        LateFusionClustering(**{"n_clusters": 3, "kernels": "rbf-grid", **params}).fit(X())
+
+
+def test_predict_errors(blobs_views, fitted):
+    views, _ = blobs_views
+    with pytest.raises(NotFittedError):
+        LateFusionClustering(3).predict(views)
+    with pytest.raises(InputValidationError, match="X has 4 features, but LateFusionClustering is expecting 5"):
+        fitted.predict([views[0], views[1][:, :4]])
+    with pytest.raises(InputValidationError, match="fitted on 2 views"):
+        fitted.predict(views[0])
+    bad = views[1].copy()
+    bad[3, 2] = np.nan
+    with pytest.raises(InputValidationError, match="NaN"):
+        fitted.predict([views[0], bad])
+
+
+# ----------------------------------------------------------------------------- state, Dask
+def test_model_state_round_trip(blobs_views):
+    views, y = blobs_views
+    m = LateFusionClustering(3, n_landmarks=80, scale="minmax", random_state=0, **FAST).fit(views)
+    state = m._model_state()
+    json.dumps(state["attrs"])
+    for name, (dims, arr) in state["arrays"].items():
+        assert isinstance(arr, np.ndarray) and len(dims) == arr.ndim, name
+    # Through plain arrays (as a store would hand them back).
+    plain = {"attrs": json.loads(json.dumps(state["attrs"])),
+             "arrays": {k: (dims, np.array(a)) for k, (dims, a) in state["arrays"].items()}}
+    r = LateFusionClustering._from_model_state(plain)
+    new = [v + 0.01 for v in views]
+    np.testing.assert_array_equal(r.predict(views), m.predict(views))
+    np.testing.assert_array_equal(r.predict(new), m.predict(new))
+    np.testing.assert_array_equal(r.transform(new), m.transform(new))
+    np.testing.assert_array_equal(r.view_weights_, m.view_weights_)
+    assert r.get_params() == m.get_params()
+    with pytest.raises(InputValidationError, match="format"):
+        LateFusionClustering._from_model_state({"attrs": {}, "arrays": {}})
+
+
+def test_dask_predict_is_lazy_and_matches_numpy(blobs_views, fitted):
+    da = pytest.importorskip("dask.array")
+    import dask
+
+    views, _ = blobs_views
+    dviews = [da.from_array(v, chunks=(50, -1)) for v in views]
+    with raise_if_dask_computes():
+        lazy = fitted.predict(dviews)
+        lazy_H = fitted.transform(dviews)
+    assert lazy.chunks == ((50, 50, 50, 30),)
+    with dask.config.set(scheduler="synchronous"):
+        np.testing.assert_array_equal(lazy.compute(), fitted.predict(views))
+        # Other row blocks, other GEMM blocking: equal up to rounding.
+        np.testing.assert_allclose(lazy_H.compute(), fitted.transform(views), rtol=1e-10, atol=1e-13)
+        bad = views[0].copy()
+        bad[77, 1] = np.inf
+        with pytest.raises(InputValidationError, match=r"chunk 1 \(first bad row 77\)"):
+            fitted.predict([da.from_array(bad, chunks=(50, -1)), dviews[1]]).compute()
+
+
+def test_dask_fit_matches_numpy_fit(blobs_views):
+    da = pytest.importorskip("dask.array")
+    import dask
+
+    views, _ = blobs_views
+    kw = dict(n_clusters=3, n_landmarks=100, random_state=3, **FAST)
+    ref = LateFusionClustering(**kw).fit(views)
+    with dask.config.set(scheduler="synchronous"):
+        m = LateFusionClustering(**kw).fit([da.from_array(v, chunks=(64, -1)) for v in views])
+        assert hasattr(m.labels_, "dask")
+        np.testing.assert_array_equal(m.labels_.compute(), ref.labels_)
+    np.testing.assert_array_equal(m.landmark_indices_, ref.landmark_indices_)
+
+
+def test_model_is_a_plain_dataclass(fitted):
+    assert isinstance(fitted.model_, LateFusionModel)
+    restored = LateFusionModel.from_state(fitted.model_.to_state())
+    np.testing.assert_array_equal(restored.embedding, fitted.model_.embedding)
+
+
+# ----------------------------------------------------------------------------- scikit-learn
+N_CLUSTERS_1_CHECKS = {
+    name: "sets n_clusters=1, which mkdist rejects by design (n_clusters must be >= 2)"
+    for name in ("check_dont_overwrite_parameters", "check_methods_subset_invariance",
+                 "check_fit2d_predict1d", "check_fit2d_1feature")
+}
+
+
+@parametrize_with_checks([LateFusionClustering(n_clusters=2, kernels="rbf-grid", n_init=2, random_state=0)],
+                         expected_failed_checks=lambda est: N_CLUSTERS_1_CHECKS)
+def test_sklearn_compatible(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateKernelWarning)
+        check(estimator)
