@@ -69,6 +69,7 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
     # how much of each spectrum the K-dimensional embedding captures.
     combined_trace = float(np.einsum("p,pii->", result.kernel_weights**2, stack))
     diag["pep"] = {
+        "t": int(n_clusters),
         "combined": float(result.eigenvalues[:n_clusters].sum() / combined_trace) if combined_trace > 0 else 0.0,
         "base": [principal_eigenvalue_proportion(stack[p], n_clusters) for p in range(stack.shape[0])],
     }

@@ -238,7 +238,7 @@ def _anchor_eigen(K: np.ndarray, kernel_dtype: np.dtype) -> tuple[np.ndarray, np
 
 
 def _spectral_projection(C: np.ndarray, lam: np.ndarray, U: np.ndarray, k: int):
-    """Top-k singular values of Z and M = U S^-1/2 V_k Sigma_k^-1, from C = P^T D^-1 P (m x m).
+    """Top-k singular values of Z, M = U S^-1/2 V_k Sigma_k^-1 and PEP(Z Z^T, k), from C = P^T D^-1 P.
 
     Z^T Z = S^-1/2 U^T C U S^-1/2 = V Sigma^2 V^T gives Z's right singular vectors V and
     singular values Sigma; the left ones are F = Z V Sigma^-1 (never formed: H = P M / d).
@@ -246,11 +246,14 @@ def _spectral_projection(C: np.ndarray, lam: np.ndarray, U: np.ndarray, k: int):
     B = U / np.sqrt(lam)[None, :]            # U S^-1/2, (m, r)
     G = B.T @ C @ B
     e, V = np.linalg.eigh((G + G.T) / 2.0)
+    # Z Z^T (N x N, the normalised bipartite similarity) has the eigenvalues of G = Z^T Z,
+    # so its principal eigenvalue proportion comes from the small side.
+    pep = float(np.sum(e[::-1][:k]) / np.trace(G)) if np.trace(G) > 0 else float("nan")
     e, V = e[::-1][:k], V[:, ::-1][:, :k]
     # rank(Z) >= r >= k (Z restricted to the anchor rows is D^-1/2 U S^1/2), so e_k > 0 in
     # exact arithmetic; the floor only keeps rounding from dividing by zero.
     s = np.sqrt(np.maximum(e, np.finfo(np.float64).tiny))
-    return s, B @ (V / s[None, :])
+    return s, B @ (V / s[None, :]), pep
 
 
 def _fix_signs(M: np.ndarray, K: np.ndarray, q: np.ndarray, floor: float) -> np.ndarray:
@@ -349,8 +352,11 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         N.
     n_features_in_ : int
     diagnostics_ : dict
-        ``n_degrees_floored`` (training points whose degree was floored) and ``timings``
-        (seconds per stage).
+        ``n_degrees_floored`` (training points whose degree was floored), ``timings``
+        (seconds per stage) and ``pep``: the principal eigenvalue proportion (t = k, see
+        :func:`mkdist.principal_eigenvalue_proportion`) of the anchors' Gaussian kernel
+        (``base``) and of the normalised bipartite similarity Z Z^T (``combined``), both
+        computed from m x m matrices.
 
     See Also
     --------
@@ -550,7 +556,7 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         stage = dataclasses.replace(base, degree_weights=q, degree_floor=floor)
         flat = _blockwise_sum(X, _gram, stage, m * m + 1)
         C, n_floored = flat[:-1].reshape(m, m), round(float(flat[-1]))
-        s, M = _spectral_projection(C, lam, U, k)
+        s, M, pep_combined = _spectral_projection(C, lam, U, k)
         M = _fix_signs(M, K, q, floor)
         timings["gram_s"] = time.perf_counter() - t0
         if n_floored:
@@ -590,7 +596,11 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         self.labels_ = km.labels
         self.inertia_ = float(km.inertia)
         self.n_iter_ = int(km.n_iter)
-        self.diagnostics_ = {"n_degrees_floored": n_floored, "timings": timings}
+        # PEP (t = k, GMLKM seed Definition 2) of the one base kernel (the anchors' Gaussian
+        # kernel; its trace is the full spectrum's sum, m) and of the combined similarity.
+        pep_anchor = float(np.sum(self.anchor_eigenvalues_[:k]) / np.trace(K))
+        self.diagnostics_ = {"n_degrees_floored": n_floored, "timings": timings,
+                             "pep": {"t": k, "base": [pep_anchor], "combined": pep_combined}}
         return H
 
     def _model_arrays(self) -> _ModelArrays:
@@ -661,6 +671,7 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
             "inertia": float(self.inertia_),
             "n_iter": int(self.n_iter_),
             "n_degrees_floored": int(self.diagnostics_["n_degrees_floored"]),
+            "pep": self.diagnostics_.get("pep"),
         }
         json.dumps(attrs)  # fail here, not in the store, if something is not JSON
         arrays = {
@@ -695,7 +706,8 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         est.degree_floor_ = float(attrs["degree_floor"])
         est.inertia_ = float(attrs["inertia"])
         est.n_iter_ = int(attrs["n_iter"])
-        est.diagnostics_ = {"n_degrees_floored": int(attrs["n_degrees_floored"]), "timings": {}}
+        est.diagnostics_ = {"n_degrees_floored": int(attrs["n_degrees_floored"]), "timings": {},
+                            "pep": attrs.get("pep")}
         est.anchors_ = np.ascontiguousarray(get("anchors"))
         est.anchor_indices_ = get("anchor_indices").astype(np.int64)
         est.n_anchors_ = int(est.anchors_.shape[0])

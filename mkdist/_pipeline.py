@@ -111,7 +111,7 @@ class RunConfig:
         from ._estimator import MultipleKernelClustering
 
         if self.method != "mkc":
-            estimator_class(self.method)  # a clear error for an unknown method
+            self.make_estimator()  # a clear error for an unknown method or parameter, now
             check_int("random_state", self.random_state, low=0, allow_none=True)
             return 0
 
@@ -140,6 +140,21 @@ class RunConfig:
             raise InputValidationError(
                 f"method {self.method!r} does not take {unknown}; its parameters are {sorted(accepted)}."
             )
+        # Run-level options that several methods share keep their meaning for every method;
+        # one that the method has no use for is refused rather than silently dropped.
+        shared = {"kernels": self.kernels, "n_landmarks": self.n_landmarks, "scale": self.scale}
+        for name, value in shared.items():
+            if value is None:
+                continue
+            if name not in accepted:
+                raise InputValidationError(
+                    f"method {self.method!r} does not use `{name}`; its parameters are {sorted(accepted)}.")
+            if name in params:
+                raise InputValidationError(
+                    f"`{name}` is given both as a run option and in method_params; give it once.")
+            if name == "kernels" and isinstance(value, list):
+                value = [KernelSpec(**k) if isinstance(k, Mapping) else k for k in value]
+            params[name] = value
         if "random_state" in accepted:
             params.setdefault("random_state", self.random_state)
         return cls(n_clusters=self.n_clusters, **params)
@@ -223,6 +238,9 @@ def _model_dataset(model: MKCModel, info: dict):
     import xarray as xr
 
     state = model.to_state()
+    bad = [k for k in state["arrays"] if "/" in k]
+    if bad:  # Zarr reads "a/b" as array b of a sub-group, which the model stage would then lose
+        raise ValueError(f"model state array names must not contain '/': {bad}")
     ds = xr.Dataset({k: (dims, np.asarray(a)) for k, (dims, a) in state["arrays"].items()})
     ds.attrs["mkdist_model"] = json.dumps(state["attrs"])
     ds.attrs["mkdist_fit"] = json.dumps(info, default=float)
@@ -331,6 +349,9 @@ def _state_dataset(state: dict, method: str):
     """A ``_model_state()`` as an xarray Dataset: arrays with named dims, attrs as JSON."""
     import xarray as xr
 
+    bad = [k for k in state["arrays"] if "/" in k]
+    if bad:  # Zarr reads "a/b" as array b of a sub-group, which the model stage would then lose
+        raise ValueError(f"model state array names must not contain '/': {bad}")
     ds = xr.Dataset({k: (dims, np.asarray(a)) for k, (dims, a) in state["arrays"].items()})
     ds.attrs["mkdist_model"] = json.dumps(state["attrs"])
     ds.attrs["method"] = method
@@ -496,7 +517,7 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
         "method": config.method,
         "N": int(labels.shape[0]),
         "n_clusters": config.n_clusters,
-        **_model_summary(store, config),
+        **model_summary(store, config.method),
         "cluster_sizes": [int(s) for s in sizes],
         "timings": dict(timings or {}),
         "scores": scores,
@@ -508,27 +529,57 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
     return summary
 
 
-def _model_summary(store, config: RunConfig) -> dict[str, Any]:
-    """What the metrics stage reports about the fitted model (JSON-able)."""
+def model_summary(store, method: str) -> dict[str, Any]:
+    """What the metrics stage and ``mkdist inspect`` report about a stored model (JSON-able).
+
+    The same keys for every method where they apply: ``estimator``, ``views``,
+    ``n_landmarks`` (landmarks or anchors), ``kernel_names``, the learned weights
+    (``kernel_weights`` for mkc, ``view_weights``/``filter_weights`` for the others),
+    ``diagnostics``, ``n_iter`` and ``pep`` (see :func:`mkdist._report.pep_overview`).
+    """
+    from ._report import pep_overview
+
+    store = _store(store, mode="r")
     model_ds = store.read_stage("model")
-    if config.method == "mkc":
+    if method == "mkc":
         fit = json.loads(model_ds.attrs["mkdist_fit"])
+        attrs = json.loads(model_ds.attrs["mkdist_model"])
         return {
+            "estimator": "MultipleKernelClustering",
+            "views": attrs.get("view_names"),
             "n_landmarks": int(model_ds.sizes["landmark"]),
-            "kernel_names": json.loads(model_ds.attrs["mkdist_model"])["kernel_names"],
+            "kernel_names": attrs["kernel_names"],
             "kernel_weights": [float(w) for w in model_ds["kernel_weights"].values],
             "diagnostics": fit["diagnostics"],
             "simplemkkm_n_iter": fit["n_iter"],
+            "n_iter": fit["n_iter"],
             "kmeans": fit.get("kmeans"),
+            "pep": pep_overview(fit["diagnostics"], attrs["kernel_names"]),
         }
     est = load_estimator(store)
-    out: dict[str, Any] = {"estimator": type(est).__name__}
+    attrs = json.loads(model_ds.attrs["mkdist_model"])
+    views = list(getattr(est, "view_names_", None) or attrs.get("view_names") or ["view0"])
+    if hasattr(est, "model_"):  # late fusion: one name per base kernel
+        kernel_names = [k.name for k in est.model_.kernels]
+    elif hasattr(est, "rff_frequencies_"):
+        kernel_names = [f"{v}:rff-gaussian(sigma={s:.4g})" for v, s in zip(views, est.bandwidths_)]
+    else:
+        kernel_names = [f"gaussian(sigma={est.sigma_:.4g})"] if hasattr(est, "sigma_") else None
+    out: dict[str, Any] = {"estimator": type(est).__name__, "views": views, "kernel_names": kernel_names,
+                           "n_landmarks": int(model_ds.sizes.get("landmark", model_ds.sizes.get("anchor", 0)))
+                           or None,
+                           "n_iter": int(est.n_iter_) if hasattr(est, "n_iter_") else None,
+                           # embedding width: D frequencies (RFF), k (Nystrom), m x d (late fusion)
+                           "n_components": int(getattr(est, "n_components_", 0)
+                                               or model_ds.sizes.get("component", 0)) or None}
     for attr in ("view_weights_", "filter_weights_", "kernel_weights_"):
         if hasattr(est, attr):
             out[attr.rstrip("_")] = [float(w) for w in np.ravel(getattr(est, attr))]
     diag = getattr(est, "diagnostics_", None)
     if diag:
-        out["diagnostics"] = json.loads(json.dumps(diag, default=lambda o: np.asarray(o).tolist()))
+        out["diagnostics"] = json.loads(json.dumps({k: v for k, v in diag.items() if k != "timings"},
+                                                   default=lambda o: np.asarray(o).tolist()))
+    out["pep"] = pep_overview(out.get("diagnostics"), kernel_names, t=int(store.params.get("n_clusters", 0)) or None)
     return out
 
 

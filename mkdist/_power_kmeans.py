@@ -494,6 +494,21 @@ def _fit_loop(rows: _Rows, model: _Model, *, s0: float, annealing: float, anneal
             "n_reseeded": n_reseeded, "converged": converged}
 
 
+def _feature_peps(phis: Sequence[np.ndarray], view_weights: np.ndarray, k: int) -> dict[str, Any]:
+    """PEP (t = k) of each view's RFF kernel and of the alpha-weighted sum, from the factors.
+
+    K_l = Phi_l Phi_l^T and sum_l alpha_l K_l = [sqrt(alpha_l) Phi_l]_l [..]^T, so both come
+    from the (b x 2DL) factors without forming a b x b kernel.
+    """
+    from ._pep import principal_eigenvalue_proportion
+
+    t = min(k, phis[0].shape[0])
+    base = [principal_eigenvalue_proportion(phi, t, factor=True) for phi in phis]
+    combined = np.hstack([math.sqrt(a) * phi for a, phi in zip(view_weights, phis)])
+    return {"t": int(t), "base": [float(b) for b in base],
+            "combined": float(principal_eigenvalue_proportion(combined, t, factor=True))}
+
+
 def _json_param(value: Any) -> Any:
     """Parameter value for the JSON attrs (a RandomState instance cannot be stored: None)."""
     if isinstance(value, tuple):
@@ -692,6 +707,7 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
         self.diagnostics_ = {key: result[key] for key in
                              ("converged", "n_merged_iterations", "merged_at_end", "n_reseeded")}
         self.diagnostics_["timings"] = timings
+        self.diagnostics_["pep"] = _feature_peps(phis, final.view_weights, k)
         if result["merged_at_end"]:
             warnings.warn(
                 f"{type(self).__name__}: after max_iter={p['max_iter']} iterations two centroids "
@@ -782,7 +798,7 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
         """Everything ``predict``/``transform`` need, without pickle.
 
         Returns ``{"attrs": JSON-able dict, "arrays": {name: (dims tuple, ndarray)}}``.
-        Per-view arrays are named ``<array>/<view index>`` with dims ``feature_<index>``;
+        Per-view arrays are named ``<array>_<view index>`` (no "/": Zarr would read it as a sub-group) with dims ``feature_<index>``;
         the other dims are "view", "cluster", "frequency", "rff_feature" and "iteration".
         ``labels_`` (N values) is not part of the model; store it with the run.
         """
@@ -797,7 +813,8 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
             "s0": float(self.s0_),
             "s": float(self.s_),
             "n_iter": int(self.n_iter_),
-            "diagnostics": {key: (bool(v) if isinstance(v, (bool, np.bool_)) else int(v))
+            "diagnostics": {key: (bool(v) if isinstance(v, (bool, np.bool_)) else
+                                  v if key == "pep" else int(v))
                             for key, v in self.diagnostics_.items() if key != "timings"},
         }
         json.dumps(attrs)  # fail here, not in the store, if something is not JSON
@@ -812,9 +829,9 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
             arrays["typicality"] = (("cluster", "view"), self.typicality_)
         for i, (W, c, sc) in enumerate(zip(self.rff_frequencies_, self.feature_centers_,
                                            self.feature_scales_)):
-            arrays[f"rff_frequencies/{i}"] = ((f"feature_{i}", "frequency"), W)
-            arrays[f"feature_centers/{i}"] = ((f"feature_{i}",), c)
-            arrays[f"feature_scales/{i}"] = ((f"feature_{i}",), sc)
+            arrays[f"rff_frequencies_{i}"] = ((f"feature_{i}", "frequency"), W)
+            arrays[f"feature_centers_{i}"] = ((f"feature_{i}",), c)
+            arrays[f"feature_scales_{i}"] = ((f"feature_{i}",), sc)
         return {"attrs": attrs, "arrays": arrays}
 
     @classmethod
@@ -849,9 +866,9 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
         est.objective_history_ = get("objective_history")
         if cls._possibilistic:
             est.typicality_ = get("typicality").astype(np.float64)
-        est.rff_frequencies_ = [get(f"rff_frequencies/{i}") for i in range(L)]
-        est.feature_centers_ = [get(f"feature_centers/{i}") for i in range(L)]
-        est.feature_scales_ = [get(f"feature_scales/{i}") for i in range(L)]
+        est.rff_frequencies_ = [get(f"rff_frequencies_{i}") for i in range(L)]
+        est.feature_centers_ = [get(f"feature_centers_{i}") for i in range(L)]
+        est.feature_scales_ = [get(f"feature_scales_{i}") for i in range(L)]
         return est
 
     def __sklearn_tags__(self):
@@ -876,7 +893,128 @@ class _ViewFeatures:
 
 
 class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
-    """PLACEHOLDER"""
+    """Kernel power k-means on random Fourier features (RFF-KPKM, Algorithm 1).
+
+    Power k-means (Xu and Lange 2019) minimises the power mean M_s of each point's
+    squared distances to the k centroids, annealing s towards -infinity so that the
+    objective moves from a smooth surrogate to the k-means objective; here the distances
+    are in the random-Fourier-feature space of a Gaussian kernel, so it is kernel k-means
+    at O(N k D) per iteration (RFF power k-means seed, ``docs/algorithms.md`` section 4).
+    Several views are allowed: their features are concatenated with equal weights 1/L
+    (the RFF-MKPKM baseline of the paper); :class:`MultiViewRFFPowerKMeans` learns them.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        k, the number of clusters (>= 1; at most the number of samples).
+    n_components : int, "main", "appendix" or None, default=None
+        D, random frequencies per view (each view then has 2D features, a sine and a
+        cosine per frequency).  None / "main": ceil(4 ln^3(2k)), the paper's main-text
+        rule (108 for k = 10); "appendix": ceil(16 ln^3(2k)) (431 for k = 10).  See
+        :func:`default_n_components`.
+    bandwidth : "median", "mean", float or sequence, default="median"
+        Gaussian bandwidth sigma per view, estimated once on the (scaled) init sample:
+        "median" is the median pairwise distance of up to 1,000 sample rows, "mean" the
+        root mean squared pairwise distance (the bipartite-spectral paper's rule).  A number
+        applies to every view; a sequence gives one rule or number per view.  The paper's
+        fixed sigma = 1000 on raw features leaves the views' RFF distances ~1000x apart
+        (algorithms.md section 4); a per-view rule avoids it.
+    s0 : "auto" or float < 0, default="auto"
+        Initial power.  The paper's grid {5, ..., 25} read literally (s0 > 0) does not
+        approximate k-means at all; the useful range (about [-6, -2.5] on mfeat) moves
+        with the bandwidth and the scaling, so "auto" ties it to the data (see Notes).
+    annealing : float >= 1, default=1.04
+        s <- annealing * s every ``anneal_every`` iterations (Algorithm 1, appendix C).
+    anneal_every : int >= 1, default=2
+        Iterations between annealing steps (every 2 measured better than every 1).
+    max_iter : int, default=300
+        Maximum number of passes over the data.
+    tol : float >= 0, default=1e-6
+        Stop when no centroid moves more than this (squared, view-weighted RFF distance),
+        unless two centroids coincide or a cluster vanished in that iteration.
+    scale : None, "standard" or "minmax", default=None
+        Feature scaling per view, estimated on the init sample and folded into the
+        frequencies (no scaled copy of X is made).  None uses the features as given.
+    n_init : int, default=10
+        k-means restarts for the initial centroids (scikit-learn ``KMeans`` on the RFF
+        features of the init sample).
+    random_state : int, RandomState or None, default=None
+        Seeds the init sample, the frequencies and the k-means start.
+    chunk_size : int, default=8192
+        Rows per block for NumPy input (Dask input keeps its own row chunks).
+
+    Attributes
+    ----------
+    labels_ : ndarray of shape (N,) or lazy dask.array.Array, int64
+        Cluster of every training point (lazy for Dask input: computing it is one more
+        pass over the data).
+    centroids_ : ndarray of shape (L, n_clusters, 2 * n_components_)
+        theta_{j,l}, the centroids in each view's RFF feature space.
+    cluster_centers_ : ndarray of shape (n_clusters, L * 2 * n_components_)
+        ``centroids_`` with the views side by side.
+    view_weights_ : ndarray of shape (L,)
+        alpha_l on the simplex.
+    rff_frequencies_ : list of L ndarrays of shape (d_l, n_components_)
+        W_l ~ N(0, sigma_l^-2 I) in the scaled coordinates.
+    feature_centers_, feature_scales_ : lists of L ndarrays of shape (d_l,)
+        The scaling x -> (x - center) / scale (zeros and ones when ``scale=None``).
+    bandwidths_ : ndarray of shape (L,)
+        sigma_l used for each view.
+    n_components_ : int
+        D.
+    s0_ : float
+        Initial power actually used (resolved from "auto").
+    s_ : float
+        Power at the last iteration.
+    s_history_ : ndarray of shape (n_iter_,)
+        s per iteration.
+    objective_history_ : ndarray of shape (n_iter_,)
+        Objective per iteration (sum of power means of the assignment costs; for the
+        multi-view model plus lambda times the view-weight entropy term).
+    n_iter_ : int
+        Passes over the data.
+    view_names_ : list of str
+    n_features_per_view_ : list of int
+    n_features_in_ : int
+        Total number of features over the views.
+    diagnostics_ : dict
+        ``converged``, ``n_merged_iterations`` (iterations in which two centroids
+        coincided, a transient of annealing), ``merged_at_end``, ``n_reseeded`` (clusters
+        whose weight mass vanished and were re-seeded from the init sample), ``timings``
+        (seconds per stage) and ``pep``: the principal eigenvalue proportion (t = k, see
+        :func:`mkdist.principal_eigenvalue_proportion`) of each view's RFF kernel
+        Phi_l Phi_l^T (``base``) and of the combined kernel sum_l alpha_l Phi_l Phi_l^T
+        (``combined``), on the init sample (up to 20,000 rows) from the 2D-wide side.
+
+    Notes
+    -----
+    *Weights in log space.*  w_ij = (sum_l C_il^s)^(1/s - 1) C_ij^(s - 1) over- or
+    underflows for s far below 0; mkdist evaluates log w_ij with a log-sum-exp, so the fit
+    stays finite down to s = -1000 and with duplicate points (distances are floored at
+    1e-12), and sets weights below exp(-600) to 0 (subnormal floats slowed BLAS ~100x).
+
+    *s0="auto".*  At the k-means start let g_i = log C_i(2) - log C_i(1) be the log gap
+    between point i's two cheapest clusters.  The weight ratio of those clusters is about
+    exp((1 - s) g_i), so s0 = -1 / median_i g_i (clipped to [-1000, -0.1]) makes the
+    typical point's second cluster matter (ratio ~e) without being uniform across
+    clusters, which is the regime where power k-means escapes the k-means start's local
+    minima; s0 >= -2 on mfeat collapsed clusters, s0 = -15 left the start unchanged.
+
+    *Collapse guard.*  A cluster whose total weight vanishes is re-seeded at the init
+    sample's worst-served point; merged centroids are counted and warned about at the end.
+
+    *Scale.*  Each iteration is one pass over the rows: a block recomputes its features
+    from the stored frequencies (never stored for Dask input) and returns k x (2DL + ...)
+    partial sums, added by a tree reduction.  Memory per task is O(chunk x 2DL).
+
+    Examples
+    --------
+    >>> from mkdist import RFFKernelPowerKMeans, make_multiview_blobs
+    >>> views, y = make_multiview_blobs(2000, n_clusters=3, random_state=0)[:2]
+    >>> labels = RFFKernelPowerKMeans(3, random_state=0).fit_predict(views["view0"])
+    >>> labels.shape
+    (2000,)
+    """
 
     _possibilistic = False
 
@@ -899,7 +1037,136 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
 
 
 class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
-    """PLACEHOLDER"""
+    """Improved possibilistic multi-view RFF kernel power k-means (IP-RFF-MKPKM).
+
+    Algorithm 2 of the RFF power k-means seed (eq. 20-31): one Gaussian RFF map per
+    view, possibilistic memberships u_ij (fuzzifier m) with typicality eta_{j,l}, the
+    distances d~_ij,l = u_ij^m ||phi_l(x_i) - theta_{j,l}||^2 + (1 - u_ij)^m eta_{j,l},
+    power-mean weights w_ij (eq. 22), centroids theta (eq. 28) and view weights alpha by
+    an entropy-regularised softmax (eq. 31).  Every step is a sum over points, run as a
+    map-reduce over the row chunks of the Dask arrays.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        k, the number of clusters (>= 1; at most the number of samples).
+    n_components : int, "main", "appendix" or None, default=None
+        D, random frequencies per view (each view then has 2D features, a sine and a
+        cosine per frequency).  None / "main": ceil(4 ln^3(2k)), the paper's main-text
+        rule (108 for k = 10); "appendix": ceil(16 ln^3(2k)) (431 for k = 10).  See
+        :func:`default_n_components`.
+    bandwidth : "median", "mean", float or sequence, default="median"
+        Gaussian bandwidth sigma per view, estimated once on the (scaled) init sample:
+        "median" is the median pairwise distance of up to 1,000 sample rows, "mean" the
+        root mean squared pairwise distance (the bipartite-spectral paper's rule).  A number
+        applies to every view; a sequence gives one rule or number per view.  The paper's
+        fixed sigma = 1000 on raw features leaves the views' RFF distances ~1000x apart
+        (algorithms.md section 4); a per-view rule avoids it.
+    s0 : "auto" or float < 0, default="auto"
+        Initial power.  The paper's grid {5, ..., 25} read literally (s0 > 0) does not
+        approximate k-means at all; the useful range (about [-6, -2.5] on mfeat) moves
+        with the bandwidth and the scaling, so "auto" ties it to the data (see Notes).
+    lam : float > 0, default=100.0
+        lambda of the view-weight entropy term (eq. 31): alpha = softmax(-cost_l / lambda).
+        Small values put all weight on the cheapest view, large ones keep alpha uniform;
+        the paper searches [1, 1000].
+    fuzzifier : float > 1, default=2.0
+        m of the possibilistic memberships (the paper's value).
+    annealing : float >= 1, default=1.04
+        s <- annealing * s every ``anneal_every`` iterations (Algorithm 1, appendix C).
+    anneal_every : int >= 1, default=2
+        Iterations between annealing steps (every 2 measured better than every 1).
+    max_iter : int, default=300
+        Maximum number of passes over the data.
+    tol : float >= 0, default=1e-6
+        Stop when no centroid moves more than this (squared, view-weighted RFF distance),
+        unless two centroids coincide or a cluster vanished in that iteration.
+    scale : None, "standard" or "minmax", default=None
+        Feature scaling per view, estimated on the init sample and folded into the
+        frequencies (no scaled copy of X is made).  None uses the features as given.
+    n_init : int, default=10
+        k-means restarts for the initial centroids (scikit-learn ``KMeans`` on the RFF
+        features of the init sample).
+    random_state : int, RandomState or None, default=None
+        Seeds the init sample, the frequencies and the k-means start.
+    chunk_size : int, default=8192
+        Rows per block for NumPy input (Dask input keeps its own row chunks).
+
+    Attributes
+    ----------
+    labels_ : ndarray of shape (N,) or lazy dask.array.Array, int64
+        Cluster of every training point (lazy for Dask input: computing it is one more
+        pass over the data).
+    centroids_ : ndarray of shape (L, n_clusters, 2 * n_components_)
+        theta_{j,l}, the centroids in each view's RFF feature space.
+    cluster_centers_ : ndarray of shape (n_clusters, L * 2 * n_components_)
+        ``centroids_`` with the views side by side.
+    view_weights_ : ndarray of shape (L,)
+        alpha_l on the simplex.
+    rff_frequencies_ : list of L ndarrays of shape (d_l, n_components_)
+        W_l ~ N(0, sigma_l^-2 I) in the scaled coordinates.
+    feature_centers_, feature_scales_ : lists of L ndarrays of shape (d_l,)
+        The scaling x -> (x - center) / scale (zeros and ones when ``scale=None``).
+    bandwidths_ : ndarray of shape (L,)
+        sigma_l used for each view.
+    n_components_ : int
+        D.
+    s0_ : float
+        Initial power actually used (resolved from "auto").
+    s_ : float
+        Power at the last iteration.
+    s_history_ : ndarray of shape (n_iter_,)
+        s per iteration.
+    objective_history_ : ndarray of shape (n_iter_,)
+        Objective per iteration (sum of power means of the assignment costs; for the
+        multi-view model plus lambda times the view-weight entropy term).
+    n_iter_ : int
+        Passes over the data.
+    view_names_ : list of str
+    n_features_per_view_ : list of int
+    n_features_in_ : int
+        Total number of features over the views.
+    diagnostics_ : dict
+        ``converged``, ``n_merged_iterations`` (iterations in which two centroids
+        coincided, a transient of annealing), ``merged_at_end``, ``n_reseeded`` (clusters
+        whose weight mass vanished and were re-seeded from the init sample), ``timings``
+        (seconds per stage) and ``pep``: the principal eigenvalue proportion (t = k, see
+        :func:`mkdist.principal_eigenvalue_proportion`) of each view's RFF kernel
+        Phi_l Phi_l^T (``base``) and of the combined kernel sum_l alpha_l Phi_l Phi_l^T
+        (``combined``), on the init sample (up to 20,000 rows) from the 2D-wide side.
+    typicality_ : ndarray of shape (n_clusters, L)
+        eta_{j,l} = mean_i ||phi_l(x_i) - theta_{j,l}||^2 at the start, kept fixed
+        (re-estimating it every iteration cost 5 ACC points on mfeat).
+
+    Notes
+    -----
+    *Weights in log space.*  w_ij = (sum_l C_il^s)^(1/s - 1) C_ij^(s - 1) over- or
+    underflows for s far below 0; mkdist evaluates log w_ij with a log-sum-exp, so the fit
+    stays finite down to s = -1000 and with duplicate points (distances are floored at
+    1e-12), and sets weights below exp(-600) to 0 (subnormal floats slowed BLAS ~100x).
+
+    *s0="auto".*  At the k-means start let g_i = log C_i(2) - log C_i(1) be the log gap
+    between point i's two cheapest clusters.  The weight ratio of those clusters is about
+    exp((1 - s) g_i), so s0 = -1 / median_i g_i (clipped to [-1000, -0.1]) makes the
+    typical point's second cluster matter (ratio ~e) without being uniform across
+    clusters, which is the regime where power k-means escapes the k-means start's local
+    minima; s0 >= -2 on mfeat collapsed clusters, s0 = -15 left the start unchanged.
+
+    *Collapse guard.*  A cluster whose total weight vanishes is re-seeded at the init
+    sample's worst-served point; merged centroids are counted and warned about at the end.
+
+    *Scale.*  Each iteration is one pass over the rows: a block recomputes its features
+    from the stored frequencies (never stored for Dask input) and returns k x (2DL + ...)
+    partial sums, added by a tree reduction.  Memory per task is O(chunk x 2DL).
+
+    Examples
+    --------
+    >>> from mkdist import MultiViewRFFPowerKMeans, make_multiview_blobs
+    >>> views, y = make_multiview_blobs(2000, n_clusters=3, random_state=0)[:2]
+    >>> est = MultiViewRFFPowerKMeans(3, random_state=0).fit(views)
+    >>> est.view_weights_.shape
+    (2,)
+    """
 
     _possibilistic = True
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "load_labels"]
+__all__ = ["pep_overview", "summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "load_labels"]
 
 
 def _fmt(x: Any) -> str:
@@ -17,10 +17,49 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
+def pep_overview(diagnostics: dict | None, kernel_names: list[str] | None, t: int | None = None) -> dict | None:
+    """The principal eigenvalue proportions of a fitted model, in one shape for every method.
+
+    Returns ``{"t", "base": {kernel: PEP}, "combined": PEP}`` plus, for late fusion,
+    ``"combined_filtered"`` (after the graph filter) and ``"dropped"`` (degenerate kernels),
+    or None when the diagnostics hold no PEP.
+    """
+    diag = diagnostics or {}
+    if "pep" in diag and isinstance(diag["pep"], dict):  # mkc, nystrom, rff power k-means
+        pep = diag["pep"]
+        base = list(pep.get("base", []))
+        names = list(kernel_names or [])
+        if len(names) != len(base):
+            names = [f"kernel {i}" for i in range(len(base))]
+        return {"t": pep.get("t", t), "base": dict(zip(names, base)), "combined": pep.get("combined")}
+    if "pep_kernels" in diag:  # late fusion
+        names = diag.get("kernel_names") or [f"kernel {i}" for i in range(len(diag["pep_kernels"]))]
+        out = {"t": diag.get("pep_t", t), "base": dict(zip(names, diag["pep_kernels"])),
+               "combined": diag.get("pep_combined_before"),
+               "combined_filtered": diag.get("pep_combined_after")}
+        kept = diag.get("kept_kernels")
+        if kept is not None:
+            out["dropped"] = [n for n in names if n not in set(kept)]
+        return out
+    return None
+
+
+def _pep_lines(pep: dict) -> list[str]:
+    t = pep.get("t") or "K"
+    lines = [f"| PEP (t = {t}) of the combined kernel | {_fmt(pep.get('combined'))} |"]
+    if pep.get("combined_filtered") is not None:
+        lines.append(f"| PEP (t = {t}) of the combined kernel after the graph filter | "
+                     f"{_fmt(pep['combined_filtered'])} |")
+    dropped = set(pep.get("dropped") or ())
+    lines += [f"| PEP (t = {t}) of {n}{' (dropped: degenerate)' if n in dropped else ''} | {_fmt(v)} |"
+              for n, v in pep.get("base", {}).items()]
+    return lines
+
+
 def summary_markdown(summary: dict, store: str | None = None) -> str:
     """A markdown report of a run: sizes, kernel weights, timings, cluster sizes, diagnostics."""
     lines = [f"# mkdist run{f' `{store}`' if store else ''}", "", "| quantity | value |", "|---|---|"]
-    for key in ("N", "n_landmarks", "n_clusters", "simplemkkm_n_iter"):
+    for key in ("method", "estimator", "N", "n_landmarks", "n_clusters", "simplemkkm_n_iter"):
         if key in summary:
             lines.append(f"| {key} | {_fmt(summary[key])} |")
     if summary.get("resumed_stages"):
@@ -35,22 +74,30 @@ def summary_markdown(summary: dict, store: str | None = None) -> str:
         lines += ["", "## Kernel weights", "", "| kernel | weight |", "|---|---|"]
         names = summary.get("kernel_names") or [str(i) for i in range(len(summary["kernel_weights"]))]
         lines += [f"| {n} | {w:.4f} |" for n, w in zip(names, summary["kernel_weights"])]
+    for key, title in (("view_weights", "View weights"), ("filter_weights", "Filter weights (mu)")):
+        if summary.get(key):
+            names = summary.get("kernel_names") or [str(i) for i in range(len(summary[key]))]
+            if len(names) != len(summary[key]):
+                names = [str(i) for i in range(len(summary[key]))]
+            lines += ["", f"## {title}", "", "| kernel / view | weight |", "|---|---|"]
+            lines += [f"| {n} | {w:.4f} |" for n, w in zip(names, summary[key])]
     if summary.get("cluster_sizes"):
         lines += ["", "## Cluster sizes", "", "| cluster | points |", "|---|---|"]
         lines += [f"| {i} | {s} |" for i, s in enumerate(summary["cluster_sizes"])]
     diag = summary.get("diagnostics")
-    if diag:
+    if diag and "lambda_K" in diag:
         lines += ["", "## Spectral diagnostics (MKC-AE Theorem 5.2)", "", "| quantity | value |", "|---|---|"]
         for k in ("lambda_K", "gap_threshold", "min_gap_ratio", "relative_gap_K", "theorem_condition_met"):
             if k in diag:
                 lines.append(f"| {k} | {_fmt(diag[k])} |")
-        if "pep" in diag:
-            lines.append(f"| PEP (t = K) of the combined kernel | {_fmt(diag['pep']['combined'])} |")
-            names = summary.get("kernel_names") or [f"kernel {i}" for i in range(len(diag["pep"].get("base", [])))]
-            lines += [f"| PEP (t = K) of {n} | {_fmt(v)} |" for n, v in zip(names, diag["pep"].get("base", []))]
         lines += ["", "lambda_K is the K-th eigenvalue of (1/n) K_alpha; the theorem wants eigen-gaps of at "
                   "least 4/sqrt(n) (`gap_threshold`). `min_gap_ratio` < 1 is typical of real data and means "
                   "the out-of-sample bound is loose, not that the clustering failed."]
+    if summary.get("pep"):
+        lines += ["", "## Principal eigenvalue proportion (GMLKM seed, Definition 2)", "",
+                  "| quantity | value |", "|---|---|"] + _pep_lines(summary["pep"])
+        lines += ["", "Share of each kernel's spectrum in its top t eigenvalues: near 1 means strong "
+                  "cluster structure, t/n (chance) means none."]
     return "\n".join(lines) + "\n"
 
 
@@ -60,7 +107,26 @@ def inspect_store(url: str) -> dict:
 
     store = RunStore.open(url, mode="r")
     info: dict[str, Any] = {"url": str(url), "attrs": store.attrs, "stages": store.stage_status()}
-    if store.is_complete("model"):
+    if store.is_complete("model") and store.read_stage("model").attrs.get("method", "mkc") != "mkc":
+        from ._pipeline import model_summary
+
+        ds = store.read_stage("model")
+        method = ds.attrs["method"]
+        overview = model_summary(store, method)
+        info["model"] = {
+            "model_type": f"{overview['estimator']} (method {method!r})",
+            "views": overview.get("views"),
+            "n_landmarks": overview.get("n_landmarks"),
+            "n_components": overview.get("n_components"),
+            "kernels": overview.get("kernel_names"),
+            "view_weights": overview.get("view_weights"),
+            "filter_weights": overview.get("filter_weights"),
+            "has_centroids": "cluster_centers" in ds or "centroids" in ds,
+            "diagnostics": overview.get("diagnostics"),
+            "pep": overview.get("pep"),
+            "n_iter": overview.get("n_iter"),
+        }
+    elif store.is_complete("model"):
         ds = store.read_stage("model")
         model = json.loads(ds.attrs["mkdist_model"])
         fit = json.loads(ds.attrs["mkdist_fit"])
@@ -74,6 +140,7 @@ def inspect_store(url: str) -> dict:
             "kernel_weights": [float(w) for w in ds["kernel_weights"].values] if "kernel_weights" in ds else None,
             "has_centroids": "cluster_centers" in ds,
             "diagnostics": fit.get("diagnostics"),
+            "pep": pep_overview(fit.get("diagnostics"), model.get("kernel_names")),
             "n_iter": fit.get("n_iter"),
         }
     if store.is_complete("metrics"):
@@ -90,17 +157,28 @@ def inspect_markdown(info: dict) -> str:
         lines.append("model:")
         for k in ("model_type", "views", "n_landmarks", "n_components", "has_centroids", "n_iter"):
             lines.append(f"  {k:<14} {model[k]}")
-        if model.get("kernel_weights"):
-            lines.append("  kernel weights:")
-            lines += [f"    {n:<40} {w:.4f}" for n, w in zip(model["kernels"], model["kernel_weights"])]
+        names = model.get("kernels") or []
+        for key, title in (("kernel_weights", "kernel weights"), ("view_weights", "view weights"),
+                           ("filter_weights", "filter weights (mu)")):
+            weights = model.get(key)
+            if weights:
+                labels = names if len(names) == len(weights) else [str(i) for i in range(len(weights))]
+                lines.append(f"  {title}:")
+                lines += [f"    {n:<40} {w:.4f}" for n, w in zip(labels, weights)]
         diag = model.get("diagnostics") or {}
         for k in ("lambda_K", "min_gap_ratio", "relative_gap_K"):
             if k in diag:
                 lines.append(f"  {k:<14} {_fmt(diag[k])}")
-        pep = diag.get("pep") or {}
+        pep = model.get("pep")
         if pep:
-            lines.append(f"  PEP combined   {_fmt(pep['combined'])}  (share of the combined kernel's spectrum in its top K)")
-            lines += [f"  PEP {n:<36} {_fmt(v)}" for n, v in zip(model.get("kernels") or [], pep.get("base", []))]
+            t = pep.get("t") or "K"
+            lines.append(f"  PEP (t = {t}), share of each kernel's spectrum in its top t eigenvalues:")
+            lines.append(f"    {'combined kernel':<40} {_fmt(pep.get('combined'))}")
+            if pep.get("combined_filtered") is not None:
+                lines.append(f"    {'combined, after the graph filter':<40} {_fmt(pep['combined_filtered'])}")
+            dropped = set(pep.get("dropped") or ())
+            lines += [f"    {n:<40} {_fmt(v)}{'  (dropped: degenerate)' if n in dropped else ''}"
+                      for n, v in pep.get("base", {}).items()]
     summary = info.get("summary")
     if summary:
         lines.append("summary:")

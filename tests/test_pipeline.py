@@ -234,3 +234,54 @@ def test_other_method_through_the_store(dask_client, data, tmp_path):
         cluster(_dask(views), str(tmp_path / "x.zarr"), 3, method="spectral")
     with pytest.raises(InputValidationError, match="does not take"):
         cluster(_dask(views[:1]), str(tmp_path / "y.zarr"), 3, method="nystrom", method_params={"gamma": 1})
+
+
+@pytest.mark.parametrize("method, n_views, params", [
+    ("late-fusion", 2, {"kernels": "rbf-grid", "n_landmarks": 200}),
+    ("mv-rff-power", 2, {}),
+    ("rff-power", 1, {}),
+    ("nystrom", 1, {}),
+])
+def test_every_method_round_trips_and_reports_pep(dask_client, data, tmp_path, method, n_views, params):
+    """Each method= fits, stores its model without pickle, assigns like its own predict, and
+    reports the principal eigenvalue proportion in the summary artifact and in inspect."""
+    from mkdist._pipeline import load_estimator
+    from mkdist._report import inspect_markdown, inspect_store, summary_markdown
+
+    views, y = data
+    url = str(tmp_path / "run.zarr")
+    kernels = params.pop("kernels", None)
+    res = cluster(_dask(views[:n_views]), url, 3, kernels=kernels, random_state=0, method=method,
+                  method_params=params or None, y_true=y)
+    assert res.metrics["scores"]["acc"] >= 0.95, res.metrics["scores"]
+    est = load_estimator(url)
+    labels = res.labels.compute()
+    np.testing.assert_array_equal(np.asarray(est.predict(views[:n_views] if n_views > 1 else views[0])), labels)
+    out = assign(url, _dask(views[:n_views]), str(tmp_path / "out.zarr"))
+    np.testing.assert_array_equal(out.read_stage("labels")["labels"].values, labels)
+
+    pep = res.metrics["pep"]
+    assert pep["t"] == 3 and 0 < pep["combined"] <= 1 + 1e-9
+    assert pep["base"] and all(0 < v <= 1 + 1e-9 for v in pep["base"].values())
+    md = summary_markdown(res.metrics, url)
+    assert "Principal eigenvalue proportion" in md and "of the combined kernel" in md
+    text = inspect_markdown(inspect_store(url))
+    assert "PEP (t = 3)" in text and method in text
+    if method == "late-fusion":
+        assert pep["combined_filtered"] is not None and "after the graph filter" in text
+
+
+def test_run_options_reach_other_methods_or_are_refused(data, tmp_path):
+    """kernels / n_landmarks / scale mean the same for every method that has them."""
+    from mkdist._pipeline import RunConfig
+
+    est = RunConfig(3, kernels="rbf-grid", n_landmarks=100, method="late-fusion").make_estimator()
+    assert est.kernels == "rbf-grid" and est.n_landmarks == 100
+    with pytest.raises(InputValidationError, match="does not use `kernels`"):
+        RunConfig(3, kernels="rbf-grid", method="rff-power").make_estimator()
+    with pytest.raises(InputValidationError, match="give it once"):
+        RunConfig(3, scale="minmax", method="late-fusion", method_params={"scale": "standard"}).make_estimator()
+    views, _ = data
+    with pytest.raises(InputValidationError, match="does not use `n_landmarks`"):
+        cluster(_dask(views), str(tmp_path / "x.zarr"), 3, n_landmarks=10, method="mv-rff-power")
+    assert not (tmp_path / "x.zarr").exists()
