@@ -188,3 +188,22 @@ def test_cli_run_inspect_assign_and_exit_codes(prefect_api, dask_address, source
              "--quiet", api=prefect_api)
     assert r.returncode == 2 and "different run" in r.stderr
     assert RunStore.open(store).stage_status()["labels"] == "complete"
+
+
+def test_cluster_flow_other_method_publishes_pep_artifact(prefect_api, dask_address, source, tmp_path):
+    """method="late-fusion" through the flow; its markdown artifact carries the PEP table."""
+    from prefect.client.orchestration import get_client
+
+    from mkdist.flows import cluster_flow
+
+    path, views, y = source
+    store = str(tmp_path / "lf.zarr")
+    summary = cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, kernels="rbf-grid",
+                           method="late-fusion", random_state=0, dask_address=dask_address, label_key="y")
+    assert summary["scores"]["acc"] >= 0.99 and summary["method"] == "late-fusion"
+    assert summary["pep"]["combined_filtered"] > 0
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_latest_artifacts(limit=100)
+    mine = [a for a in artifacts if store in (a.description or "")]
+    assert mine, [(a.key, a.description) for a in artifacts]
+    assert "Principal eigenvalue proportion" in mine[0].data and "after the graph filter" in mine[0].data
