@@ -179,7 +179,10 @@ def test_objective_never_increases_at_fixed_s(cls, views):
     X, _ = views
     est = _fit(cls, X, s0=-2.0, annealing=1.0, max_iter=25, tol=0.0)
     f = est.objective_history_
-    assert f.size == 25 and np.all(np.diff(f) <= 1e-9 * np.abs(f[:-1]))
+    # tol=0 stops only at an exact fixed point (centroid shift exactly 0), which BLAS
+    # rounding reaches on some machines before max_iter: then later steps would repeat it.
+    assert 5 <= f.size <= 25 and (f.size == 25 or est.diagnostics_["converged"])
+    assert np.all(np.diff(f) <= 1e-9 * np.abs(f[:-1]))
     assert f[-1] < f[0]
 
 
