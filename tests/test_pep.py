@@ -72,3 +72,23 @@ def test_dask_input_is_refused_with_a_fix():
     da = pytest.importorskip("dask.array")
     with pytest.raises(InputValidationError, match="compute"):
         pep(da.ones((10, 3), chunks=5), 1)
+
+
+def test_multiple_kernel_clustering_warns_about_near_identity_kernels():
+    """A too-narrow Gaussian is the identity on the landmarks: named, with its weight share."""
+    import warnings
+
+    from sklearn.datasets import make_blobs
+
+    from mkdist import KernelSpec, MultipleKernelClustering
+    from mkdist.errors import DegenerateKernelWarning
+
+    X, _ = make_blobs(300, n_features=5, centers=3, cluster_std=1.0, random_state=0)
+    specs = [KernelSpec("view0", "rbf", bandwidth=1e-3), KernelSpec("view0", "rbf")]
+    with pytest.warns(DegenerateKernelWarning, match=r"1 base kernel.*sigma=0\.001.*kernel weight"):
+        est = MultipleKernelClustering(3, kernels=specs, random_state=0).fit(X)
+    base = est.diagnostics_["pep"]["base"]
+    assert base[0] < 3 / 300 + 0.01 < base[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateKernelWarning)
+        MultipleKernelClustering(3, random_state=0).fit(X)
