@@ -941,9 +941,12 @@ class LateFusionClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         d, eigenvectors per base partition, n_clusters <= d <= n_landmarks.  None: 2 x n_clusters
         (capped at n_landmarks).  Eigenpairs with lambda <= 1e-8 lambda_1 (numerical null
         space of a low-rank kernel) are left out of H_p.
-    graph_filter_order : int, default=2
+    graph_filter_order : int, default=3
         o_bar >= 0.  0 gives plain late fusion (G~ = I), the ablation baseline on the same code
-        path.  The paper picks o_bar from {1, 2, 3}.
+        path.  The paper picks o_bar from {1, 2, 3} per data set; 3 is the default because it
+        measured best and most stable (UCI mfeat pix, mkkm12, min-max, d = 2k, 10 seeds: ACC
+        0.866 / 0.873 / 0.928 for o_bar = 1 / 2 / 3, std 0.042 / 0.064 / 0.027; plain late
+        fusion 0.846; bench/RESULTS.md).
     n_neighbors : int, default=5
         k of the adaptive-neighbour graphs, 1 <= k <= n_landmarks - 2 (the closed form needs the
         (k+1)-th neighbour).  The paper fixes 5.
@@ -1076,7 +1079,7 @@ class LateFusionClustering(ClusterMixin, TransformerMixin, BaseEstimator):
     """
 
     def __init__(self, n_clusters: int = 8, *, kernels: Any = "mkkm12", embedding_dim: int | None = None,
-                 graph_filter_order: int = 2, n_neighbors: int = 5, n_landmarks: int | None = None,
+                 graph_filter_order: int = 3, n_neighbors: int = 5, n_landmarks: int | None = None,
                  min_pep_ratio: float = 0.1, filter_weights: str = "learned", center: bool = True,
                  normalize: str | None = "diagonal", scale: str | None = None, max_iter: int = 30,
                  tol: float = 1e-6, n_init: int = 10, full_pep: bool = False, random_state=None):
