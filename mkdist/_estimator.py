@@ -9,12 +9,11 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted
 
 from ._fit import fit_landmark_model
 from ._model import MKCModel, assign_chunk, embed
 from ._sampling import sample_landmark_indices
-from ._validation import as_views, check_finite, check_int, check_real, common_float_dtype, is_dask_array
+from ._validation import check_int, check_real, common_float_dtype, is_dask_array, ViewsInputMixin
 from .errors import InputValidationError
 
 __all__ = ["MultipleKernelClustering", "default_n_landmarks"]
@@ -35,7 +34,7 @@ def default_n_landmarks(n_samples: int) -> int:
     return int(min(n_samples, DEFAULT_MAX_LANDMARKS))
 
 
-class MultipleKernelClustering(ClusterMixin, TransformerMixin, BaseEstimator):
+class MultipleKernelClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, BaseEstimator):
     """Multiple kernel clustering on landmarks with out-of-sample embedding (SimpleMKKM + MKC-AE).
 
     Fits SimpleMKKM on ``n_landmarks`` sampled points: kernel weights gamma on the simplex and
@@ -159,11 +158,6 @@ class MultipleKernelClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         check_int("kmeans_max_iter", self.kmeans_max_iter, low=1)
         return n
 
-    def _views(self, X) -> dict:
-        views = as_views(X)
-        check_finite(views)
-        return views
-
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None):
         """Fit the model on the views and label every row.
@@ -230,12 +224,6 @@ class MultipleKernelClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         self.diagnostics_ = {**info["diagnostics"], "timings": dict(info["timings"])}
 
     # ------------------------------------------------------------------ inference
-    def _check_predict_views(self, X) -> dict:
-        check_is_fitted(self, "model_")
-        views = self._views(X)
-        self.model_.check_views(views, type(self).__name__)
-        return views
-
     def transform(self, X):
         """Embed points with the fitted model (no refit).
 

@@ -48,7 +48,7 @@ from ._model import Scaling, assign_chunk
 from ._pep import principal_eigenvalue_proportion, top_eigenvalue_sum
 from ._sampling import gather_rows, sample_landmark_indices
 from ._simplemkkm import top_eigenpairs
-from ._validation import as_views, check_finite, check_int, check_real, is_dask_array
+from ._validation import check_finite, check_int, check_real, is_dask_array, ViewsInputMixin
 from .errors import DegenerateKernelWarning, InputValidationError
 
 __all__ = ["LateFusionClustering", "LateFusionModel", "adaptive_neighbor_weights", "default_n_landmarks"]
@@ -907,7 +907,7 @@ def _json_param(value: Any) -> Any:
         return None
 
 
-class LateFusionClustering(ClusterMixin, TransformerMixin, BaseEstimator):
+class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, BaseEstimator):
     """Graph-filtered late-fusion multiple kernel clustering (GMLKM) with out-of-sample assignment.
 
     Fits GMLKM (Du et al., Algorithm 1) on ``n_landmarks`` sampled points and assigns every
@@ -1152,11 +1152,6 @@ class LateFusionClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         resolve_kernel_specs(self.kernels, list(view_names))  # unknown views / sets fail here
         return n, d
 
-    def _views(self, X) -> dict:
-        views = as_views(X)
-        check_finite(views)
-        return views
-
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None):
         """Fit GMLKM on the landmarks and label every row.
@@ -1293,12 +1288,6 @@ class LateFusionClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         return labels
 
     # ------------------------------------------------------------------ inference
-    def _check_predict_views(self, X) -> dict:
-        check_is_fitted(self, "model_")
-        views = self._views(X)
-        self.model_.check_views(views, type(self).__name__)
-        return views
-
     def transform(self, X):
         """Filtered late-fusion embedding H~ of every row (out of sample; no refit).
 

@@ -193,3 +193,25 @@ def check_real(name: str, value: Any, *, low: float | None = None, low_inclusive
         op = "<=" if high_inclusive else "<"
         raise InputValidationError(f"`{name}`={value} must be {op} {high}.")
     return value
+
+
+class ViewsInputMixin:
+    """Input handling shared by the estimators whose fitted ``model_`` knows its views.
+
+    ``_views`` turns any accepted input into named views and refuses NaN/inf;
+    ``_check_predict_views`` also checks the estimator is fitted and that the views match
+    the ones it was fitted on (names and features per view).
+    """
+
+    def _views(self, X) -> dict:
+        views = as_views(X)
+        check_finite(views)
+        return views
+
+    def _check_predict_views(self, X) -> dict:
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "model_")
+        views = self._views(X)
+        self.model_.check_views(views, type(self).__name__)
+        return views

@@ -1,0 +1,503 @@
+"""GMLKM graph-filtered late fusion (LateFusionClustering) benchmarks, printing JSON.
+
+    python bench/bench_late_fusion.py --part mfeat  [--seeds 10]   # ablations on UCI mfeat pix
+    python bench/bench_late_fusion.py --part oos    [--seeds 10]   # 500 landmarks -> other 1500
+    python bench/bench_late_fusion.py --part mnist  [--landmarks 2000,5000] [--fit-n 10000] [--profile]
+    python bench/bench_late_fusion.py --part scale  --n 1000000 [--scheduler cluster]   # Dask
+
+* ``mfeat``: view3 (pix, 2000 x 240), kernels "mkkm12", all 2000 points as landmarks,
+  scale="minmax", d = 2k.  ACC/NMI/ARI mean and std over seeds for graph_filter_order 1, 2,
+  3 and 0 (plain late fusion), the average single base partition (k-means on each H_p),
+  MultipleKernelClustering(kernels="mkkm12", n_landmarks=2000, scale="minmax"), the
+  degenerate-kernel cure ablation (min_pep_ratio=0 vs default; filter_weights="uniform") and
+  the PEPs before / after filtering.  The base partitions do not depend on the k-means seed,
+  so they are computed once per kernel rule and reused across seeds and filter orders via
+  ``LateFusionClustering._fit_from_base``; ``cached_path_check`` verifies that this gives the
+  labels of a plain ``fit`` for seed 0.  Likewise SimpleMKKM on all points is deterministic,
+  so MultipleKernelClustering is fitted once and only its k-means is re-run per seed, with
+  the seed sequence ``fit`` would use.
+* ``oos``: per seed, fit on 500 landmarks (same settings as ``mfeat``), ``predict`` the other
+  1500 rows out of sample; ACC/NMI/ARI on the 1500 and on all 2000 (landmark labels + the
+  assigned ones, i.e. ``labels_``), next to a plain fit on all 2000 points with the same seed.
+  Target: mean ACC within 3 points of the all-landmark fit.  Plain ``fit`` calls (no cache).
+* ``mnist``: per n in ``--landmarks``, fit on n rows drawn from the 60k training rows (X/255,
+  all of them landmarks, so the fit does no training-row assignment), ``predict`` the 10k
+  test rows; test NMI/ACC and the time of every part.  ``--kernels``: comma-separated kernel
+  sets, default "mkkm12,rbf-grid" (12 kernels -- the estimator's default -- vs 3 Gaussians;
+  the kernels come from one GEMM per view and the near-identity ones are screened before
+  their eigensolve, so mkkm12 costs little more than rbf-grid).  ``--fit-n``: a fit on that
+  many training rows per kernel set (the issue asks < 1 minute at 10,000), with the
+  estimator's step timings, the dominant step and (``--profile``) the top functions.
+* ``scale``: the W1 workload of bench_pipeline.py (two 32-feature views, 10 clusters) as lazy
+  Dask arrays read from bench/out/data/w1-<N>.zarr (written once by bench_pipeline.w1_input);
+  fit on landmarks (default n_landmarks), then the lazy ``labels_`` computed on a fresh
+  LocalCluster (2 workers x 1 thread, 127.0.0.1) or the threaded scheduler; assignment time
+  and peak worker RSS, next to MultipleKernelClustering (W1 parameters) on the same data:
+  its Dask fit (landmark fit + embedding persisted + distributed k-means) and a separate
+  ``transform`` (embedding) pass, on its own fresh cluster.
+
+Timings depend on the machine's load: every result records ``load_avg_start`` / ``_end``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+import warnings
+
+import numpy as np
+from _common import SHARED_DATA, emit, machine
+
+from mkdist._estimator import MultipleKernelClustering
+from mkdist._late_fusion import LateFusionClustering, _fit_base
+from mkdist._sampling import sample_landmark_indices
+from mkdist.errors import DegenerateKernelWarning
+from mkdist.metrics import ari, clustering_accuracy, nmi
+
+K_MFEAT = 10
+
+
+def scores(y, labels) -> dict:
+    return {"acc": clustering_accuracy(y, labels), "nmi": nmi(y, labels), "ari": ari(y, labels)}
+
+
+def summary(rows: list[dict]) -> dict:
+    out = {}
+    for key in ("acc", "nmi", "ari"):
+        vals = np.array([r[key] for r in rows])
+        out[key] = {"mean": float(vals.mean()), "std": float(vals.std()), "min": float(vals.min()),
+                    "max": float(vals.max())}
+    out["n_runs"] = len(rows)
+    return out
+
+
+def load_pix():
+    d = np.load(SHARED_DATA / "mfeat.npz")
+    return d["view3"], d["y"]
+
+
+def fit_seeds(est: LateFusionClustering, random_state: int):
+    """The three seeds ``fit`` draws (landmarks, base partitions, fusion)."""
+    rng = np.random.RandomState(random_state)
+    return tuple(int(s) for s in rng.randint(np.iinfo(np.int32).max, size=3))
+
+
+def base_for(est: LateFusionClustering, X: np.ndarray, seed_base: int):
+    n = X.shape[0]
+    d = est.embedding_dim or 2 * est.n_clusters
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateKernelWarning)
+        t0 = time.perf_counter()
+        base = _fit_base({"view0": X}, n_clusters=est.n_clusters, embedding_dim=min(d, n), kernels=est.kernels,
+                         center=est.center, normalize=est.normalize, scale=est.scale,
+                         min_pep_ratio=est.min_pep_ratio, random_state=seed_base)
+    return base, time.perf_counter() - t0
+
+
+def run_cached(est: LateFusionClustering, base, y: np.ndarray, seeds: int) -> tuple[list[dict], list]:
+    rows, fitted = [], []
+    n = y.size
+    for s in range(seeds):
+        _, _, seed_fusion = fit_seeds(est, s)
+        e = LateFusionClustering(**est.get_params())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t0 = time.perf_counter()
+            e._fit_from_base(base, np.arange(n), seed_fusion)
+            dt = time.perf_counter() - t0
+        labels = e.model_.landmark_labels
+        rows.append({"seed": s, **scores(y, labels), "fusion_s": dt, "n_iter": e.n_iter_,
+                     "objective": float(e.objective_history_[-1])})
+        fitted.append(e)
+    return rows, fitted
+
+
+def part_mfeat(args) -> dict:
+    X, y = load_pix()
+    n = X.shape[0]
+    common = dict(n_clusters=K_MFEAT, kernels="mkkm12", scale="minmax")
+    out: dict = {"data": "UCI mfeat view3 (pix), 2000 x 240, k=10, kernels mkkm12, all points landmarks, "
+                         "scale=minmax, d=2k=20, n_neighbors=5"}
+
+    # One plain fit with the default settings: time, PEPs, and the check of the cached path.
+    default = LateFusionClustering(**common, random_state=0, full_pep=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t0 = time.perf_counter()
+        default.fit(X)
+        fit_s = time.perf_counter() - t0
+    diag = default.diagnostics_
+    out["default_fit"] = {
+        "params": {k: v for k, v in default.get_params().items() if k != "random_state"},
+        "fit_s": fit_s, "timings": diag["timings"], "n_iter": default.n_iter_,
+        "warnings": [str(w.message) for w in caught],
+        "dropped_kernels": default.dropped_kernels_,
+        "kept_kernels": diag["kept_kernels"],
+        "view_weights": dict(zip(diag["kernel_names"], default.view_weights_.round(4).tolist())),
+        "filter_weights": dict(zip(diag["kernel_names"], default.filter_weights_.round(4).tolist())),
+        "objective_history": default.objective_history_.tolist(),
+        **scores(y, default.labels_),
+    }
+    out["pep"] = {
+        "t": K_MFEAT, "chance_k_over_n": diag["pep_chance"],
+        "base_kernels": dict(zip(diag["kernel_names"], diag["pep_kernels"])),
+        "base_kernels_exact": diag["pep_kernels_exact"],
+        "base_kernels_filtered_GKG": diag["pep_kernels_filtered"],
+        "combined_kernel_sum_gamma2_K_before": diag["pep_kernel_combined_before"],
+        "combined_kernel_after_filter_GKG": diag["pep_kernel_combined_after"],
+        "late_fusion_HgHg_before": diag["pep_combined_before"],
+        "late_fusion_HtHt_after": diag["pep_combined_after"],
+        "partitions_filtered_GH": dict(zip(diag["kept_kernels"], diag["pep_partitions_filtered"])),
+        "partitions_unfiltered": diag["pep_partitions_unfiltered"][0],
+    }
+
+    seed_l, seed_b, _ = fit_seeds(default, 0)
+    base_cure, t_cure = base_for(default, X, seed_b)
+    no_cure = LateFusionClustering(**common, min_pep_ratio=0.0)
+    base_all, t_all = base_for(no_cure, X, seed_b)
+    out["base_partitions_s"] = {"with_cure": t_cure, "without_cure": t_all}
+    # The cached path with seed 0's base partitions and fusion seed gives fit()'s labels exactly.
+    _, fits0 = run_cached(LateFusionClustering(**common), base_cure, y, 1)
+    out["cached_path_check"] = {
+        "labels_equal_plain_fit_seed0": bool(np.array_equal(fits0[0].model_.landmark_labels, default.labels_)),
+        "note": "seeds 1.. reuse seed 0's base partitions: only the Lanczos start vector differs from a plain "
+                "fit (same eigenspaces, signs fixed)"}
+
+    results = {}
+    for order in (1, 2, 3, 0):
+        rows, _ = run_cached(LateFusionClustering(**common, graph_filter_order=order), base_cure, y, args.seeds)
+        results[f"order{order}"] = {**summary(rows), "per_seed": rows}
+    out["filter_order"] = results
+
+    abl = {}
+    for name, params, base in [
+        ("cure_default(min_pep_ratio=0.1)", {}, base_cure),
+        ("no_cure(min_pep_ratio=0)", {"min_pep_ratio": 0.0}, base_all),
+        ("no_cure+uniform_mu", {"min_pep_ratio": 0.0, "filter_weights": "uniform"}, base_all),
+        ("cure+uniform_mu", {"filter_weights": "uniform"}, base_cure),
+    ]:
+        rows, fits = run_cached(LateFusionClustering(**common, **params), base, y, args.seeds)
+        mu = np.mean([f.filter_weights_ for f in fits], axis=0)
+        abl[name] = {**summary(rows), "mean_filter_weights": dict(zip(diag["kernel_names"], mu.round(3).tolist())),
+                     "per_seed": rows}
+    out["degenerate_cure_ablation"] = abl
+
+    # Average single base partition: k-means (n_init=10) on every H_p, all 12 kernels.
+    from sklearn.cluster import KMeans
+
+    single = {}
+    for p, Hp in sorted(base_all.H.items()):
+        rows = [scores(y, KMeans(K_MFEAT, n_init=10, random_state=s).fit_predict(Hp)) for s in range(args.seeds)]
+        single[base_all.kernels[p].name] = summary(rows)
+    kept_names = [base_all.kernels[p].name for p in base_cure.kept]
+    out["single_base_partitions"] = {
+        "avg_all_12": {k: float(np.mean([v[k]["mean"] for v in single.values()])) for k in ("acc", "nmi", "ari")},
+        "avg_kept": {k: float(np.mean([single[nm][k]["mean"] for nm in kept_names])) for k in ("acc", "nmi", "ari")},
+        "per_kernel": single,
+    }
+
+    # MultipleKernelClustering on the same kernels (SimpleMKKM on all points: deterministic).
+    mkc = MultipleKernelClustering(K_MFEAT, kernels="mkkm12", n_landmarks=n, scale="minmax", random_state=0)
+    t0 = time.perf_counter()
+    mkc.fit(X)
+    mkc_s = time.perf_counter() - t0
+    H_N = mkc.transform(X)
+    rows = [{"seed": s, **scores(y, _mkc_labels(X, n, mkc, H_N, s))} for s in range(args.seeds)]
+    out["multiple_kernel_clustering"] = {
+        **summary(rows), "fit_s": mkc_s,
+        "seed0_equals_fit": bool(np.array_equal(_mkc_labels(X, n, mkc, H_N, 0), mkc.labels_)),
+        "kernel_weights": dict(zip(diag["kernel_names"], mkc.kernel_weights_.round(4).tolist()))}
+    out["paper"] = {"GMLKM_Mfeat_acc": 0.947, "GMLKM_Mfeat_nmi": 0.907,
+                    "note": "paper: 12 shifted-Laplacian kernels (Wu et al. 2024 setting), d and order tuned "
+                            "per data set from {c..4c} x {1,2,3}; here one view (pix) and the mkkm12 kernels"}
+    return out
+
+
+def _mkc_labels(X, n, mkc, H_N, s):
+    """MultipleKernelClustering(random_state=s).fit(X).labels_ without refitting SimpleMKKM.
+
+    With all points as landmarks the SimpleMKKM fit does not depend on the seed; ``fit`` draws
+    the landmarks, one seed for the kernel fit and one for k-means, in that order.
+    """
+    from sklearn.cluster import KMeans
+
+    rng = np.random.RandomState(s)
+    sample_landmark_indices({"view0": X}, n, random_state=rng)
+    rng.randint(np.iinfo(np.int32).max)
+    km = KMeans(mkc.n_clusters, n_init=mkc.n_init, max_iter=mkc.kmeans_max_iter,
+                random_state=rng.randint(np.iinfo(np.int32).max)).fit(H_N)
+    return km.labels_
+
+
+# ---------------------------------------------------------------------------------- oos
+def part_oos(args) -> dict:
+    X, y = load_pix()
+    N = X.shape[0]
+    n_lm = 500
+    common = dict(n_clusters=K_MFEAT, kernels="mkkm12", scale="minmax")
+    rows_oos, rows_all, rows_full = [], [], []
+    per_seed = []
+    for s in range(args.seeds):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateKernelWarning)
+            est = LateFusionClustering(**common, n_landmarks=n_lm, random_state=s)
+            t0 = time.perf_counter()
+            est.fit(X)
+            fit_wall = time.perf_counter() - t0
+            lm = est.landmark_indices_
+            rest = np.setdiff1d(np.arange(N), lm)
+            t0 = time.perf_counter()
+            pred = est.predict(X[rest])
+            assign_s = time.perf_counter() - t0
+            full = LateFusionClustering(**common, random_state=s)
+            t0 = time.perf_counter()
+            full.fit(X)
+            full_s = time.perf_counter() - t0
+        tim = est.diagnostics_["timings"]
+        r_oos = scores(y[rest], pred)
+        r_all = scores(y, est.labels_)
+        r_full = scores(y, full.labels_)
+        rows_oos.append(r_oos)
+        rows_all.append(r_all)
+        rows_full.append(r_full)
+        per_seed.append({
+            "seed": s, "oos_1500": r_oos, "all_2000": r_all, "all_landmark_fit": r_full,
+            "landmark_500_fit": scores(y[lm], est.model_.landmark_labels),
+            "predict_equals_labels_": bool(np.array_equal(pred, est.labels_[rest])),
+            "nmi_vs_all_landmark_fit": nmi(full.labels_, est.labels_),
+            "fit_s": fit_wall - tim["assign_s"], "fit_wall_s_incl_training_assign": fit_wall,
+            "assign_1500_s": assign_s, "all_landmark_fit_s": full_s, "timings": tim,
+            "kept_kernels": len(est.kept_kernels_), "all_landmark_kept_kernels": len(full.kept_kernels_),
+        })
+    out = {
+        "data": "UCI mfeat view3 (pix), 2000 x 240, k=10, kernels mkkm12, scale=minmax, defaults otherwise",
+        "n_landmarks": n_lm, "n_out_of_sample": N - n_lm,
+        "oos_1500": summary(rows_oos), "all_2000_landmarks_plus_assigned": summary(rows_all),
+        "all_landmark_fit_2000": summary(rows_full),
+        "times_mean_s": {k: float(np.mean([r[k] for r in per_seed]))
+                         for k in ("fit_s", "assign_1500_s", "all_landmark_fit_s")},
+        "per_seed": per_seed,
+    }
+    # Where the gap comes from: the fit on n landmarks (its own ACC on the landmarks) vs how
+    # faithfully the other N - n rows are assigned, for n in a grid.
+    grid = {}
+    for n_grid in (500, 1000, 1500):
+        accs_fit, accs_oos = [], []
+        for s in range(args.seeds):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DegenerateKernelWarning)
+                est = LateFusionClustering(**common, n_landmarks=n_grid, random_state=s).fit(X)
+            lm = est.landmark_indices_
+            rest = np.setdiff1d(np.arange(N), lm)
+            accs_fit.append(clustering_accuracy(y[lm], est.model_.landmark_labels))
+            accs_oos.append(clustering_accuracy(y[rest], est.labels_[rest]))
+        grid[str(n_grid)] = {"landmark_fit_acc": summary([{"acc": a, "nmi": 0.0, "ari": 0.0} for a in accs_fit])["acc"],
+                             "out_of_sample_acc": summary([{"acc": a, "nmi": 0.0, "ari": 0.0} for a in accs_oos])["acc"]}
+    out["acc_vs_n_landmarks"] = grid
+    gap = out["all_landmark_fit_2000"]["acc"]["mean"] - out["all_2000_landmarks_plus_assigned"]["acc"]["mean"]
+    gap_oos = out["all_landmark_fit_2000"]["acc"]["mean"] - out["oos_1500"]["acc"]["mean"]
+    out["target"] = {"rule": "mean ACC within 3 points (0.03) of the all-landmark fit",
+                     "acc_gap_all_2000": gap, "acc_gap_oos_1500": gap_oos,
+                     "holds_all_2000": bool(gap <= 0.03), "holds_oos_1500": bool(gap_oos <= 0.03)}
+    return out
+
+
+# ---------------------------------------------------------------------------------- mnist
+def _dominant(timings: dict) -> str:
+    steps = {k: v for k, v in timings.items() if k.endswith("_s")}
+    return max(steps, key=steps.get) if steps else ""
+
+
+def _profile_top(prof, n: int = 15) -> list[dict]:
+    """The n functions with the largest own time (cProfile), for the step breakdown."""
+    import pstats
+
+    st = pstats.Stats(prof)
+    rows = []
+    for (file, line, fn), (cc, nc, tt, ct, _) in st.stats.items():
+        rows.append({"function": f"{os.path.basename(file)}:{line}:{fn}", "calls": nc, "tottime_s": round(tt, 3),
+                     "cumtime_s": round(ct, 3)})
+    return sorted(rows, key=lambda r: -r["tottime_s"])[:n]
+
+
+def _mnist_fit(Xtr, ytr, Xte, yte, n: int, kernels: str, seed: int, predict: bool = True,
+               profile: bool = False) -> dict:
+    idx = sample_landmark_indices({"view0": Xtr}, n, random_state=seed)
+    Xl = Xtr[idx]
+    est = LateFusionClustering(10, kernels=kernels, n_landmarks=n, random_state=seed)
+    prof = None
+    if profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t0 = time.perf_counter()
+        if prof is not None:
+            prof.enable()
+        est.fit(Xl)
+        if prof is not None:
+            prof.disable()
+        fit_s = time.perf_counter() - t0
+    tim = dict(est.diagnostics_["timings"])
+    out = {"n_landmarks": n, "kernels": kernels, "seed": seed, "fit_s": fit_s, "timings": tim,
+           "dominant_step": _dominant(tim), "n_iter": est.n_iter_,
+           "n_kernels": len(est.kernels_), "kept_kernels": est.diagnostics_["kept_kernels"],
+           "dropped_kernels": [d["name"] for d in est.dropped_kernels_],
+           "dropped_without_eigensolve": sum(not d["pep_exact"] for d in est.dropped_kernels_),
+           "warnings": sorted({type(w.message).__name__ for w in caught}),
+           "landmark_scores": scores(ytr[idx], est.labels_)}
+    if prof is not None:
+        out["profile_top_tottime"] = _profile_top(prof)
+    if predict:
+        t0 = time.perf_counter()
+        pred = est.predict(Xte)
+        out["assign_test_s"] = time.perf_counter() - t0
+        out["test_scores"] = scores(yte, pred)
+    return out
+
+
+def part_mnist(args) -> dict:
+    from bench_nystrom_mnist import load_mnist
+
+    Xtr, ytr, Xte, yte = load_mnist()
+    ns = [int(v) for v in args.landmarks.split(",") if v]
+    kernel_sets = [k for k in args.kernels.split(",") if k]
+    out: dict = {"data": "MNIST, n landmarks drawn (uniform, sample_landmark_indices) from the 60k training "
+                         "rows, X/255 float32, k=10; test = the 10k test rows, assigned out of sample",
+                 "kernel_sets": kernel_sets, "defaults_otherwise": True}
+    # Warm-up (imports, BLAS / k-means thread pools) so the first timed fit is not penalised.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        LateFusionClustering(10, kernels=kernel_sets[0], random_state=0).fit(Xtr[:500])
+    out["runs"] = [_mnist_fit(Xtr, ytr, Xte, yte, n, ks, 0) for ks in kernel_sets for n in ns]
+    if args.fit_n:
+        fits = []
+        for ks in kernel_sets:
+            r = _mnist_fit(Xtr, ytr, Xte, yte, args.fit_n, ks, 0, predict=not args.fit_n_no_predict,
+                           profile=args.profile)
+            r["target"] = {"rule": "fit < 60 s at n_landmarks = 10,000", "holds": bool(r["fit_s"] < 60.0)}
+            fits.append(r)
+        out["fit_n"] = fits
+    return out
+
+
+# ---------------------------------------------------------------------------------- scale
+def _vm_hwm() -> float:
+    """Peak resident set of the calling process's current address space (VmHWM), GiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024 / 2**30
+    return float("nan")
+
+
+def part_scale(args) -> dict:
+    import dask
+    import xarray as xr
+
+    # One BLAS thread per worker process (the environment of bench_pipeline, set on import).
+    from bench_pipeline import W1, local_cluster, w1_input, worker_peak_rss
+
+    src = w1_input(args.n)
+    ds = xr.open_zarr(src, consolidated=False)
+    y = ds["y"].values
+    views = {"view0": ds["view0"].data, "view1": ds["view1"].data}
+    out: dict = {"data": f"W1 (bench_pipeline): {args.n} x (32 + 32) float32, 10 clusters, read lazily from "
+                         f"{src.relative_to(src.parents[2])}, row chunks {views['view0'].chunks[0][0]}",
+                 "scheduler": args.scheduler}
+
+    def run(fn):
+        if args.scheduler != "cluster":
+            with dask.config.set(scheduler="threads"):
+                return fn(None), None, None
+        cluster, client = local_cluster()
+        try:
+            address = cluster.scheduler_address
+            base = worker_peak_rss(client)
+            hwm0 = client.run(_vm_hwm)
+            res = fn(client)
+            peaks = worker_peak_rss(client)
+            hwm = client.run(_vm_hwm)
+        finally:
+            client.close()
+            cluster.close()
+        # ru_maxrss (bench_pipeline.worker_peak_rss) survives fork + exec on Linux: a worker
+        # spawned by a large driver starts at the driver's RSS.  VmHWM is the peak of the
+        # worker's own address space; both are reported.
+        return res, {"scheduler_address": address,
+                     "worker_ru_maxrss_at_start_gib": base, "worker_ru_maxrss_gib": peaks,
+                     "worker_vmhwm_at_start_gib": {a: round(v, 3) for a, v in hwm0.items()},
+                     "worker_peak_rss_gib": {a: round(v, 3) for a, v in hwm.items()},
+                     "max_worker_peak_rss_gib": round(max(hwm.values()), 3)}, address
+
+    def lfc(client):
+        est = LateFusionClustering(10, kernels=W1["kernels"], random_state=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateKernelWarning)
+            t0 = time.perf_counter()
+            est.fit(views)
+            fit_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        labels = est.labels_.compute()
+        assign_s = time.perf_counter() - t0
+        return {"params": {"kernels": W1["kernels"], "n_landmarks": int(est.model_.n_landmarks),
+                           "graph_filter_order": est.graph_filter_order},
+                "fit_s": fit_s, "timings": est.diagnostics_["timings"], "assign_s": assign_s,
+                "assign_rows_per_s": args.n / assign_s, "kept_kernels": est.diagnostics_["kept_kernels"],
+                "scores": scores(y, labels)}
+
+    def mkc(client):
+        est = MultipleKernelClustering(W1["n_clusters"], kernels=W1["kernels"], n_landmarks=W1["n_landmarks"],
+                                       random_state=0)
+        t0 = time.perf_counter()
+        est.fit(views)
+        fit_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        labels = est.labels_.compute() if hasattr(est.labels_, "compute") else np.asarray(est.labels_)
+        labels_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        H = est.transform(views).compute()
+        transform_s = time.perf_counter() - t0
+        return {"params": {k: v for k, v in W1.items() if k != "n_clusters"},
+                "fit_s_incl_embedding_and_kmeans": fit_s, "timings": est.diagnostics_["timings"],
+                "labels_compute_s": labels_s, "transform_s": transform_s,
+                "transform_rows_per_s": args.n / transform_s, "embedding_shape": list(H.shape),
+                "scores": scores(y, labels)}
+
+    r, mem, _ = run(lfc)
+    out["late_fusion"] = {**r, **(mem or {})}
+    r, mem, _ = run(mkc)
+    out["multiple_kernel_clustering"] = {**r, **(mem or {})}
+    out["driver_peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)
+    out["assign_over_mkc_transform"] = out["late_fusion"]["assign_s"] / out["multiple_kernel_clustering"][
+        "transform_s"]
+    return out
+
+
+# ---------------------------------------------------------------------------------- main
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--part", required=True, choices=["mfeat", "oos", "mnist", "scale"])
+    ap.add_argument("--seeds", type=int, default=10, help="mfeat, oos: seeds 0..seeds-1")
+    ap.add_argument("--landmarks", default="2000,5000", help="mnist: landmark counts of the fit + assign runs")
+    ap.add_argument("--kernels", default="mkkm12,rbf-grid", help="mnist: comma-separated kernel sets")
+    ap.add_argument("--fit-n", type=int, default=10_000, help="mnist: landmarks of the timed big fit (0: skip)")
+    ap.add_argument("--fit-n-no-predict", action="store_true", help="mnist: do not assign the test rows "
+                                                                   "with the --fit-n model")
+    ap.add_argument("--profile", action="store_true", help="mnist: cProfile the --fit-n fit")
+    ap.add_argument("--n", type=int, default=1_000_000, help="scale: rows of W1")
+    ap.add_argument("--scheduler", default="cluster", choices=["cluster", "threads"], help="scale")
+    args = ap.parse_args()
+    load0 = os.getloadavg()
+    t0 = time.perf_counter()
+    result = globals()[f"part_{args.part}"](args)
+    emit({"bench": f"late_fusion/{args.part}", "machine": machine(), "args": vars(args),
+          "load_avg_start": load0, "load_avg_end": os.getloadavg(), "wall_s": time.perf_counter() - t0,
+          **result})
+
+
+if __name__ == "__main__":
+    main()
