@@ -14,10 +14,11 @@ Fit, on n landmarks (one node, one base kernel in memory at a time):
 3. Algorithm 1: alternate labels Y (k-means on H~ = G~ [gamma_1 H_1, ..., gamma_m H_m],
    G~ = sum_i mu_i G_i), view weights gamma (eq. 26) and filter weights mu (eq. 27).
 
-Every other point is assigned out of sample, chunk by chunk (NumPy or Dask): its base
+Every other point is embedded out of sample, chunk by chunk (NumPy or Dask): its base
 embeddings h_p(x) (MKC-AE), its adaptive-neighbour weights to the landmarks in every H_i
-space, the same filter polynomial, and the nearest centroid.  See
-:class:`LateFusionClustering` (Notes) for the derivation.
+space, the same filter polynomial.  The final k-means runs on the embedding of all N rows
+(``cluster_all_points``, as MKC-AE's k-means on H_N), and new points go to the nearest
+centroid.  See :class:`LateFusionClustering` (Notes) for the derivation.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from ._kernels import (
     _DIAG_FLOOR, FittedKernel, KernelPreprocessing, fit_kernels, fit_preprocessing, kernel_blocks,
     resolve_kernel_specs, self_kernel,
 )
+from ._kmeans import kmeans
 from ._model import Scaling, assign_chunk
 from ._pep import principal_eigenvalue_proportion, top_eigenvalue_sum
 from ._sampling import gather_rows, sample_landmark_indices
@@ -971,6 +973,16 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
         Stop when a sweep lowers J by <= tol x J.
     n_init : int, default=10
         k-means++ restarts of the first Y step; later Y steps are Lloyd from the current clusters.
+    cluster_all_points : bool, default=True
+        When there are fewer landmarks than rows: run the final k-means (k-means++ with
+        ``n_init`` restarts, then Lloyd; across the Dask cluster for Dask input) on the
+        embedding H~ of all N rows, as MKC-AE does on H_N, and keep its centroids; landmark
+        rows get the label of their nearest final centroid.  False keeps Algorithm 1's
+        landmark clustering and assigns every other row to its centroids.  Measured on UCI
+        mfeat pix (500 of 2000 rows as landmarks, 10 seeds): ACC 0.902 with, 0.785 without,
+        against 0.928 with all rows as landmarks -- the embedding of a 500-landmark fit is
+        good, its 500-row clustering is not (bench/RESULTS.md).  For Dask input H~ (N x D
+        float64) is persisted on the workers for the Lloyd passes.
     full_pep : bool, default=False
         Also record beta(G~ K_p G~, k) for every kept base kernel and for the combined kernel
         sum_p gamma_p^2 K_p, before and after filtering.  Costs a second pass over the base
@@ -982,8 +994,9 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
     Attributes
     ----------
     labels_ : ndarray of shape (N,), int64, or dask.array.Array
-        Cluster of every training row (lazy for Dask input).  Landmarks carry the fitted
-        labels; other rows the out-of-sample assignment.
+        Cluster of every training row (lazy for Dask input): the final k-means on all rows
+        (``cluster_all_points``), else the landmarks' fitted labels and the out-of-sample
+        assignment of the other rows.  Equal to ``predict`` on the training rows.
     cluster_centers_ : ndarray of shape (n_clusters, D)
         Centroids in the filtered late-fusion embedding H~ (D = sum of the kept d_p).
     view_weights_ : ndarray of shape (m,)
@@ -1082,7 +1095,8 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
                  graph_filter_order: int = 3, n_neighbors: int = 5, n_landmarks: int | None = None,
                  min_pep_ratio: float = 0.1, filter_weights: str = "learned", center: bool = True,
                  normalize: str | None = "diagonal", scale: str | None = None, max_iter: int = 30,
-                 tol: float = 1e-6, n_init: int = 10, full_pep: bool = False, random_state=None):
+                 tol: float = 1e-6, n_init: int = 10, cluster_all_points: bool = True, full_pep: bool = False,
+                 random_state=None):
         self.n_clusters = n_clusters
         self.kernels = kernels
         self.embedding_dim = embedding_dim
@@ -1097,6 +1111,7 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
         self.max_iter = max_iter
         self.tol = tol
         self.n_init = n_init
+        self.cluster_all_points = cluster_all_points
         self.full_pep = full_pep
         self.random_state = random_state
 
@@ -1144,6 +1159,8 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
             raise InputValidationError(f"`scale`={self.scale!r} must be None, 'minmax' or 'standard'.")
         if not isinstance(self.center, (bool, np.bool_)):
             raise InputValidationError(f"`center`={self.center!r} must be True or False.")
+        if not isinstance(self.cluster_all_points, (bool, np.bool_)):
+            raise InputValidationError(f"`cluster_all_points`={self.cluster_all_points!r} must be True or False.")
         if not isinstance(self.full_pep, (bool, np.bool_)):
             raise InputValidationError(f"`full_pep`={self.full_pep!r} must be True or False.")
         check_int("max_iter", self.max_iter, low=1)
@@ -1184,9 +1201,29 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
         self.diagnostics_["timings"]["landmarks_s"] = t_gather
         self.n_features_in_ = int(sum(v.shape[1] for v in views.values()))
         t0 = time.perf_counter()
-        self.labels_ = self._training_labels(views, landmark_indices)
-        self.diagnostics_["timings"]["assign_s"] = time.perf_counter() - t0
+        if self.cluster_all_points and n < N:
+            self.labels_ = self._cluster_all_points(views, seed_fusion)
+            self.diagnostics_["timings"]["kmeans_all_s"] = time.perf_counter() - t0
+        else:
+            self.labels_ = self._training_labels(views, landmark_indices)
+            self.diagnostics_["timings"]["assign_s"] = time.perf_counter() - t0
         return self
+
+    def _cluster_all_points(self, views: Mapping[str, Any], seed: int):
+        """Final k-means on H~ of every row; replaces the landmark clustering's centroids."""
+        H = self.transform(views)
+        if is_dask_array(H):
+            import dask
+
+            H = dask.persist(H)[0]
+        km = kmeans(H, self.n_clusters, n_init=int(self.n_init), max_iter=300,
+                    random_state=seed)
+        model = dataclasses.replace(self.model_, cluster_centers=np.asarray(km.centers, dtype=np.float64),
+                                    landmark_labels=assign_chunk(km.centers, self.model_.embedding))
+        self._set_model_attributes(model)
+        self.diagnostics_["final_kmeans"] = {"rows": int(H.shape[0]), "inertia": float(km.inertia),
+                                             "n_iter": int(km.n_iter)}
+        return km.labels
 
     def _fit_from_base(self, base: _Base, landmark_indices: np.ndarray, seed: int,
                        landmark_views: Mapping[str, np.ndarray] | None = None) -> LateFusionModel:

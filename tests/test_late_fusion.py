@@ -155,6 +155,31 @@ def test_out_of_sample_points_are_assigned_well(blobs_views):
         assert m.predict(near)[0] == m.labels_[j]
 
 
+def test_final_kmeans_on_all_points_or_landmark_clustering(blobs_views):
+    """cluster_all_points: centroids from k-means on H~ of all N rows, labels_ == predict."""
+    views, y = blobs_views
+    N = len(y)
+    kw = dict(n_clusters=3, n_landmarks=60, random_state=1, **FAST)
+    m = LateFusionClustering(**kw).fit(views)
+    assert m.diagnostics_["final_kmeans"]["rows"] == N
+    np.testing.assert_array_equal(m.predict(views), m.labels_)
+    H = m.transform(views)
+    inertia = ((H - m.cluster_centers_[m.labels_]) ** 2).sum()
+    assert inertia == pytest.approx(m.diagnostics_["final_kmeans"]["inertia"], rel=1e-6)
+    # Landmark rows carry the label of their nearest final centroid.
+    np.testing.assert_array_equal(m.model_.landmark_labels, m.labels_[m.landmark_indices_])
+
+    off = LateFusionClustering(**kw, cluster_all_points=False).fit(views)
+    assert "final_kmeans" not in off.diagnostics_
+    # Same landmarks and Algorithm 1; the other rows go to the landmark clustering's centroids.
+    np.testing.assert_array_equal(off.landmark_indices_, m.landmark_indices_)
+    np.testing.assert_array_equal(off.predict(views), off.labels_)
+    assert clustering_accuracy(y, m.labels_) == clustering_accuracy(y, off.labels_) == 1.0
+    # With every row a landmark there is nothing to add: no second k-means.
+    full = LateFusionClustering(3, random_state=1, **FAST).fit(views)
+    assert "final_kmeans" not in full.diagnostics_
+
+
 def test_degenerate_kernels_are_dropped_and_recorded(blobs_views):
     views, _ = blobs_views
     kernels = [{"view": 0, "kind": "rbf", "bandwidth_rule": "max", "multiplier": 0.005},  # ~identity
@@ -220,6 +245,7 @@ def _small():
     (lambda: _small(), {"min_pep_ratio": 1.0}, "min_pep_ratio"),
     (lambda: _small(), {"n_clusters": 1}, "n_clusters"),
     (lambda: _small(), {"scale": "robust"}, "scale"),
+    (lambda: _small(), {"cluster_all_points": "yes"}, "`cluster_all_points`='yes' must be True or False"),
     (lambda: _small(), {"kernels": [{"view": "nope", "kind": "rbf"}]}, "does not exist"),
 ])
 def test_bad_input_raises_before_heavy_work(X, params, match):
@@ -293,6 +319,7 @@ def test_dask_fit_matches_numpy_fit(blobs_views):
     with dask.config.set(scheduler="synchronous"):
         m = LateFusionClustering(**kw).fit([da.from_array(v, chunks=(64, -1)) for v in views])
         assert hasattr(m.labels_, "dask")
+        assert m.diagnostics_["final_kmeans"]["rows"] == len(views[0])
         np.testing.assert_array_equal(m.labels_.compute(), ref.labels_)
     np.testing.assert_array_equal(m.landmark_indices_, ref.landmark_indices_)
 
