@@ -285,45 +285,81 @@ def _gram(Xb: np.ndarray, L: np.ndarray) -> np.ndarray:
     return Xb @ L.T
 
 
-def _view_kernels(Xb: np.ndarray, L: np.ndarray, kernels: Sequence[FittedKernel]):
-    """Yield each kernel block of one view from a single GEMM."""
+def _view_kernels(Xb: np.ndarray, L: np.ndarray, kernels: Sequence[FittedKernel],
+                  buffer: np.ndarray | None = None):
+    """Yield each kernel block of one view from a single GEMM.
+
+    Every block is computed in place in one (b, n) array: a fresh one per kernel, or
+    ``buffer`` for all of them.  Large fresh arrays are costly here: first-touch page faults
+    of an 800 MB array (n = 10,000 landmarks) take about 2 s on this machine, more than the
+    arithmetic, so temporaries are avoided and large callers pass a buffer.
+    """
     gram = _gram(Xb, L)
     xx = np.einsum("ij,ij->i", Xb, Xb)
     ll = np.einsum("ij,ij->i", L, L)
     sq = None
     for k in kernels:
+        out = np.empty_like(gram) if buffer is None else buffer
         if k.kind in ("rbf", "laplacian"):
             if sq is None:
-                sq = np.maximum(xx[:, None] + ll[None, :] - 2.0 * gram, 0.0)
+                sq = np.multiply(gram, -2.0)
+                sq += xx[:, None]
+                sq += ll[None, :]
+                np.maximum(sq, 0.0, out=sq)
             if k.kind == "rbf":
-                yield np.exp(sq * (-0.5 / k.sigma**2))
+                np.multiply(sq, -0.5 / k.sigma**2, out=out)
             else:
-                yield np.exp(np.sqrt(sq) * (-1.0 / k.sigma))
+                np.sqrt(sq, out=out)
+                out *= -1.0 / k.sigma
+            yield np.exp(out, out=out)
         elif k.kind == "linear":
-            yield gram.copy()
+            np.copyto(out, gram)
+            yield out
         elif k.kind == "polynomial":
-            yield (gram + k.coef0) ** k.degree
-        else:  # cosine
-            nx = np.sqrt(xx)
-            nl = np.sqrt(ll)
-            denom = np.outer(nx, nl)
-            yield np.divide(gram, denom, out=np.zeros_like(gram), where=denom > 0)
+            np.add(gram, k.coef0, out=out)
+            if float(k.degree).is_integer() and 1 <= k.degree <= 16:
+                # Integer degree by repeated multiplication in place: float ** calls pow(),
+                # several times slower on (b, n) blocks.
+                d = int(k.degree)
+                if d & (d - 1) == 0:  # a power of two (the usual 2 and 4): square in place
+                    while d > 1:
+                        out *= out
+                        d //= 2
+                else:
+                    base = out.copy()
+                    for _ in range(d - 1):
+                        out *= base
+                yield out
+            else:
+                yield np.power(out, k.degree, out=out)
+        else:  # cosine; a zero row has a zero kernel row
+            with np.errstate(divide="ignore"):
+                inv_x = np.where(xx > 0, 1.0 / np.sqrt(xx), 0.0).astype(gram.dtype, copy=False)
+                inv_l = np.where(ll > 0, 1.0 / np.sqrt(ll), 0.0).astype(gram.dtype, copy=False)
+            np.multiply(gram, inv_x[:, None], out=out)
+            out *= inv_l[None, :]
+            yield out
 
 
 def kernel_blocks(X_block: Mapping[str, np.ndarray], landmarks: Mapping[str, np.ndarray],
-                  kernels: Sequence[FittedKernel], dtype=np.float64):
+                  kernels: Sequence[FittedKernel], dtype=np.float64, reuse: bool = False):
     """Yield ``(p, block)`` for every base kernel p: block = k_p(X_block rows, landmarks), shape (b, n).
 
     One GEMM per view serves all of that view's kernels.  Blocks are produced one at a
-    time so a caller that sums them never holds (m, b, n).
+    time so a caller that sums them never holds (m, b, n).  ``reuse=True``: every block is
+    written into the same array, so a block is only valid until the next one is requested
+    (for callers that consume each block at once; it saves a fresh (b, n) array per kernel).
     """
     by_view: dict[str, list[int]] = {}
     for p, k in enumerate(kernels):
         by_view.setdefault(k.view, []).append(p)
+    buffer = None
     for view, idx in by_view.items():
         Xb = np.asarray(X_block[view], dtype=dtype)
         L = np.asarray(landmarks[view], dtype=dtype)
-        for p, block in zip(idx, _view_kernels(Xb, L, [kernels[i] for i in idx])):
+        if reuse and buffer is None:
+            buffer = np.empty((Xb.shape[0], L.shape[0]), dtype=np.result_type(Xb, L))
+        for p, block in zip(idx, _view_kernels(Xb, L, [kernels[i] for i in idx], buffer)):
             yield p, block.astype(dtype, copy=False)
 
 
@@ -411,9 +447,27 @@ def fit_preprocessing(raw: np.ndarray, center: bool, normalize: str | None) -> t
     elif normalize == "trace":
         raw /= scale[:, None, None]
     # Symmetrise: the row/column operations above are exact in theory, not in floating point.
-    raw += raw.transpose(0, 2, 1)
-    raw *= 0.5
+    for K in raw:
+        _symmetrize(K)
     return raw, KernelPreprocessing(center, normalize, row_means, grand, diag, scale)
+
+
+def _symmetrize(K: np.ndarray, block: int = 512) -> None:
+    """K <- (K + K^T) / 2 in place, tile by tile.
+
+    ``K += K.T`` on a large matrix walks one operand column-wise (cache misses on every
+    element) and NumPy copies the overlapping operand first; cache-sized tile pairs do the
+    same arithmetic without the copy (measured 2.9 s -> 0.4 s at n = 10,000, bit-identical).
+    """
+    n = K.shape[0]
+    for i in range(0, n, block):
+        ii = slice(i, min(i + block, n))
+        for j in range(i, n, block):
+            jj = slice(j, min(j + block, n))
+            avg = K[ii, jj] + K[jj, ii].T
+            avg *= 0.5
+            K[ii, jj] = avg
+            K[jj, ii] = avg.T
 
 
 def preprocess_block(block: np.ndarray, kxx: np.ndarray, p: int, prep: KernelPreprocessing) -> np.ndarray:
@@ -439,7 +493,7 @@ def landmark_kernels(landmarks: Mapping[str, np.ndarray], kernels: Sequence[Fitt
     """The raw landmark kernel stack, shape (m, n, n)."""
     n = next(iter(landmarks.values())).shape[0]
     out = np.empty((len(kernels), n, n), dtype=dtype)
-    for p, block in kernel_blocks(landmarks, landmarks, kernels, dtype=dtype):
+    for p, block in kernel_blocks(landmarks, landmarks, kernels, dtype=dtype, reuse=True):
         out[p] = block
     return out
 

@@ -341,7 +341,7 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
         sub = np.sort(rng.choice(n, _PILOT_SIZE, replace=False))
         sv = {name: v[sub] for name, v in lv.items()}
         pilot = np.zeros(m)
-        for p, blk in kernel_blocks(sv, sv, fitted):
+        for p, blk in kernel_blocks(sv, sv, fitted, reuse=True):
             Kp, _ = fit_preprocessing(blk[None], center, normalize)
             tr = float(np.trace(Kp[0]))
             pilot[p] = scipy.linalg.eigvalsh(Kp[0])[::-1][:k].sum() / tr if tr > 0 else 0.0
@@ -358,7 +358,7 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
     best_excess = -np.inf
     t_eig = 0.0
     ordered = [fitted[p] for p in order]
-    for j, blk in kernel_blocks(lv, lv, ordered):
+    for j, blk in kernel_blocks(lv, lv, ordered, reuse=True):
         p = order[j]
         Kp, st = fit_preprocessing(blk[None], center, normalize)
         Kp = Kp[0]
@@ -710,7 +710,7 @@ class LateFusionModel:
         b = next(iter(views.values())).shape[0]
         out = np.empty((b, self.n_components))
         kept = self.kept_kernels
-        for i, block in kernel_blocks(views, self.landmarks, kept, dtype=np.float64):
+        for i, block in kernel_blocks(views, self.landmarks, kept, dtype=np.float64, reuse=True):
             p = int(self.kept[i])
             dlP, u, v = self.projections[i]
             G = block @ dlP
@@ -1438,7 +1438,7 @@ def _filtered_kernel_peps(model: LateFusionModel, base: _Base, landmark_views: M
     lv = model.landmarks
     combined = np.zeros((n, n))
     before, after = [], []
-    for i, blk in kernel_blocks(lv, lv, model.kept_kernels):
+    for i, blk in kernel_blocks(lv, lv, model.kept_kernels, reuse=True):
         K, _ = fit_preprocessing(blk[None], base.preprocessing.center, base.preprocessing.normalize)
         K = K[0]
         before.append(top_eigenvalue_sum(K, k) / float(np.trace(K)))
