@@ -1069,7 +1069,10 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
     lam : float > 0, default=100.0
         lambda of the view-weight entropy term (eq. 31): alpha = softmax(-cost_l / lambda).
         Small values put all weight on the cheapest view, large ones keep alpha uniform;
-        the paper searches [1, 1000].
+        the paper searches [1, 1000] on data sets of about 2,000 points.  cost_l sums over
+        the N points, so lambda must grow with N to keep the same balance (about
+        100 N / 2000): with the default at N = 1,000,000 the weights were (1e-124, 1) on W1,
+        one view only (bench/RESULTS.md).
     fuzzifier : float > 1, default=2.0
         m of the possibilistic memberships (the paper's value).
     annealing : float >= 1, default=1.04
