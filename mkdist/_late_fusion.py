@@ -1344,7 +1344,7 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
         return self.model_.transform_chunk(*(views[n] for n in self.model_.view_names))
 
     def predict(self, X):
-        """Cluster of every row: nearest centroid of H~ (a landmark keeps its fitted label).
+        """Cluster of every row: nearest centroid of H~ (a landmark: the label of its fitted row).
 
         Parameters
         ----------
