@@ -369,6 +369,18 @@ def test_model_state_round_trip(cls, views):
     np.testing.assert_array_equal(restored.transform(X), est.transform(X))
     assert restored.get_params() == est.get_params()
     assert restored.n_iter_ == est.n_iter_ and restored.diagnostics_["converged"]
+    if cls is MultiViewRFFPowerKMeans:
+        assert restored.lam_ == est.lam_
+
+
+def test_lam_auto_grows_with_the_number_of_points(views):
+    """lam="auto" = 0.05 N (the paper's 100 at N = 2000); a number is used as given."""
+    X, _ = views
+    n = len(X[0])
+    assert _fit(MultiViewRFFPowerKMeans, X).lam_ == pytest.approx(0.05 * n)
+    assert _fit(MultiViewRFFPowerKMeans, [v[:90] for v in X]).lam_ == pytest.approx(0.05 * 90)
+    assert _fit(MultiViewRFFPowerKMeans, X, lam=7.0).lam_ == 7.0
+    assert not hasattr(_fit(RFFKernelPowerKMeans, X), "lam_")
 
 
 def test_model_state_of_another_class_is_rejected(views):
@@ -387,6 +399,7 @@ def test_model_state_of_another_class_is_rejected(views):
     (RFFKernelPowerKMeans, {"s0": "big"}, r"`s0`='big'"),
     (MultiViewRFFPowerKMeans, {"lam": 0.0}, r"`lam`=0.0 must be > 0"),
     (MultiViewRFFPowerKMeans, {"lam": -1}, r"`lam`=-1.0 must be > 0"),
+    (MultiViewRFFPowerKMeans, {"lam": "big"}, r"`lam`='big' must be 'auto' or a positive number"),
     (MultiViewRFFPowerKMeans, {"fuzzifier": 1.0}, r"`fuzzifier`=1.0 must be > 1"),
     (RFFKernelPowerKMeans, {"annealing": 0.9}, r"`annealing`=0.9 must be >= 1"),
     (RFFKernelPowerKMeans, {"anneal_every": 0}, r"`anneal_every`=0 must be >= 1"),
