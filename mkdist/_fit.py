@@ -11,16 +11,11 @@ import numpy as np
 
 from ._kernels import fit_kernels, fit_preprocessing, landmark_kernels, resolve_kernel_specs
 from ._model import MKCModel, Scaling, spectral_diagnostics
-from ._pep import principal_eigenvalue_proportion
+from ._pep import DEGENERATE_PEP_RATIO, excess_pep, principal_eigenvalue_proportion
 from ._simplemkkm import average_kernel_kmeans, simple_mkkm
 from .errors import DegenerateKernelWarning, EmbeddingStabilityWarning
 
 __all__ = ["fit_landmark_model"]
-
-# A base kernel whose excess PEP is below this share of the best kernel's is structureless
-# (the rule LateFusionClustering uses to drop kernels, min_pep_ratio=0.1).
-DEGENERATE_PEP_RATIO = 0.1
-
 
 def _warn_degenerate_kernels(pep_base, kernel_weights, names, n_clusters: int, n: int) -> None:
     """Warn when near-identity base kernels hold weight.
@@ -31,7 +26,7 @@ def _warn_degenerate_kernels(pep_base, kernel_weights, names, n_clusters: int, n
     dropped: the kernel set is the user's choice here.
     """
     chance = n_clusters / n
-    excess = (np.asarray(pep_base) - chance) / max(1.0 - chance, np.finfo(np.float64).eps)
+    excess = excess_pep(pep_base, chance)
     best = float(excess.max()) if excess.size else 0.0
     if best <= 0:
         return

@@ -47,7 +47,7 @@ from ._kernels import (
 )
 from ._kmeans import kmeans
 from ._model import Scaling, assign_chunk
-from ._pep import principal_eigenvalue_proportion, top_eigenvalue_sum
+from ._pep import DEGENERATE_PEP_RATIO, excess_pep, principal_eigenvalue_proportion, top_eigenvalue_sum
 from ._sampling import gather_rows, sample_landmark_indices
 from ._simplemkkm import top_eigenpairs
 from ._validation import check_finite, check_int, check_real, is_dask_array, ViewsInputMixin
@@ -286,11 +286,6 @@ def _fix_signs(V: np.ndarray) -> np.ndarray:
     return V * s[None, :]
 
 
-def _excess(pep, chance: float):
-    """(beta - t/n) / (1 - t/n): 0 for a structureless (identity-like) kernel, 1 for rank t."""
-    return (np.asarray(pep, dtype=np.float64) - chance) / max(1.0 - chance, np.finfo(np.float64).eps)
-
-
 def _check_constant_views(specs, landmark_views: Mapping[str, np.ndarray], center: bool, d: int) -> None:
     """A view constant on the landmarks makes every centred kernel on it zero: refuse early."""
     if not center:
@@ -371,7 +366,7 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
             )
         if min_pep_ratio > 0 and np.isfinite(best_excess):
             bound = min(1.0, math.sqrt(k) * float(np.linalg.norm(Kp)) / trace)
-            if _excess(bound, chance) < min_pep_ratio * best_excess:
+            if excess_pep(bound, chance) < min_pep_ratio * best_excess:
                 pep[p] = bound
                 screened.append(p)
                 del Kp, blk
@@ -389,10 +384,10 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
         eigenvalues[p] = vals[keep]
         pep[p] = min(float(np.clip(vals[:k], 0.0, None).sum()) / trace, 1.0)
         pep_exact[p] = True
-        best_excess = max(best_excess, float(_excess(pep[p], chance)))
+        best_excess = max(best_excess, float(excess_pep(pep[p], chance)))
         del Kp, blk
 
-    excess = _excess(pep, chance)
+    excess = excess_pep(pep, chance)
     threshold = min_pep_ratio * best_excess
     kept, dropped = [], []
     for p in range(m):
@@ -1093,7 +1088,7 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
 
     def __init__(self, n_clusters: int = 8, *, kernels: Any = "mkkm12", embedding_dim: int | None = None,
                  graph_filter_order: int = 3, n_neighbors: int = 5, n_landmarks: int | None = None,
-                 min_pep_ratio: float = 0.1, filter_weights: str = "learned", center: bool = True,
+                 min_pep_ratio: float = DEGENERATE_PEP_RATIO, filter_weights: str = "learned", center: bool = True,
                  normalize: str | None = "diagonal", scale: str | None = None, max_iter: int = 30,
                  tol: float = 1e-6, n_init: int = 10, cluster_all_points: bool = True, full_pep: bool = False,
                  random_state=None):
@@ -1273,7 +1268,7 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
             "pep_chance": k / n,
             "pep_kernels": base.pep.tolist(),
             "pep_kernels_exact": base.pep_exact.tolist(),
-            "pep_threshold_excess": float(base.min_pep_ratio * max(_excess(base.pep[base.pep_exact], k / n).max(), 0))
+            "pep_threshold_excess": float(base.min_pep_ratio * max(excess_pep(base.pep[base.pep_exact], k / n).max(), 0))
             if base.pep_exact.any() else None,
             "kernel_names": [kk.name for kk in base.kernels],
             "kept_kernels": [base.kernels[p].name for p in kept],

@@ -24,6 +24,17 @@ from .errors import InputValidationError
 
 __all__ = ["principal_eigenvalue_proportion"]
 
+#: Excess-PEP share of the best kernel's below which a base kernel counts as degenerate
+#: (near the identity): LateFusionClustering's default ``min_pep_ratio`` and the
+#: warning threshold of MultipleKernelClustering.
+DEGENERATE_PEP_RATIO = 0.1
+
+
+def excess_pep(pep, chance: float):
+    """(beta - t/n) / (1 - t/n): 0 for a structureless (identity-like) kernel, 1 for rank t."""
+    return (np.asarray(pep, dtype=np.float64) - chance) / max(1.0 - chance, np.finfo(np.float64).eps)
+
+
 #: Above this size a dense kernel's top-t eigenvalues come from Lanczos (matrix-vector
 #: products, O(n^2) each) rather than LAPACK's O(n^3) tridiagonal reduction.
 _LANCZOS_MIN_N = 3000
