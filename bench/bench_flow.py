@@ -124,7 +124,7 @@ def part_overhead(args):
 
 
 def part_resume(args):
-    import mkdist._pipeline as pipeline
+    import mkdist._base as pipeline  # the k-means of the labels stage is called from the estimator base
     from mkdist.flows import cluster_flow
 
     src = str(w1_input(args.n))

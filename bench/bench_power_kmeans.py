@@ -95,10 +95,8 @@ class PlainMultiKernel(RFFKernelPowerKMeans):
     def _get_param_names(cls):
         return sorted(set(RFFKernelPowerKMeans._get_param_names()) | {"lam"})
 
-    def _validate_params(self, n_samples, n_views):
-        out = super()._validate_params(n_samples, n_views)
-        out["lam"] = float(self.lam)
-        return out
+    def _check_params_vs_input(self, n_samples, views):
+        return {**super()._check_params_vs_input(n_samples, views), "lam": float(self.lam)}
 
 
 # ----------------------------------------------------------------------------- mfeat

@@ -8,8 +8,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from mkdist._pipeline import assign
-from mkdist._report import assignment_summary
+from mkdist.pipeline import assign, assignment_summary
 
 from ._runtime import dask_client, retry_transient
 

@@ -1,8 +1,9 @@
-"""``cluster_flow``: the whole MKC-AE run as a Prefect flow over a Dask cluster.
+"""``cluster_flow``: a whole clustering run as a Prefect flow over a Dask cluster.
 
-Thin by design: every task calls one ``mkdist`` stage function with the store URL and the
-input source (never arrays); the store's stage markers make each task skip work that is
-already complete, so re-running the flow with the same inputs resumes a failed run.
+Thin by design: every task calls one ``mkdist.pipeline`` function with the store URL and the
+input source (never arrays); the method's stage plan decides which stage tasks exist; the
+store's stage markers make each task skip work that is already complete, so re-running the
+flow with the same inputs resumes a failed run.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from mkdist._pipeline import (
-    RunConfig, open_run, stage_embedding, stage_kmeans, stage_landmarks, stage_metrics, stage_model,
+from mkdist.pipeline import (
+    DEFAULT_METHOD, RunConfig, load_labels, merge_timings, open_run, run_stage, stage_metrics, stage_plan, summary_markdown,
 )
-from mkdist._report import summary_markdown, load_labels
 
 from ._runtime import dask_client, retry_transient
 
@@ -25,31 +25,21 @@ from ._runtime import dask_client, retry_transient
 _TASK = dict(cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=[5, 30],
              retry_condition_fn=retry_transient)
 
+#: Prefect task names of the stages (the stages themselves come from the method's plan).
+STAGE_TASK_NAMES = {"landmarks": "sample-landmarks", "model": "fit-model", "embedding": "embed-all-points",
+                    "labels": "label-all-points"}
+
 
 @task(name="validate-and-open-store", **_TASK)
 def validate_task(source: Any, store: str, config: dict, overwrite: bool) -> dict:
     run = open_run(store, source, RunConfig(**config), overwrite=overwrite)
-    return run.stage_status()
+    run.clean_partials()
+    return {"status": run.stage_status(), "plan": list(stage_plan(run))}
 
 
-@task(name="sample-landmarks", **_TASK)
-def landmarks_task(store: str, source: Any) -> float:
-    return stage_landmarks(store, source)
-
-
-@task(name="fit-model", **_TASK)
-def fit_task(store: str, source: Any) -> float:
-    return stage_model(store, source)
-
-
-@task(name="embed-all-points", **_TASK)
-def embed_task(store: str, source: Any, progress: bool) -> dict:
-    return stage_embedding(store, source, progress=progress)
-
-
-@task(name="distributed-kmeans", **_TASK)
-def kmeans_task(store: str, source: Any, progress: bool) -> dict:
-    return stage_kmeans(store, source, progress=progress)
+@task(name="stage", **_TASK)
+def stage_task(name: str, store: str, source: Any, progress: bool) -> dict:
+    return run_stage(name, store, source, progress=progress)
 
 
 @task(name="metrics-and-summary", **_TASK)
@@ -67,7 +57,7 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
                  n_landmarks: int | None = None, random_state: int | None = None,
                  dask_address: str | None = None, n_workers: int | None = None,
                  overwrite: bool = False, label_key: str | None = None, progress: bool = False,
-                 method: str = "mkc", options: dict | None = None) -> dict:
+                 method: str = DEFAULT_METHOD, options: dict | None = None) -> dict:
     """Cluster every point of ``source`` with multiple kernel clustering; results in ``store``.
 
     Parameters
@@ -86,11 +76,12 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
         Replace a store that holds a different run.
     label_key : str, optional
         Variable of ``source`` with ground-truth labels: adds ACC/NMI/ARI/purity to the metrics.
-    method : str, default="mkc"
-        "mkc" (MultipleKernelClustering, staged), "nystrom", "rff-power", "mv-rff-power" or
-        "late-fusion"; the estimator's own parameters go in ``options["method_params"]``.
+    method : str, default=DEFAULT_METHOD ("mkc")
+        A registered method (``mkdist.available_methods()``); its stage plan decides which
+        stage tasks run.
     options : dict, optional
-        Any other ``mkdist.RunConfig`` field (``landmark_method``, ``weights``, ``scale``, ...).
+        Parameters of the method's estimator (``weights``, ``scale``, ...), ``method_params``,
+        or ``write_kernel_blocks`` (see ``mkdist.pipeline.RunConfig.from_options``).
 
     Returns
     -------
@@ -101,15 +92,14 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
     config = RunConfig.from_options(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
                                     random_state=random_state, method=method, **(options or {}))
     with dask_client(dask_address, n_workers):
-        status = validate_task(source, store, config.to_json(), overwrite)
-        logger.info("store %s: %s", store, status)
-        timings = {"sample_s": landmarks_task(store, source), "fit_s": fit_task(store, source)}
-        emb = embed_task(store, source, progress)
-        km = kmeans_task(store, source, progress)
-        timings.update(embed_s=emb["embed_s"], kmeans_s=km["kmeans_s"], write_s=emb["write_s"] + km["write_s"])
+        opened = validate_task(source, store, config.to_json(), overwrite)
+        logger.info("store %s: %s; stages %s", store, opened["status"], opened["plan"])
+        parts = [stage_task.with_options(name=STAGE_TASK_NAMES.get(name, name))(name, store, source, progress)
+                 for name in opened["plan"]]
+        timings = merge_timings(parts)
         y_true = labels_task(source, label_key) if label_key else None
         summary = metrics_task(store, timings, y_true)
-    summary["resumed_stages"] = [s for s, v in status.items() if v == "complete"]
+    summary["resumed_stages"] = [s for s in opened["plan"] if opened["status"].get(s) == "complete"]
     create_markdown_artifact(summary_markdown(summary, store), key="mkdist-cluster-summary",
                              description=f"mkdist run {store}")
     return summary

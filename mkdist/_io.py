@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from ._dask import align_row_chunks
-from ._validation import as_views, is_dask_array
+from ._blocks import RowBlocks, align_row_chunks
+from ._validation import as_views, check_finite, is_dask_array
 from .errors import InputValidationError
 
-__all__ = ["load_views", "views_fingerprint", "DEFAULT_CHUNK_BYTES"]
+__all__ = ["load_views", "views_fingerprint", "scan_views", "DEFAULT_CHUNK_BYTES"]
 
 #: Target bytes per row chunk of the widest view when mkdist chooses the chunking
 #: (NumPy input, .npy/.npz files): big enough to amortise task overhead, small enough
@@ -58,7 +58,9 @@ def _memmap_name(v) -> str | None:
 
 
 def _from_dataset(ds, names: Sequence[str] | None) -> dict:
-    variables = [k for k in ds.data_vars if k not in LABEL_NAMES] if names is None else list(names)
+    # Coordinates (dimension or not) are never views, nor are labels or other 1-D variables.
+    variables = ([k for k in ds.data_vars if k not in LABEL_NAMES and ds[k].ndim == 2] if names is None
+                 else list(names))
     missing = [k for k in variables if k not in ds.data_vars]
     if missing:
         raise InputValidationError(f"views {missing} not in the dataset; it has {list(ds.data_vars)}.")
@@ -101,18 +103,21 @@ def _from_path(path: str, names, columns: Mapping[str, Sequence[str]] | None):
     arrays = {k: a for k, a in group.arrays()}
     if not arrays:
         raise InputValidationError(f"Zarr group {path!r} holds no arrays.")
-    if names is None:
-        # Zarr lists members in no guaranteed order: sort, so the same store always gives the
-        # same view order (and the same fingerprint).
-        names = sorted(k for k in arrays if k not in LABEL_NAMES)
     try:
-        return _from_dataset(xr.open_zarr(path, consolidated=False), names)
-    except InputValidationError:
-        raise
-    except Exception:  # not an xarray-style group: plain 2-D arrays are the views
-        import dask.array as da
+        ds = xr.open_zarr(path, consolidated=False)
+    except Exception:  # not an xarray-style group (no dimension names): plain 2-D arrays
+        ds = None
+    if ds is not None:
+        if names is None:
+            # Zarr lists members in no guaranteed order: sort, so the same store always gives
+            # the same view order (and the same fingerprint).
+            names = sorted(k for k in ds.data_vars if k not in LABEL_NAMES and ds[k].ndim == 2)
+        return _from_dataset(ds, names)
+    import dask.array as da
 
-        return {k: da.from_zarr(arrays[k]) for k in names}
+    if names is None:
+        names = sorted(k for k, a in arrays.items() if k not in LABEL_NAMES and a.ndim == 2)
+    return {k: da.from_zarr(arrays[k]) for k in names}
 
 
 def _is_parquet_dir(path: str) -> bool:
@@ -174,3 +179,65 @@ def views_fingerprint(views: Mapping[str, Any]) -> str:
     desc = [{"view": k, "shape": list(v.shape), "dtype": str(v.dtype), "chunks": [list(c) for c in v.chunks],
              "name": v.name} for k, v in views.items()]
     return "sha256:" + hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _moments(blocks: list, shifts: list) -> np.ndarray:
+    """Per view and column: sum of (x - s), of (x - s)^2 and of |x - s|, shape (3 sum(d),)."""
+    parts = []
+    for X, s in zip(blocks, shifts):
+        Z = np.asarray(X, dtype=np.float64) - s
+        with np.errstate(over="ignore", invalid="ignore"):
+            parts += [Z.sum(axis=0), (Z * Z).sum(axis=0), np.abs(Z).sum(axis=0)]
+    return np.concatenate(parts)
+
+
+def scan_views(views: Mapping[str, Any]) -> dict[str, dict]:
+    """One pass over the input before anything is stored: refuse what no method can cluster.
+
+    Raises (``InputValidationError``, naming the view) on NaN/inf (and its chunk and first
+    row), on values whose squared deviations overflow float64 (around 1e154 and beyond), on
+    values that differ only at a scale where they underflow (around 1e-154), and on constant
+    views (every row the same, which includes input of duplicate rows only).
+
+    Returns
+    -------
+    dict of str to dict
+        Per view: ``n_rows``, ``n_features``, per-feature ``mean`` and ``std`` (population),
+        the statistics of the data a model was fitted on (kept in the run store).
+    """
+    check_finite(views)  # NumPy views; Dask views are checked inside the pass below
+    rows = RowBlocks(views)
+    # Deviations from a reference row keep the moments accurate for data far from 0.
+    first = _first_rows(rows)
+    widths = [int(a.shape[1]) for a in rows.arrays]
+    sums = rows.reduce(_moments, first, width=3 * sum(widths), name="scan-input")
+    N = rows.n_samples
+    out: dict[str, dict] = {}
+    start = 0
+    for name, d, s in zip(rows.names, widths, first):
+        s1, s2, sa = (sums[start + i * d:start + (i + 1) * d] for i in range(3))
+        start += 3 * d
+        if not np.all(np.isfinite(s2)):
+            raise InputValidationError(
+                f"view {name!r} holds values whose squared deviations overflow float64 (magnitudes around "
+                "1e154 or larger): no distance-based kernel can be computed on it; rescale the view (divide "
+                "it by a constant) before clustering.")
+        mean = s + s1 / N
+        var = np.maximum(s2 / N - (s1 / N) ** 2, 0.0)
+        if np.all(var == 0) and np.any(sa > 0):
+            raise InputValidationError(
+                f"view {name!r} varies only at a scale where squared deviations underflow float64 (largest "
+                f"mean absolute deviation {float(np.max(sa) / N):.3g}): rescale the view (multiply it by a "
+                "constant) before clustering.")
+        if np.all(sa == 0):
+            raise InputValidationError(
+                f"view {name!r} is constant: all {N} rows are the same, so it carries nothing to cluster; "
+                + ("drop it from the input." if len(views) > 1 else "there is nothing to cluster."))
+        out[name] = {"n_rows": N, "n_features": d, "mean": mean.tolist(), "std": np.sqrt(var).tolist()}
+    return out
+
+
+def _first_rows(rows: RowBlocks) -> list[np.ndarray]:
+    """The first row of every view, float64 (one small read)."""
+    return [np.asarray(a[:1].compute() if hasattr(a, "compute") else a[:1], dtype=np.float64)[0]
+            for a in rows.arrays]

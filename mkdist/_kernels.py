@@ -13,7 +13,6 @@ the cosines all derive from it, so a view with five kernels costs one GEMM.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -23,6 +22,14 @@ import numpy as np
 from .errors import InputValidationError
 
 __all__ = [
+    "row_sq_norms",
+    "sq_distances",
+    "nearest_center",
+    "bandwidth_statistic",
+    "check_bandwidth",
+    "FeatureScaling",
+    "SCALINGS",
+    "ProjectedKernels",
     "KernelSpec",
     "FittedKernel",
     "KernelPreprocessing",
@@ -37,6 +44,8 @@ __all__ = [
     "fit_preprocessing",
     "preprocess_block",
     "landmark_kernels",
+    "kernel_model_state",
+    "kernel_model_from_state",
 ]
 
 KernelKind = Literal["rbf", "laplacian", "polynomial", "linear", "cosine"]
@@ -45,6 +54,8 @@ KERNEL_KINDS = ("rbf", "laplacian", "polynomial", "linear", "cosine")
 #: SimpleMKKM authors' large-scale code); "median": sigma = median pairwise distance;
 #: "max": sigma = largest pairwise distance (the D of the standard 12-kernel set).
 BANDWIDTH_RULES = ("mean", "median", "max")
+#: Per-feature scalings every estimator with a ``scale`` parameter offers (see FeatureScaling).
+SCALINGS = ("minmax", "standard")
 #: Rows used to estimate the median / max heuristics (pairwise distances are O(n^2)).
 _HEURISTIC_SAMPLE = 2000
 
@@ -223,26 +234,174 @@ def resolve_kernel_specs(kernels: Any, view_names: Sequence[str]) -> list[Kernel
     return out
 
 
-def _pairwise_sq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    d = np.einsum("ij,ij->i", a, a)[:, None] + np.einsum("ij,ij->i", b, b)[None, :] - 2.0 * (a @ b.T)
-    return np.maximum(d, 0.0, out=d)
+def row_sq_norms(X: np.ndarray) -> np.ndarray:
+    """||x_i||^2 for every row, shape (n,)."""
+    return np.einsum("ij,ij->i", X, X)
 
 
-def _bandwidth_statistic(X: np.ndarray, rule: str, rng: np.random.Generator) -> float:
+def sq_distances(A: np.ndarray, B: np.ndarray, *, a_sq: np.ndarray | None = None,
+                 b_sq: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """Squared Euclidean distances between the rows of A (a, d) and B (b, d), shape (a, b).
+
+    One GEMM, then ``-2 A B^T + ||a||^2 + ||b||^2`` in place (in the GEMM's dtype), clipped
+    at 0: the cancellation of that formula leaves tiny negatives for nearly equal rows.
+    ``a_sq`` / ``b_sq`` are precomputed squared row norms; ``out`` a buffer of shape (a, b).
+    The one formula every method uses (kernel blocks, k-means, nearest neighbours, RFF).
+    """
+    if a_sq is None:
+        a_sq = row_sq_norms(A)
+    if b_sq is None:
+        b_sq = row_sq_norms(B)
+    return _sq_from_gram(np.matmul(A, B.T, out=out), a_sq, b_sq)
+
+
+def _sq_from_gram(gram: np.ndarray, a_sq: np.ndarray, b_sq: np.ndarray) -> np.ndarray:
+    """gram <- max(||a||^2 + ||b||^2 - 2 gram, 0), in place."""
+    gram *= -2.0
+    gram += a_sq[:, None]
+    gram += b_sq[None, :]
+    return np.maximum(gram, 0.0, out=gram)
+
+
+def nearest_center(X: np.ndarray, centers: np.ndarray, *, return_distance: bool = False):
+    """Index of the nearest centre for every row of X, in float64 whatever X's dtype.
+
+    Parameters
+    ----------
+    X : ndarray of shape (b, K)
+    centers : ndarray of shape (k, K)
+    return_distance : bool, default=False
+        Also return the squared distance to that centre.
+
+    Returns
+    -------
+    labels : ndarray of shape (b,), int64
+    sqdist : ndarray of shape (b,), float64
+        Only with ``return_distance``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    d = sq_distances(X, np.asarray(centers, dtype=np.float64))
+    labels = np.argmin(d, axis=1) if d.shape[1] else np.zeros(X.shape[0], dtype=np.int64)
+    labels = labels.astype(np.int64, copy=False)
+    if return_distance:
+        return labels, d[np.arange(X.shape[0]), labels]
+    return labels
+
+
+def bandwidth_statistic(X: np.ndarray, rule: str, *, rng: Any = None,
+                        pair_rows: int = _HEURISTIC_SAMPLE) -> float:
+    """A Gaussian bandwidth heuristic of the rows of X (the one definition every method uses).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+    rule : {"mean", "median", "max"}
+        "mean": sqrt of the mean squared distance over pairs i != j, from O(n d) moments
+        (mean_{i != j} ||x_i - x_j||^2 = 2n/(n-1) (mean ||x||^2 - ||mean x||^2));
+        "median" / "max": median / largest distance over the pairs of at most ``pair_rows``
+        rows drawn without replacement.
+    rng : numpy Generator or RandomState
+        Draws the rows of the pairwise rules when n > ``pair_rows``.
+
+    Returns
+    -------
+    float
+        sigma of k(x, y) = exp(-||x - y||^2 / (2 sigma^2)) before any multiplier; 0 for a
+        constant sample, inf when the distances overflow float64.
+    """
     X = np.asarray(X, dtype=np.float64)
     n = X.shape[0]
     if rule == "mean":
-        # mean over pairs i != j of ||xi - xj||^2 = 2n/(n-1) * (mean ||x||^2 - ||mean x||^2): O(n d).
         mu = X.mean(axis=0)
-        msq = 2.0 * n / max(n - 1, 1) * (np.einsum("ij,ij->", X, X) / n - mu @ mu)
+        with np.errstate(over="ignore", invalid="ignore"):
+            msq = 2.0 * n / max(n - 1, 1) * (np.einsum("ij,ij->", X, X) / n - mu @ mu)
+        if not np.isfinite(msq):
+            return float("inf")
         return float(math.sqrt(max(msq, 0.0)))
-    sample = X if n <= _HEURISTIC_SAMPLE else X[rng.choice(n, _HEURISTIC_SAMPLE, replace=False)]
-    d2 = _pairwise_sq(sample, sample)
-    iu = np.triu_indices(sample.shape[0], k=1)
-    d = np.sqrt(d2[iu])
-    if rule == "median":
-        return float(np.median(d)) if d.size else 0.0
-    return float(d.max()) if d.size else 0.0  # "max"
+    if n > pair_rows:
+        rng = np.random.default_rng(0) if rng is None else rng
+        X = X[np.sort(rng.choice(n, pair_rows, replace=False))]
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = np.sqrt(sq_distances(X, X)[np.triu_indices(X.shape[0], k=1)])
+    if not d.size:
+        return 0.0
+    if not np.isfinite(d).all():
+        return float("inf")
+    return float(np.median(d)) if rule == "median" else float(d.max())
+
+
+@dataclasses.dataclass
+class FeatureScaling:
+    """Per-feature affine scaling ``(x - offset) / scale`` of every view.
+
+    Attributes
+    ----------
+    kind : {"minmax", "standard"}
+    offset, scale : dict of str to ndarray of shape (d_v,)
+        Minimum and range ("minmax") or mean and standard deviation ("standard"); a
+        constant feature keeps scale 1: it maps to 0 and carries no distance either way.
+    """
+
+    kind: str
+    offset: dict[str, np.ndarray]
+    scale: dict[str, np.ndarray]
+
+    @classmethod
+    def fit(cls, kind: str | None, views: Mapping[str, np.ndarray]) -> FeatureScaling | None:
+        """Estimate the scaling on in-memory rows (landmarks or a sample); None for ``kind=None``."""
+        if kind is None:
+            return None
+        if kind not in SCALINGS:
+            raise InputValidationError(f"`scale`={kind!r} must be one of {SCALINGS}.")
+        offset, scale = {}, {}
+        for name, L in views.items():
+            L = np.asarray(L, dtype=np.float64)
+            if kind == "minmax":
+                lo, span = L.min(axis=0), L.max(axis=0) - L.min(axis=0)
+            else:
+                lo, span = L.mean(axis=0), L.std(axis=0)
+            offset[name] = lo
+            scale[name] = np.where(span > 0, span, 1.0)
+        return cls(kind, offset, scale)
+
+    @property
+    def factor(self) -> dict[str, np.ndarray]:
+        """1 / scale per view (multiplying is what the row blocks do)."""
+        return {k: 1.0 / v for k, v in self.scale.items()}
+
+    def apply(self, views: Mapping[str, np.ndarray], dtype) -> dict[str, np.ndarray]:
+        """Scaled copies of the views in ``dtype``."""
+        factor = self.__dict__.setdefault("_factor", self.factor)
+        return {name: ((np.asarray(v, dtype=dtype) - self.offset[name].astype(dtype))
+                       * factor[name].astype(dtype)) for name, v in views.items()}
+
+    def state_arrays(self) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
+        """Named arrays for a model state (dims ``feature__<view>``)."""
+        out = {}
+        for name in self.offset:
+            out[f"scale_offset__{name}"] = ((f"feature__{name}",), self.offset[name])
+            out[f"scale_span__{name}"] = ((f"feature__{name}",), self.scale[name])
+        return out
+
+    @classmethod
+    def from_state(cls, kind: str | None, view_names: Sequence[str], get) -> FeatureScaling | None:
+        if not kind:
+            return None
+        return cls(kind, {n: get(f"scale_offset__{n}") for n in view_names},
+                   {n: get(f"scale_span__{n}") for n in view_names})
+
+
+def check_bandwidth(sigma: float, view: str, what: str) -> None:
+    """Refuse a bandwidth heuristic of 0 (constant view) or inf (overflowing values), saying which."""
+    if sigma > 0 and np.isfinite(sigma):
+        return
+    if not np.isfinite(sigma):
+        raise InputValidationError(
+            f"view {view!r}: {what} is {sigma} because squared distances overflow float64 (values around "
+            "1e154 or larger); rescale the view (e.g. scale='standard', or divide it by a constant).")
+    raise InputValidationError(
+        f"view {view!r} is constant ({what} is 0): every point is the same, so a distance-based "
+        "kernel on it carries nothing to cluster; drop the view or give an explicit bandwidth.")
 
 
 def fit_kernels(specs: Sequence[KernelSpec], landmark_views: Mapping[str, np.ndarray],
@@ -265,13 +424,9 @@ def fit_kernels(specs: Sequence[KernelSpec], landmark_views: Mapping[str, np.nda
             else:
                 key = (view, s.bandwidth_rule)
                 if key not in cache:
-                    cache[key] = _bandwidth_statistic(landmark_views[view], s.bandwidth_rule, rng)
+                    cache[key] = bandwidth_statistic(landmark_views[view], s.bandwidth_rule, rng=rng)
                 stat = cache[key]
-                if not (stat > 0 and np.isfinite(stat)):
-                    raise InputValidationError(
-                        f"view {view!r} is constant on the landmarks: the {s.bandwidth_rule!r} bandwidth "
-                        f"heuristic is {stat}; drop the view or give an explicit bandwidth."
-                    )
+                check_bandwidth(stat, view, f"the {s.bandwidth_rule!r} bandwidth heuristic on the landmarks")
                 sigma, rule = stat * s.multiplier, s.bandwidth_rule
             fitted.append(FittedKernel(view=view, kind=s.kind, sigma=sigma, bandwidth_rule=rule,
                                        multiplier=s.multiplier, statistic=stat))
@@ -295,17 +450,14 @@ def _view_kernels(Xb: np.ndarray, L: np.ndarray, kernels: Sequence[FittedKernel]
     arithmetic, so temporaries are avoided and large callers pass a buffer.
     """
     gram = _gram(Xb, L)
-    xx = np.einsum("ij,ij->i", Xb, Xb)
-    ll = np.einsum("ij,ij->i", L, L)
+    xx = row_sq_norms(Xb)
+    ll = row_sq_norms(L)
     sq = None
     for k in kernels:
         out = np.empty_like(gram) if buffer is None else buffer
         if k.kind in ("rbf", "laplacian"):
             if sq is None:
-                sq = np.multiply(gram, -2.0)
-                sq += xx[:, None]
-                sq += ll[None, :]
-                np.maximum(sq, 0.0, out=sq)
+                sq = _sq_from_gram(gram.copy(), xx, ll)
             if k.kind == "rbf":
                 np.multiply(sq, -0.5 / k.sigma**2, out=out)
             else:
@@ -416,6 +568,55 @@ class KernelPreprocessing:
     diag: np.ndarray
     scale: np.ndarray
 
+    @classmethod
+    def stack(cls, parts: Sequence[KernelPreprocessing]) -> KernelPreprocessing:
+        """The statistics of several kernels (fitted one at a time) as one object."""
+        return cls(parts[0].center, parts[0].normalize,
+                   np.concatenate([s.row_means for s in parts]), np.concatenate([s.grand_means for s in parts]),
+                   np.concatenate([s.diag for s in parts]), np.concatenate([s.scale for s in parts]))
+
+    def state_attrs(self) -> dict[str, Any]:
+        return {"center": bool(self.center), "normalize": self.normalize}
+
+    def state_arrays(self) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
+        return {
+            "prep_row_means": (("kernel", "landmark"), self.row_means),
+            "prep_grand_means": (("kernel",), self.grand_means),
+            "prep_diag": (("kernel", "landmark"), self.diag),
+            "prep_scale": (("kernel",), self.scale),
+        }
+
+    @classmethod
+    def from_state(cls, attrs: Mapping[str, Any], get) -> KernelPreprocessing:
+        return cls(bool(attrs["center"]), attrs["normalize"], get("prep_row_means"), get("prep_grand_means"),
+                   get("prep_diag"), get("prep_scale"))
+
+
+def kernel_model_state(view_names: Sequence[str], landmarks: Mapping[str, np.ndarray],
+                       kernels: Sequence[FittedKernel], preprocessing: KernelPreprocessing,
+                       scaling: FeatureScaling | None) -> tuple[dict[str, Any], dict[str, tuple]]:
+    """(attrs, arrays) of what every model fitted on landmark kernels saves: the landmark rows,
+    the fitted kernels, their preprocessing statistics and the feature scaling (MKC, late fusion)."""
+    arrays = dict(preprocessing.state_arrays())
+    for name in view_names:
+        arrays[f"landmarks__{name}"] = (("landmark", f"feature__{name}"), landmarks[name])
+    if scaling is not None:
+        arrays.update(scaling.state_arrays())
+    attrs = {"view_names": list(view_names), "kernels": [k.to_json() for k in kernels],
+             "kernel_names": [k.name for k in kernels], "preprocessing": preprocessing.state_attrs(),
+             "scaling": None if scaling is None else scaling.kind}
+    return attrs, arrays
+
+
+def kernel_model_from_state(attrs: Mapping[str, Any], get) -> dict[str, Any]:
+    """``view_names``, ``landmarks``, ``kernels``, ``preprocessing`` and ``scaling`` as saved by
+    :func:`kernel_model_state` (constructor arguments of the model)."""
+    names = list(attrs["view_names"])
+    return {"view_names": names, "landmarks": {n: get(f"landmarks__{n}") for n in names},
+            "kernels": [FittedKernel.from_json(k) for k in attrs["kernels"]],
+            "preprocessing": KernelPreprocessing.from_state(attrs["preprocessing"], get),
+            "scaling": FeatureScaling.from_state(attrs.get("scaling"), names, get)}
+
 
 #: Floor for kc(x, x) before dividing: a point at the landmark mean has kc(x, x) ~ 0.
 _DIAG_FLOOR = 1e-12
@@ -498,9 +699,67 @@ def landmark_kernels(landmarks: Mapping[str, np.ndarray], kernels: Sequence[Fitt
     return out
 
 
-def kernels_to_json(kernels: Sequence[FittedKernel]) -> str:
-    return json.dumps([k.to_json() for k in kernels])
+class ProjectedKernels:
+    """Kernel rows of new points, preprocessed like the landmark kernels, times a projection.
 
+    For a base kernel p with a landmark-side projection Q_p of shape (n, c_p) (MKC-AE's
+    H_n D_n^-1, late fusion's H_p Lambda_p^-1), :meth:`rows` yields kn_p(x, :) @ Q_p for a
+    block of points, where kn_p is k_p centred at the landmark mean and normalised exactly as
+    the landmark kernel was (see :class:`KernelPreprocessing`).  Centring and diagonal
+    normalisation are rank-one and diagonal operations, so they go through Q_p as vectors:
 
-def kernels_from_json(text: str) -> list[FittedKernel]:
-    return [FittedKernel.from_json(d) for d in json.loads(text)]
+        kn_p(x, :) Q_p = dx [ k_p(x, :) (dl Q_p) - (m_x - s)(dl @ Q_p) - (dl r) @ Q_p ]
+
+    with m_x the row mean of the raw block, dl_j = 1/sqrt(kc(x_j, x_j)) and dx the same for x.
+    Each kernel then costs one exp pass, one row mean and one thin GEMM over its (b, n)
+    block; no (b, n) accumulator is kept.  Shared by MultipleKernelClustering (which sums the
+    kernels' rows with weights) and LateFusionClustering (which keeps them side by side).
+
+    Parameters
+    ----------
+    landmarks : dict of str to ndarray of shape (n, d_v)
+        Landmark rows (after any feature scaling).
+    kernels : list of FittedKernel
+        All m base kernels of the preprocessing statistics.
+    preprocessing : KernelPreprocessing
+    projections : dict of int to ndarray of shape (n, c_p)
+        Q_p for the kernels to project (other kernels are never computed).
+    dtype : numpy dtype
+        Precision of the kernel blocks and of the GEMM with Q_p; results are float64.
+    """
+
+    def __init__(self, landmarks: Mapping[str, np.ndarray], kernels: Sequence[FittedKernel],
+                 preprocessing: KernelPreprocessing, projections: Mapping[int, np.ndarray], dtype=np.float64):
+        self.dtype = np.dtype(dtype)
+        self.index = [int(p) for p in projections]
+        self.kernels = [kernels[p] for p in self.index]
+        self.landmarks = {k: np.asarray(v, dtype=self.dtype) for k, v in landmarks.items()}
+        self.prep = preprocessing
+        n = next(iter(landmarks.values())).shape[0]
+        prep = preprocessing
+        self.terms = []
+        for p, Q in projections.items():
+            dl = (1.0 / np.sqrt(np.maximum(prep.diag[p], _DIAG_FLOOR)) if prep.normalize == "diagonal"
+                  else np.ones(n))
+            r = prep.row_means[p] if prep.center else np.zeros(n)
+            self.terms.append(((dl[:, None] * Q).astype(self.dtype), dl @ Q, (dl * r) @ Q))
+
+    def rows(self, views_block: Mapping[str, np.ndarray]):
+        """Yield ``(j, G)``: G = kn_p(x, :) @ Q_p of shape (b, c_p), float64, p = ``index[j]``."""
+        prep = self.prep
+        for j, block in kernel_blocks(views_block, self.landmarks, self.kernels, dtype=self.dtype, reuse=True):
+            p = self.index[j]
+            dlQ, u, v = self.terms[j]
+            G = (block @ dlQ).astype(np.float64, copy=False)
+            if prep.center:
+                m = block.mean(axis=1, dtype=np.float64)
+                s = prep.grand_means[p]
+                G -= (m - s)[:, None] * u[None, :] + v[None, :]
+            if prep.normalize == "diagonal":
+                kxx = self_kernel(views_block, self.kernels[j], dtype=np.float64)
+                if prep.center:
+                    kxx = kxx - 2.0 * m + s
+                G *= (1.0 / np.sqrt(np.maximum(kxx, _DIAG_FLOOR)))[:, None]
+            elif prep.normalize == "trace":
+                G /= prep.scale[p]
+            yield j, G

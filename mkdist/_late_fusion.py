@@ -10,47 +10,50 @@ Fit, on n landmarks (one node, one base kernel in memory at a time):
    near-identity kernels are detected by their principal eigenvalue proportion and dropped;
 2. per base partition, the adaptive-neighbour graph A_p of Nie, Wang & Huang (2014) on the
    rows of H_p and the low-pass filter G_p = sum_{o=1}^{o_bar} T_p^o, T_p = (I + D^-1/2 A_p
-   D^-1/2) / 2, applied by repeated sparse products (never an n x n dense matrix);
+   D^-1/2) / 2, applied by repeated sparse products (never an n x n dense matrix;
+   :mod:`mkdist._graph`);
 3. Algorithm 1: alternate labels Y (k-means on H~ = G~ [gamma_1 H_1, ..., gamma_m H_m],
    G~ = sum_i mu_i G_i), view weights gamma (eq. 26) and filter weights mu (eq. 27).
 
-Every other point is embedded out of sample, chunk by chunk (NumPy or Dask): its base
-embeddings h_p(x) (MKC-AE), its adaptive-neighbour weights to the landmarks in every H_i
-space, the same filter polynomial.  The final k-means runs on the embedding of all N rows
-(``cluster_all_points``, as MKC-AE's k-means on H_N), and new points go to the nearest
-centroid.  See :class:`LateFusionClustering` (Notes) for the derivation.
+Every row is then embedded out of sample through the row engine (NumPy or Dask,
+:class:`mkdist._blocks.RowBlocks`): its base embeddings h_p(x) (MKC-AE, the kernel rows of
+:class:`mkdist._kernels.ProjectedKernels`), its adaptive-neighbour weights to the landmarks
+in every H_i space, the same filter polynomial.  The final k-means runs on the embedding of
+all N rows (``cluster_all_points``, as MKC-AE's k-means on H_N), and new points go to the
+nearest centroid: the stage plan landmarks -> model -> embedding -> labels of
+:class:`mkdist._base.LandmarkEmbeddingEstimator`.  See :class:`LateFusionClustering` (Notes)
+for the derivation.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
-import scipy.linalg
-import scipy.optimize
 import scipy.sparse
-import scipy.sparse.linalg
-from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.cluster import KMeans
-from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted
 
+from ._base import LandmarkEmbeddingEstimator
+from ._blocks import RowBlocks
+from ._graph import Graph, adaptive_neighbor_weights, apply_filter, build_graph, filter_basis, knn, simplex_qp
 from ._kernels import (
-    _DIAG_FLOOR, FittedKernel, KernelPreprocessing, fit_kernels, fit_preprocessing, kernel_blocks,
-    resolve_kernel_specs, self_kernel,
+    SCALINGS, FeatureScaling, FittedKernel, KernelPreprocessing, KernelSpec, ProjectedKernels, fit_kernels,
+    fit_preprocessing, kernel_blocks, kernel_model_from_state, kernel_model_state, nearest_center,
+    resolve_kernel_specs,
 )
-from ._kmeans import kmeans
-from ._model import Scaling, assign_chunk
-from ._pep import DEGENERATE_PEP_RATIO, excess_pep, principal_eigenvalue_proportion, top_eigenvalue_sum
-from ._sampling import gather_rows, sample_landmark_indices
-from ._simplemkkm import top_eigenpairs
-from ._validation import check_finite, check_int, check_real, is_dask_array, ViewsInputMixin
+from ._kmeans import KMeansResult
+from ._methods import register
+from ._linalg import top_eigenpairs, top_eigenvalue_sum
+from ._pep import DEGENERATE_PEP_RATIO, excess_pep, principal_eigenvalue_proportion
+from ._sampling import sample_landmark_indices
+from ._state import StateArrays
+from ._validation import Boolean, Interval, Options, Types, check_finite
 from .errors import DegenerateKernelWarning, InputValidationError
 
 __all__ = ["LateFusionClustering", "LateFusionModel", "adaptive_neighbor_weights", "default_n_landmarks"]
@@ -58,19 +61,12 @@ __all__ = ["LateFusionClustering", "LateFusionModel", "adaptive_neighbor_weights
 #: Default landmark count: min(N, 2000).  The fit costs one dense n x n kernel and one
 #: partial eigensolve per base kernel (O(m n^2) memory traffic), a few seconds at n = 2000.
 DEFAULT_MAX_LANDMARKS = 2000
-#: Rows per block of the out-of-sample assignment: (block, n) kernel and distance blocks of
-#: 4096 x 2000 float64 are 65 MB each.
-DEFAULT_BLOCK_ROWS = 4096
-#: Above this many landmarks the base partitions come from Lanczos (ARPACK), which on this
-#: machine beats LAPACK's syevr already at n = 2000, d = 20 (0.3-1.3 s vs 0.8-11 s).
-_LANCZOS_MIN_N = 1000
 #: Landmarks used to decide the order in which base kernels are processed (see _fit_base).
 _PILOT_SIZE = 256
 #: An eigenpair of K_p is kept in H_p only if lambda_j > this x lambda_1: smaller ones span
 #: the (numerical) null space, whose eigenvectors are arbitrary and whose 1/lambda_j would
 #: blow up the out-of-sample embedding.
 _EIG_RTOL = 1e-8
-_STATE_FORMAT = "mkdist.LateFusionClustering/1"
 
 
 def default_n_landmarks(n_samples: int) -> int:
@@ -78,153 +74,15 @@ def default_n_landmarks(n_samples: int) -> int:
     return int(min(n_samples, DEFAULT_MAX_LANDMARKS))
 
 
-# ============================================================================ graph and filter
-def _sq_dists(Q: np.ndarray, R: np.ndarray, rr: np.ndarray | None = None) -> np.ndarray:
-    """Squared Euclidean distances between the rows of Q (b, d) and R (n, d), shape (b, n)."""
-    if rr is None:
-        rr = np.einsum("ij,ij->i", R, R)
-    D = np.einsum("ij,ij->i", Q, Q)[:, None] + rr[None, :] - 2.0 * (Q @ R.T)
-    return np.maximum(D, 0.0, out=D)
+def _fit_seeds(seed: int) -> tuple[int, int, int]:
+    """Seeds of the landmark sample, the base partitions and the fusion (+ final k-means).
 
-
-def _knn(Q: np.ndarray, R: np.ndarray, k: int, *, exclude_self: bool = False,
-         block_rows: int = 2048) -> tuple[np.ndarray, np.ndarray]:
-    """The k nearest rows of R for every row of Q, by increasing distance (ties: lower index).
-
-    ``exclude_self`` (Q is R): a row is not its own neighbour.
-
-    Returns
-    -------
-    indices : ndarray of shape (b, k), int64
-    sqdist : ndarray of shape (b, k)
+    Drawn from the fit's one integer seed exactly as ``fit`` drew them from an integer
+    ``random_state`` before the estimator protocol, so the same seed makes the same choices
+    (``bench/bench_late_fusion.py`` reproduces this sequence to reuse base partitions).
     """
-    b = Q.shape[0]
-    rr = np.einsum("ij,ij->i", R, R)
-    idx = np.empty((b, k), dtype=np.int64)
-    dist = np.empty((b, k))
-    for start in range(0, b, block_rows):
-        stop = min(start + block_rows, b)
-        D = _sq_dists(Q[start:stop], R, rr)
-        if exclude_self:
-            D[np.arange(stop - start), np.arange(start, stop)] = np.inf
-        part = np.argpartition(D, k - 1, axis=1)[:, :k]
-        dv = np.take_along_axis(D, part, axis=1)
-        order = np.lexsort((part, dv), axis=1)
-        idx[start:stop] = np.take_along_axis(part, order, axis=1)
-        dist[start:stop] = np.take_along_axis(dv, order, axis=1)
-    return idx, dist
-
-
-def adaptive_neighbor_weights(sqdist: np.ndarray, n_neighbors: int) -> np.ndarray:
-    """Adaptive-neighbour affinities (Nie, Wang & Huang 2014), closed form.
-
-    Parameters
-    ----------
-    sqdist : ndarray of shape (b, n_neighbors + 1)
-        Squared distances of every row to its n_neighbors + 1 nearest candidates, increasing.
-    n_neighbors : int
-        k, the number of non-zero affinities per row.
-
-    Returns
-    -------
-    S : ndarray of shape (b, n_neighbors)
-        s_j = (d_{k+1} - d_j) / (k d_{k+1} - sum_{h<=k} d_h) for the k nearest: non-negative,
-        summing to 1 per row, decreasing with the distance.  A row whose k + 1 distances are
-        all equal (the closed form is 0/0) gets uniform weights 1/k.
-
-    Examples
-    --------
-    >>> adaptive_neighbor_weights(np.array([[0.0, 1.0, 3.0]]), 2)
-    array([[0.6, 0.4]])
-    """
-    k = n_neighbors
-    d = np.asarray(sqdist, dtype=np.float64)
-    dk1 = d[:, k]
-    num = dk1[:, None] - d[:, :k]
-    den = k * dk1 - d[:, :k].sum(axis=1)
-    ok = den > 1e-12 * np.maximum(dk1, np.finfo(np.float64).tiny)
-    out = np.full((d.shape[0], k), 1.0 / k)
-    out[ok] = num[ok] / den[ok, None]
-    return out
-
-
-@dataclasses.dataclass
-class _Graph:
-    """One base partition's graph: the kNN lists and the normalised affinity D^-1/2 A D^-1/2."""
-
-    indices: np.ndarray          # (n, k) int64: the k nearest landmarks of each landmark
-    weights: np.ndarray          # (n, k): adaptive-neighbour weights s_ij (rows sum to 1)
-    S_hat: scipy.sparse.csr_matrix  # (n, n) symmetric, D^-1/2 A D^-1/2 with A = (S + S^T)/2
-    degree: np.ndarray           # (n,): row sums of A (>= 1/2)
-
-    @classmethod
-    def from_neighbors(cls, indices: np.ndarray, weights: np.ndarray) -> _Graph:
-        n, k = indices.shape
-        S = scipy.sparse.csr_matrix((weights.ravel(), (np.repeat(np.arange(n), k), indices.ravel())),
-                                    shape=(n, n))
-        A = ((S + S.T) * 0.5).tocsr()
-        degree = np.asarray(A.sum(axis=1)).ravel()
-        dinv = 1.0 / np.sqrt(degree)  # degree >= 1/2: every row of S sums to 1
-        S_hat = scipy.sparse.diags(dinv) @ A @ scipy.sparse.diags(dinv)
-        S_hat = scipy.sparse.csr_matrix(S_hat)
-        S_hat.sort_indices()
-        return cls(indices, weights, S_hat, degree)
-
-
-def _build_graph(H: np.ndarray, n_neighbors: int) -> _Graph:
-    """Adaptive-neighbour graph on the rows of one base partition H (n, d)."""
-    idx, sqd = _knn(H, H, n_neighbors + 1, exclude_self=True)
-    return _Graph.from_neighbors(idx[:, :n_neighbors], adaptive_neighbor_weights(sqd, n_neighbors))
-
-
-def _apply_filter(S_hat, Z: np.ndarray, order: int) -> np.ndarray:
-    """G Z with G = sum_{o=1}^{order} T^o, T = (I + S_hat)/2, by repeated sparse products.
-
-    ``order=0`` is the identity (G = I: plain late fusion).
-    """
-    if order == 0:
-        return np.array(Z, dtype=np.float64, copy=True)
-    out = np.zeros_like(Z, dtype=np.float64)
-    cur = Z
-    for _ in range(order):
-        cur = 0.5 * (cur + S_hat @ cur)
-        out += cur
-    return out
-
-
-def _filter_basis(S_hat, Z: np.ndarray, order: int) -> np.ndarray:
-    """B = sum_{q=0}^{order-1} (1 - 2^-(order-q)) T^q Z, so that G Z = (1 - 2^-order) Z + S_hat B.
-
-    The identity follows from T = (I + S_hat)/2 (see the Notes of LateFusionClustering); it is
-    what lets a new point reuse the landmarks' B rows.
-    """
-    B = np.zeros_like(Z, dtype=np.float64)
-    cur = Z
-    for q in range(order):
-        B += (1.0 - 2.0 ** -(order - q)) * cur
-        if q + 1 < order:
-            cur = 0.5 * (cur + S_hat @ cur)
-    return B
-
-
-def _simplex_qp(M: np.ndarray, x0: np.ndarray) -> np.ndarray:
-    """argmin x^T M x over the probability simplex (M symmetric PSD, small), never worse than x0."""
-    m = M.shape[0]
-    scale = float(np.trace(M)) / m
-    if not scale > 0:
-        return x0
-    Ms = M / scale  # O(1) entries: SLSQP's absolute tolerances then mean something
-    f0 = float(x0 @ Ms @ x0)
-    res = scipy.optimize.minimize(
-        lambda x: float(x @ Ms @ x), x0, jac=lambda x: 2.0 * (Ms @ x), method="SLSQP",
-        bounds=[(0.0, 1.0)] * m,
-        constraints=[{"type": "eq", "fun": lambda x: x.sum() - 1.0, "jac": lambda x: np.ones_like(x)}],
-        options={"ftol": 1e-15, "maxiter": 500})
-    x = np.clip(res.x, 0.0, None)
-    if not x.sum() > 0:
-        return x0
-    x /= x.sum()
-    return x if float(x @ Ms @ x) <= f0 else x0
+    rng = np.random.RandomState(seed)
+    return tuple(int(s) for s in rng.randint(np.iinfo(np.int32).max, size=3))
 
 
 # ============================================================================ base partitions
@@ -235,7 +93,7 @@ class _Base:
     view_names: list[str]
     n_features: dict[str, int]
     landmarks: dict[str, np.ndarray]      # scaled, float64
-    scaling: Scaling | None
+    scaling: FeatureScaling | None
     kernels: list[FittedKernel]           # all m
     preprocessing: KernelPreprocessing    # (m, n) statistics of all m
     pep: np.ndarray                       # (m,) beta(K_p, k), or its upper bound if screened
@@ -248,34 +106,6 @@ class _Base:
     embedding_dim: int
     min_pep_ratio: float
     timings: dict[str, float]
-
-
-def _preprocessing_stack(stats: list[KernelPreprocessing], center: bool, normalize) -> KernelPreprocessing:
-    return KernelPreprocessing(
-        center=center, normalize=normalize,
-        row_means=np.concatenate([s.row_means for s in stats]),
-        grand_means=np.concatenate([s.grand_means for s in stats]),
-        diag=np.concatenate([s.diag for s in stats]),
-        scale=np.concatenate([s.scale for s in stats]))
-
-
-def _partial_eigh(K: np.ndarray, d: int, rng: np.random.RandomState) -> tuple[np.ndarray, np.ndarray]:
-    """Top-d eigenpairs of a symmetric K, decreasing; Lanczos for large n, else LAPACK.
-
-    The Lanczos start vector comes from ``rng`` (reproducible; a constant start would lie in
-    the null space of a centred kernel).  Falls back to ``top_eigenpairs`` (which checks the
-    count syevr returns on ties) when ARPACK does not converge.
-    """
-    n = K.shape[0]
-    if n >= _LANCZOS_MIN_N and d <= n // 10:
-        try:
-            vals, vecs = scipy.sparse.linalg.eigsh(K, k=d, which="LA", tol=1e-12, v0=rng.standard_normal(n))
-            if vals.shape[0] == d and np.isfinite(vals).all():
-                order = np.argsort(vals)[::-1]
-                return vals[order], np.ascontiguousarray(vecs[:, order])
-        except scipy.sparse.linalg.ArpackNoConvergence:
-            pass
-    return top_eigenpairs(K, d)
 
 
 def _fix_signs(V: np.ndarray) -> np.ndarray:
@@ -323,7 +153,7 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
     specs = resolve_kernel_specs(kernels, names)
     n = next(iter(landmark_views.values())).shape[0]
     _check_constant_views(specs, landmark_views, center, embedding_dim)
-    scaling = Scaling.fit(scale, landmark_views)
+    scaling = FeatureScaling.fit(scale, landmark_views)
     lv = scaling.apply(landmark_views, np.float64) if scaling is not None else landmark_views
     lv = {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in lv.items()}
     fitted = fit_kernels(specs, lv, random_state=int(rng.randint(np.iinfo(np.int32).max)))
@@ -339,7 +169,7 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
         for p, blk in kernel_blocks(sv, sv, fitted, reuse=True):
             Kp, _ = fit_preprocessing(blk[None], center, normalize)
             tr = float(np.trace(Kp[0]))
-            pilot[p] = scipy.linalg.eigvalsh(Kp[0])[::-1][:k].sum() / tr if tr > 0 else 0.0
+            pilot[p] = top_eigenvalue_sum(Kp[0], k) / tr if tr > 0 else 0.0
         order = [int(p) for p in np.argsort(-pilot, kind="stable")]
     else:
         order = list(range(m))
@@ -372,7 +202,7 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
                 del Kp, blk
                 continue
         te = time.perf_counter()
-        vals, vecs = _partial_eigh(Kp, embedding_dim, rng)
+        vals, vecs = top_eigenpairs(Kp, embedding_dim)  # Lanczos: measured in mkdist._linalg
         t_eig += time.perf_counter() - te
         if not vals[0] > 1e-12 * max(trace / n, 1e-300):
             raise InputValidationError(
@@ -415,7 +245,7 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
             del H[p], eigenvalues[p]
     timings = {"kernels_s": time.perf_counter() - t0 - t_eig, "eigen_s": t_eig}
     return _Base(names, {k_: int(v.shape[1]) for k_, v in landmark_views.items()}, lv, scaling, fitted,
-                 _preprocessing_stack(stats, center, normalize), pep, pep_exact, np.asarray(kept, dtype=np.int64),
+                 KernelPreprocessing.stack(stats), pep, pep_exact, np.asarray(kept, dtype=np.int64),
                  dropped, H, eigenvalues, n_clusters, embedding_dim, float(min_pep_ratio), timings)
 
 
@@ -469,7 +299,7 @@ def _kmeans_step(Z: np.ndarray, k: int, init, n_init: int, seed: int) -> tuple[n
     return km.labels_.astype(np.int64), km.cluster_centers_
 
 
-def _fit_fusion(H_cat: np.ndarray, col_kernel: np.ndarray, graphs: Sequence[_Graph], *, n_clusters: int,
+def _fit_fusion(H_cat: np.ndarray, col_kernel: np.ndarray, graphs: Sequence[Graph], *, n_clusters: int,
                 order: int, learn_mu: bool, n_init: int, max_iter: int, tol: float, random_state: int) -> _Fusion:
     """Algorithm 1: alternate Y (k-means), gamma (eq. 26) and mu (eq. 27) on eq. 23.
 
@@ -479,7 +309,7 @@ def _fit_fusion(H_cat: np.ndarray, col_kernel: np.ndarray, graphs: Sequence[_Gra
     rng = np.random.RandomState(random_state)
     m = len(graphs)
     k = n_clusters
-    GH = [_apply_filter(g.S_hat, H_cat, order) for g in graphs]
+    GH = [apply_filter(g.S_hat, H_cat, order) for g in graphs]
     gamma = np.full(m, 1.0 / m)
     mu = np.full(m, 1.0 / m)
     learn_mu = learn_mu and order > 0 and m > 1  # with G_i = I every mu gives the same H~
@@ -505,7 +335,7 @@ def _fit_fusion(H_cat: np.ndarray, col_kernel: np.ndarray, graphs: Sequence[_Gra
             W = [(_residual(g, labels, k) * gamma[col_kernel][None, :]).ravel() for g in GH]
             W = np.stack(W)
             M = W @ W.T
-            mu = _simplex_qp(M, mu)
+            mu = simplex_qp(M, mu)
             del W
             steps.append(("mu", float(mu @ M @ mu)))
         # Y (eq. 24): k-means on H~, warm-started at the current clusters' means.
@@ -560,7 +390,7 @@ def _fingerprints(blocks: Sequence[np.ndarray]) -> np.ndarray:
 
 @dataclasses.dataclass
 class LateFusionModel:
-    """Everything needed to place a new point: arrays + JSON, no pickle (see ``to_state``).
+    """Everything needed to place a new point: arrays + JSON, no pickle (see ``state``).
 
     Attributes
     ----------
@@ -569,7 +399,7 @@ class LateFusionModel:
     landmarks : dict of str to ndarray of shape (n, d_v)
         Landmark rows, scaled, float64.
     landmark_indices : ndarray of shape (n,)
-    scaling : Scaling or None
+    scaling : FeatureScaling or None
     kernels : list of FittedKernel, length m
         All base kernels (dropped ones included).
     kept : ndarray of shape (m',)
@@ -589,14 +419,15 @@ class LateFusionModel:
         Each landmark's k nearest landmarks in every H_i space and its adaptive weights.
     cluster_centers : ndarray of shape (n_clusters, D)
     landmark_labels : ndarray of shape (n,)
-        Labels of the landmarks at the end of the fit.
+        Nearest centroid of every landmark's fitted row H~: Algorithm 1's labels, or the
+        final k-means' labels of the landmarks.
     """
 
     view_names: list[str]
     n_features: dict[str, int]
     landmarks: dict[str, np.ndarray]
     landmark_indices: np.ndarray
-    scaling: Scaling | None
+    scaling: FeatureScaling | None
     kernels: list[FittedKernel]
     kept: np.ndarray
     preprocessing: KernelPreprocessing
@@ -615,22 +446,26 @@ class LateFusionModel:
         # Derived arrays, rebuilt by the same code as in the fit, so a model restored from its
         # state predicts bit for bit like the fitted one.
         n_kept = self.kept.size
-        self.graphs = [_Graph.from_neighbors(self.neighbor_indices[i], self.neighbor_weights[i])
+        self.graphs = [Graph.from_neighbors(self.neighbor_indices[i], self.neighbor_weights[i])
                        for i in range(n_kept)]
         self.gamma_cols = self.view_weights[self.column_kernel]
         self.column_slices = [np.flatnonzero(self.column_kernel == i) for i in range(n_kept)]
-        GH = [_apply_filter(g.S_hat, self.partitions, self.graph_filter_order) for g in self.graphs]
+        GH = [apply_filter(g.S_hat, self.partitions, self.graph_filter_order) for g in self.graphs]
         #: H~ of the landmarks (what the fit clustered)
         self.embedding = _combine(GH, self.filter_weights, self.gamma_cols)
         del GH
         Hg = self.partitions * self.gamma_cols[None, :]
         order = self.graph_filter_order
-        self.bases = {i: _filter_basis(self.graphs[i].S_hat, Hg, order)
+        self.bases = {i: filter_basis(self.graphs[i].S_hat, Hg, order)
                       for i in range(n_kept) if order > 0 and self.filter_weights[i] > 0}
         fp = _fingerprints([self.landmarks[v] for v in self.view_names])
         self.fingerprint_order = np.argsort(fp, kind="stable")
         self.fingerprints_sorted = fp[self.fingerprint_order]
-        self.projections = [self._projection_terms(i) for i in range(n_kept)]
+        # h_p(x) = kn_p(x, :) H_p Lambda_p^-1 of every kept kernel, in ``kept`` order.
+        self.projected = ProjectedKernels(
+            self.landmarks, self.kernels, self.preprocessing,
+            {int(p): self.partitions[:, cols] / self.eigenvalues[cols][None, :]
+             for p, cols in zip(self.kept, self.column_slices)})
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -644,31 +479,6 @@ class LateFusionModel:
     @property
     def kept_kernels(self) -> list[FittedKernel]:
         return [self.kernels[p] for p in self.kept]
-
-    def _projection_terms(self, i: int) -> tuple:
-        """(dl * P, dl @ P, (dl r) @ P) of kept kernel i, P = H_i Lambda_i^-1 (see ``_base_rows``)."""
-        p = int(self.kept[i])
-        cols = self.column_slices[i]
-        P = self.partitions[:, cols] / self.eigenvalues[cols][None, :]
-        prep = self.preprocessing
-        n = self.n_landmarks
-        dl = 1.0 / np.sqrt(np.maximum(prep.diag[p], _DIAG_FLOOR)) if prep.normalize == "diagonal" else np.ones(n)
-        r = prep.row_means[p] if prep.center else np.zeros(n)
-        return dl[:, None] * P, dl @ P, (dl * r) @ P
-
-    def check_views(self, views: Mapping[str, Any], estimator: str = "LateFusionClustering") -> None:
-        """Raise if the views do not match the training views (names and feature counts)."""
-        if set(views) != set(self.view_names):
-            raise InputValidationError(
-                f"got {len(views)} views {list(views)}, but {estimator} was fitted on "
-                f"{len(self.view_names)} views {self.view_names}."
-            )
-        for name, v in views.items():
-            if v.shape[1] != self.n_features[name]:
-                raise InputValidationError(
-                    f"X has {v.shape[1]} features, but {estimator} is expecting "
-                    f"{self.n_features[name]} features as input (view {name!r})."
-                )
 
     # ------------------------------------------------------------------ out-of-sample rows
     def _scaled(self, blocks: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
@@ -696,30 +506,10 @@ class LateFusionModel:
     def _base_rows(self, views: Mapping[str, np.ndarray]) -> np.ndarray:
         """[h_1(x), ..., h_m'(x)], h_p(x) = P_p(x) H_p Lambda_p^-1 (MKC-AE), shape (b, D).
 
-        P_p(x) is the kernel row preprocessed like K_p.  Centring and diagonal normalisation
-        are rank-one and diagonal operations, so they go through the projection as vectors
-        (as in ``mkdist._model.embed_chunk``):
-        kn_p(x, :) P = dx [k_p(x, :) (dl P) - (m_x - s)(dl P summed) - (dl r) P].
+        P_p(x) is the kernel row of x preprocessed like K_p (``ProjectedKernels``).
         """
-        prep = self.preprocessing
-        b = next(iter(views.values())).shape[0]
-        out = np.empty((b, self.n_components))
-        kept = self.kept_kernels
-        for i, block in kernel_blocks(views, self.landmarks, kept, dtype=np.float64, reuse=True):
-            p = int(self.kept[i])
-            dlP, u, v = self.projections[i]
-            G = block @ dlP
-            if prep.center:
-                mx = block.mean(axis=1)
-                s = prep.grand_means[p]
-                G -= (mx - s)[:, None] * u[None, :] + v[None, :]
-            if prep.normalize == "diagonal":
-                kxx = self_kernel(views, kept[i], dtype=np.float64)
-                if prep.center:
-                    kxx = kxx - 2.0 * mx + s
-                G *= (1.0 / np.sqrt(np.maximum(kxx, _DIAG_FLOOR)))[:, None]
-            elif prep.normalize == "trace":
-                G /= prep.scale[p]
+        out = np.empty((next(iter(views.values())).shape[0], self.n_components))
+        for i, G in self.projected.rows(views):
             out[:, self.column_slices[i]] = G
         return out
 
@@ -737,15 +527,19 @@ class LateFusionModel:
         out = (1.0 - 2.0**-order) * Hg
         for i, B in self.bases.items():
             cols = self.column_slices[i]
-            idx, sqd = _knn(Hx[:, cols], self.partitions[:, cols], k + 1)
+            idx, sqd = knn(Hx[:, cols], self.partitions[:, cols], k + 1)
             a = adaptive_neighbor_weights(sqd, k) / np.sqrt(self.graphs[i].degree[idx[:, :k]])
             mu = self.filter_weights[i]
             for j in range(k):
                 out += (mu * a[:, j])[:, None] * B[idx[:, j]]
         return out
 
-    def transform_rows(self, blocks: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """H~ rows and landmark matches (-1: none) for view blocks in ``view_names`` order."""
+    def transform_rows(self, blocks: Sequence[np.ndarray]) -> np.ndarray:
+        """H~ of one row block of every view (``view_names`` order), shape (b, D), float64.
+
+        A row equal to a landmark (bitwise, all views, after scaling) gets the landmark's
+        fitted row: through the formula it would be its own nearest neighbour.
+        """
         views = self._scaled(blocks)
         match = self._match_landmarks(views)
         out = np.empty((match.size, self.n_components))
@@ -755,41 +549,20 @@ class LateFusionModel:
         if new.size:
             sub = {k: v[new] for k, v in views.items()} if new.size < match.size else views
             out[new] = self._filtered_rows(self._base_rows(sub))
-        return out, match
-
-    def transform_chunk(self, *blocks: np.ndarray, block_rows: int = DEFAULT_BLOCK_ROWS) -> np.ndarray:
-        """H~ for one row block of every view (``view_names`` order), shape (b, D)."""
-        N = blocks[0].shape[0]
-        out = np.empty((N, self.n_components))
-        for start in range(0, N, block_rows):
-            stop = min(start + block_rows, N)
-            out[start:stop] = self.transform_rows([b[start:stop] for b in blocks])[0]
-        return out
-
-    def predict_chunk(self, *blocks: np.ndarray, block_rows: int = DEFAULT_BLOCK_ROWS) -> np.ndarray:
-        """Nearest-centroid label of every row (a landmark gets its fitted label), int64."""
-        N = blocks[0].shape[0]
-        out = np.empty(N, dtype=np.int64)
-        for start in range(0, N, block_rows):
-            stop = min(start + block_rows, N)
-            H, match = self.transform_rows([b[start:stop] for b in blocks])
-            lab = assign_chunk(self.cluster_centers, H)
-            hit = match >= 0
-            lab[hit] = self.landmark_labels[match[hit]]
-            out[start:stop] = lab
         return out
 
     # ------------------------------------------------------------------ state (no pickle)
-    def to_state(self) -> dict[str, Any]:
-        """``{"attrs": JSON-able dict, "arrays": {name: (dims, ndarray)}}``."""
-        prep = self.preprocessing
-        arrays: dict[str, tuple[tuple[str, ...], np.ndarray]] = {
+    def state(self) -> tuple[dict, dict]:
+        """(attrs, arrays) of the model, named arrays with dims (see ``model_state``).
+
+        Dims are among "landmark", "component", "kernel", "kept_kernel", "neighbor",
+        "cluster" and "feature__<view>".
+        """
+        attrs, arrays = kernel_model_state(self.view_names, self.landmarks, self.kernels, self.preprocessing,
+                                           self.scaling)
+        arrays.update({
             "landmark_indices": (("landmark",), np.asarray(self.landmark_indices, dtype=np.int64)),
             "kept": (("kept_kernel",), np.asarray(self.kept, dtype=np.int64)),
-            "prep_row_means": (("kernel", "landmark"), prep.row_means),
-            "prep_grand_means": (("kernel",), prep.grand_means),
-            "prep_diag": (("kernel", "landmark"), prep.diag),
-            "prep_scale": (("kernel",), prep.scale),
             "partitions": (("landmark", "component"), self.partitions),
             "column_kernel": (("component",), np.asarray(self.column_kernel, dtype=np.int64)),
             "eigenvalues": (("component",), self.eigenvalues),
@@ -799,112 +572,36 @@ class LateFusionModel:
             "neighbor_weights": (("kept_kernel", "landmark", "neighbor"), self.neighbor_weights),
             "cluster_centers": (("cluster", "component"), self.cluster_centers),
             "landmark_labels": (("landmark",), np.asarray(self.landmark_labels, dtype=np.int64)),
-        }
-        for name in self.view_names:
-            arrays[f"landmarks__{name}"] = (("landmark", f"feature__{name}"), self.landmarks[name])
-            if self.scaling is not None:
-                arrays[f"scale_offset__{name}"] = ((f"feature__{name}",), self.scaling.offset[name])
-                arrays[f"scale_factor__{name}"] = ((f"feature__{name}",), self.scaling.factor[name])
-        attrs = {
-            "model_type": "LateFusionModel",
-            "view_names": list(self.view_names),
-            "n_features": {k: int(v) for k, v in self.n_features.items()},
-            "kernels": [k.to_json() for k in self.kernels],
-            "kernel_names": [k.name for k in self.kernels],
-            "preprocessing": {"center": bool(prep.center), "normalize": prep.normalize},
-            "scaling": None if self.scaling is None else self.scaling.kind,
-            "graph_filter_order": int(self.graph_filter_order),
-        }
-        json.dumps(attrs)
-        return {"attrs": attrs, "arrays": arrays}
+        })
+        attrs.update({"n_features": {k: int(v) for k, v in self.n_features.items()},
+                      "graph_filter_order": int(self.graph_filter_order)})
+        return attrs, arrays
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> LateFusionModel:
-        attrs, arrays = state["attrs"], state["arrays"]
-
-        def get(k):
-            a = arrays[k]
-            return np.asarray(a[1] if isinstance(a, tuple) else a)
-
-        names = list(attrs["view_names"])
-        prep = KernelPreprocessing(
-            center=bool(attrs["preprocessing"]["center"]), normalize=attrs["preprocessing"]["normalize"],
-            row_means=get("prep_row_means"), grand_means=get("prep_grand_means"),
-            diag=get("prep_diag"), scale=get("prep_scale"))
-        scaling = None
-        if attrs.get("scaling"):
-            scaling = Scaling(attrs["scaling"], {n: get(f"scale_offset__{n}") for n in names},
-                              {n: get(f"scale_factor__{n}") for n in names})
+    def from_state(cls, attrs: Mapping[str, Any], get: StateArrays) -> LateFusionModel:
         return cls(
-            view_names=names, n_features={k: int(v) for k, v in attrs["n_features"].items()},
-            landmarks={n: get(f"landmarks__{n}") for n in names},
-            landmark_indices=get("landmark_indices").astype(np.int64), scaling=scaling,
-            kernels=[FittedKernel.from_json(k) for k in attrs["kernels"]],
-            kept=get("kept").astype(np.int64), preprocessing=prep, partitions=get("partitions"),
-            column_kernel=get("column_kernel").astype(np.int64), eigenvalues=get("eigenvalues"),
-            view_weights=get("view_weights"), filter_weights=get("filter_weights"),
+            **kernel_model_from_state(attrs, get), n_features={k: int(v) for k, v in attrs["n_features"].items()},
+            landmark_indices=get("landmark_indices", np.int64), kept=get("kept", np.int64),
+            partitions=get("partitions"), column_kernel=get("column_kernel", np.int64),
+            eigenvalues=get("eigenvalues"), view_weights=get("view_weights"), filter_weights=get("filter_weights"),
             graph_filter_order=int(attrs["graph_filter_order"]),
-            neighbor_indices=get("neighbor_indices").astype(np.int64),
-            neighbor_weights=get("neighbor_weights"), cluster_centers=get("cluster_centers"),
-            landmark_labels=get("landmark_labels").astype(np.int64))
+            neighbor_indices=get("neighbor_indices", np.int64), neighbor_weights=get("neighbor_weights"),
+            cluster_centers=get("cluster_centers"), landmark_labels=get("landmark_labels", np.int64))
 
 
-# ============================================================================ Dask graph
-def _transform_block(*args, block_info=None):
-    *blocks, model = args
-    from ._dask import check_chunk_finite
-
-    loc = block_info[0]
-    check_chunk_finite(model.view_names, blocks, loc["chunk-location"][0], loc["array-location"][0][0])
-    return model.transform_chunk(*blocks)
+# ============================================================================ row functions
+def _embed_rows(blocks: list, model: LateFusionModel) -> np.ndarray:
+    """H~ of one row block (RowBlocks row function), shape (b, D)."""
+    return model.transform_rows(blocks)
 
 
-def _predict_block(*args, block_info=None):
-    *blocks, model = args
-    from ._dask import check_chunk_finite
-
-    loc = block_info[0]
-    check_chunk_finite(model.view_names, blocks, loc["chunk-location"][0], loc["array-location"][0][0])
-    return model.predict_chunk(*blocks)
-
-
-def _map_dask(model: LateFusionModel, views: Mapping[str, Any], what: str):
-    """Lazy transform/predict: one fused ``map_blocks`` task per row chunk, the model as one key."""
-    import dask
-    import dask.array as da
-
-    from ._dask import align_row_chunks
-
-    # NumPy views mixed with Dask ones follow the Dask views' row chunking.
-    ref = next(views[n] for n in model.view_names if is_dask_array(views[n]))
-    arrays = [views[n] if is_dask_array(views[n]) else da.from_array(np.asarray(views[n]), chunks=(ref.chunks[0], -1))
-              for n in model.view_names]
-    arrays = align_row_chunks(arrays, model.view_names)
-    key = dask.delayed(model, pure=True, traverse=False)
-    if what == "transform":
-        return da.map_blocks(_transform_block, *arrays, key, chunks=(arrays[0].chunks[0], (model.n_components,)),
-                             dtype=np.float64, token="mkdist-late-fusion-transform",
-                             meta=np.empty((0, model.n_components), dtype=np.float64))
-    return da.map_blocks(_predict_block, *arrays, key, chunks=(arrays[0].chunks[0],), drop_axis=1,
-                         dtype=np.int64, token="mkdist-late-fusion-predict", meta=np.empty((0,), dtype=np.int64))
+def _label_rows(blocks: list, model: LateFusionModel) -> np.ndarray:
+    """Nearest centroid of H~ of one row block (RowBlocks row function), shape (b,), int64."""
+    return nearest_center(model.transform_rows(blocks), model.cluster_centers)
 
 
 # ============================================================================ estimator
-def _json_param(value: Any) -> Any:
-    """Parameter value for the JSON attrs (a RandomState or a KernelSpec list may not be JSON)."""
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        if isinstance(value, (list, tuple)):
-            try:
-                return [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for v in value]
-            except TypeError:
-                return None
-        return None
-
-
-class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, BaseEstimator):
+class LateFusionClustering(LandmarkEmbeddingEstimator):
     """Graph-filtered late-fusion multiple kernel clustering (GMLKM) with out-of-sample assignment.
 
     Fits GMLKM (Du et al., Algorithm 1) on ``n_landmarks`` sampled points and assigns every
@@ -961,7 +658,7 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
     normalize : {"diagonal", "trace", None}, default="diagonal"
         Kernel normalisation after centring.
     scale : {None, "minmax", "standard"}, default=None
-        Per-feature scaling estimated on the landmarks (``mkdist._model.Scaling``).
+        Per-feature scaling estimated on the landmarks (``mkdist._kernels.FeatureScaling``).
     max_iter : int, default=30
         Maximum sweeps of Algorithm 1.
     tol : float, default=1e-6
@@ -973,7 +670,11 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
         ``n_init`` restarts, then Lloyd; across the Dask cluster for Dask input) on the
         embedding H~ of all N rows, as MKC-AE does on H_N, and keep its centroids; landmark
         rows get the label of their nearest final centroid.  False keeps Algorithm 1's
-        landmark clustering and assigns every other row to its centroids.  Measured on UCI
+        centroids (the landmark clustering's) and assigns every row to the nearest one;
+        landmarks keep Algorithm 1's labels, since its last step is Lloyd run to a fixed
+        point, where every landmark is nearest to its own cluster's centroid.  With as many
+        landmarks as rows there is nothing to add and Algorithm 1's centroids are kept
+        either way.  Measured on UCI
         mfeat pix (500 of 2000 rows as landmarks, 10 seeds): ACC of the other 1500 rows 0.908
         with, 0.787 without, against 0.928 with all rows as landmarks -- the embedding of a 500-landmark fit is
         good, its 500-row clustering is not (bench/RESULTS.md).  For Dask input H~ (N x D
@@ -984,16 +685,19 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
         kernels (kernel, two sparse-dense products and a partial eigensolve each): for
         diagnostics on moderate n.
     random_state : int, RandomState or None, default=None
-        Landmark sampling, bandwidth heuristic, eigensolver start vectors and k-means.
+        Landmark sampling, bandwidth heuristic, pilot landmarks and k-means.
 
     Attributes
     ----------
     labels_ : ndarray of shape (N,), int64, or dask.array.Array
         Cluster of every training row (lazy for Dask input): the final k-means on all rows
-        (``cluster_all_points``), else the landmarks' fitted labels and the out-of-sample
-        assignment of the other rows.  Equal to ``predict`` on the training rows.
+        (``cluster_all_points``), else the nearest of Algorithm 1's centroids (for the
+        landmarks: their fitted labels).  Equal to ``predict`` on the training rows.
     cluster_centers_ : ndarray of shape (n_clusters, D)
         Centroids in the filtered late-fusion embedding H~ (D = sum of the kept d_p).
+    inertia_ : float
+        k-means inertia in H~ of the clustering the centroids come from: the final k-means
+        over all rows, or Algorithm 1's clustering of the landmarks.
     view_weights_ : ndarray of shape (m,)
         gamma on the simplex over all base kernels (0 for dropped ones).
     filter_weights_ : ndarray of shape (m,)
@@ -1016,11 +720,13 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
         ``pep_combined_after``: beta of H_g H_g^T and of H~ H~^T (the linear kernels eq. 23
         clusters, before / after the learned filter); with ``full_pep`` also
         ``pep_kernels_filtered`` and ``pep_kernel_combined_before`` / ``_after``; the
-        per-step objective ``objective_steps``; ``timings`` (s).
+        per-step objective ``objective_steps``; ``final_kmeans`` (rows, inertia, n_iter) when
+        the final k-means ran; ``timings`` (s).
     model_ : LateFusionModel
     n_features_in_ : int
         Total features over all views.
     n_features_per_view_ : dict of str to int
+    view_names_ : list of str
 
     See Also
     --------
@@ -1064,7 +770,7 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
     K_p (MKC-AE, as ``MultipleKernelClustering``).  For a landmark the same formula with its
     row of S reproduces its fitted H~ row exactly; a point equal to a landmark (bitwise, all
     views, after scaling) is treated as that landmark -- otherwise it would be its own
-    nearest neighbour -- and gets the landmark's fitted row and label.  The label is the
+    nearest neighbour -- and gets the landmark's fitted row, hence its label.  The label is the
     nearest centroid.  For o_bar = 0, H~(x) = h_g(x).  Per point: one kernel row per kept
     kernel (n values), one kNN search over n landmarks in d dimensions per filter, O(k D)
     for the filter.
@@ -1085,6 +791,31 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
     >>> len(set(model.labels_[:30])), len(set(model.labels_))
     (1, 2)
     """
+
+    method: ClassVar[str] = "late-fusion"
+    multi_view: ClassVar[bool] = True
+    state_format: ClassVar[str] = "mkdist.LateFusionClustering/2"
+    _fitted_attr: ClassVar[str] = "model_"
+    #: The adaptive-neighbour graphs need n_neighbors + 1 <= n - 1 other landmarks, n_neighbors >= 1.
+    _min_samples: ClassVar[int] = 4
+    _param_constraints: ClassVar[dict[str, list]] = {
+        "kernels": [None, Types(str, list, tuple, dict, KernelSpec,
+                                noun="a kernel set name or a list of kernel specs")],
+        "embedding_dim": [Interval(Integral, 1, None), None],
+        "graph_filter_order": [Interval(Integral, 0, None)],
+        "n_neighbors": [Interval(Integral, 1, None)],
+        "n_landmarks": [Interval(Integral, 2, None), None],
+        "min_pep_ratio": [Interval(Real, 0, 1, closed="left")],
+        "filter_weights": [Options("learned", "uniform")],
+        "center": [Boolean()],
+        "normalize": [Options("diagonal", "trace", None)],
+        "scale": [Options(None, *SCALINGS)],
+        "max_iter": [Interval(Integral, 1, None)],
+        "tol": [Interval(Real, 0, None)],
+        "n_init": [Interval(Integral, 1, None)],
+        "cluster_all_points": [Boolean()],
+        "full_pep": [Boolean()],
+    }
 
     def __init__(self, n_clusters: int = 8, *, kernels: Any = "mkkm12", embedding_dim: int | None = None,
                  graph_filter_order: int = 3, n_neighbors: int = 5, n_landmarks: int | None = None,
@@ -1111,121 +842,62 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
         self.random_state = random_state
 
     # ------------------------------------------------------------------ validation
-    def _validate_params(self, n_samples: int, view_names: Sequence[str]) -> tuple[int, int]:
-        """Check every parameter against the data size; returns (n_landmarks, embedding_dim)."""
-        if n_samples < 4:
-            raise InputValidationError(f"n_samples={n_samples} is too few: at least 4 samples are required.")
-        k = check_int("n_clusters", self.n_clusters, low=2)
-        n = check_int("n_landmarks", self.n_landmarks, low=2, allow_none=True)
-        if n is None:
-            n = default_n_landmarks(n_samples)
+    def _check_params_vs_input(self, n_samples: int, views: dict) -> dict[str, Any]:
+        k = self.n_clusters
+        n = default_n_landmarks(n_samples) if self.n_landmarks is None else int(self.n_landmarks)
         if n > n_samples:
             raise InputValidationError(f"n_landmarks={n} must be <= n_samples={n_samples}.")
         if k > n:
             raise InputValidationError(
-                f"n_clusters={k} must be <= the number of landmarks ({n}); raise n_landmarks or lower n_clusters."
-            )
-        d = check_int("embedding_dim", self.embedding_dim, allow_none=True)
-        if d is None:
-            d = min(2 * k, n)
-        elif not k <= d <= n:
-            raise InputValidationError(
-                f"embedding_dim={d} must be >= n_clusters={k} and <= the number of landmarks ({n})."
-            )
-        order = self.graph_filter_order
-        if isinstance(order, bool) or not isinstance(order, (int, np.integer)):
-            raise InputValidationError(
-                f"`graph_filter_order` must be a non-negative integer, got {order!r} ({type(order).__name__})."
-            )
-        if order < 0:
-            raise InputValidationError(f"`graph_filter_order`={order} must be >= 0 (0: no filter).")
-        nb = check_int("n_neighbors", self.n_neighbors)
-        if not 1 <= nb <= n - 2:
+                f"n_clusters={k} must be <= the number of landmarks ({n}); raise n_landmarks or lower n_clusters.")
+        d = self._embedding_dim(n)
+        nb = int(self.n_neighbors)
+        if nb > n - 2:
             raise InputValidationError(
                 f"`n_neighbors`={nb} must be >= 1 and < n_landmarks - 1 = {n - 1} (the adaptive-neighbour "
-                f"weights need the (k+1)-th nearest of the {n - 1} other landmarks)."
-            )
-        check_real("min_pep_ratio", self.min_pep_ratio, low=0.0, high=1.0, high_inclusive=False)
-        if self.filter_weights not in ("learned", "uniform"):
-            raise InputValidationError(f"`filter_weights`={self.filter_weights!r} must be 'learned' or 'uniform'.")
-        if self.normalize not in (None, "diagonal", "trace"):
-            raise InputValidationError(f"`normalize`={self.normalize!r} must be 'diagonal', 'trace' or None.")
-        if self.scale not in (None, "minmax", "standard"):
-            raise InputValidationError(f"`scale`={self.scale!r} must be None, 'minmax' or 'standard'.")
-        if not isinstance(self.center, (bool, np.bool_)):
-            raise InputValidationError(f"`center`={self.center!r} must be True or False.")
-        if not isinstance(self.cluster_all_points, (bool, np.bool_)):
-            raise InputValidationError(f"`cluster_all_points`={self.cluster_all_points!r} must be True or False.")
-        if not isinstance(self.full_pep, (bool, np.bool_)):
-            raise InputValidationError(f"`full_pep`={self.full_pep!r} must be True or False.")
-        check_int("max_iter", self.max_iter, low=1)
-        check_real("tol", self.tol, low=0.0)
-        check_int("n_init", self.n_init, low=1)
-        resolve_kernel_specs(self.kernels, list(view_names))  # unknown views / sets fail here
-        return n, d
+                f"weights need the (k+1)-th nearest of the {n - 1} other landmarks).")
+        resolve_kernel_specs(self.kernels, list(views))  # unknown views / sets / bad specs fail here
+        return {"n_landmarks": n, "embedding_dim": d}
 
-    # ------------------------------------------------------------------ fitting
-    def fit(self, X, y=None):
-        """Fit GMLKM on the landmarks and label every row.
+    def _embedding_dim(self, n_landmarks: int) -> int:
+        """d, eigenvectors per base partition: ``embedding_dim`` checked against n, or min(2k, n)."""
+        k = self.n_clusters
+        if self.embedding_dim is None:
+            return min(2 * k, n_landmarks)
+        d = int(self.embedding_dim)
+        if not k <= d <= n_landmarks:
+            raise InputValidationError(
+                f"embedding_dim={d} must be >= n_clusters={k} and <= the number of landmarks ({n_landmarks}).")
+        return d
 
-        Parameters
-        ----------
-        X : array-like of shape (N, d), or list/tuple/dict of arrays of shape (N, d_v)
-            One array per view, same rows; NumPy or row-chunked Dask.  For Dask input only
-            the landmark rows are read during the fit and ``labels_`` is lazy.
-        y : ignored
+    # ------------------------------------------------------------------ the pipeline's hooks
+    def sample_landmarks(self, views: dict, seed: int) -> np.ndarray:
+        """Validate against the input, then draw the landmarks (sorted row indices, shape (n,))."""
+        n = self._check_params(int(next(iter(views.values())).shape[0]), views)["n_landmarks"]
+        return sample_landmark_indices(views, n, random_state=_fit_seeds(seed)[0])
 
-        Returns
-        -------
-        self
+    def fit_landmarks(self, landmark_views: dict, landmark_indices: np.ndarray, seed: int):
+        """Base partitions, graphs and Algorithm 1 on the in-memory landmark rows.
+
+        Sets every fitted attribute, Algorithm 1's centroids and landmark labels included
+        (``fit_centroids`` may replace them by a k-means on all rows).
         """
-        views = self._views(X)
-        N = next(iter(views.values())).shape[0]
-        n, d = self._validate_params(N, list(views))
-        rng = check_random_state(self.random_state)
-        seed_landmarks, seed_base, seed_fusion = (int(s) for s in rng.randint(np.iinfo(np.int32).max, size=3))
-        t0 = time.perf_counter()
-        landmark_indices = sample_landmark_indices(views, n, random_state=seed_landmarks)
-        landmark_views = gather_rows(views, landmark_indices)
         check_finite(landmark_views)  # Dask input: NaN among the landmarks is caught here
-        t_gather = time.perf_counter() - t0
-        base = _fit_base(landmark_views, n_clusters=self.n_clusters, embedding_dim=d, kernels=self.kernels,
-                         center=bool(self.center), normalize=self.normalize, scale=self.scale,
+        indices = np.asarray(landmark_indices)
+        _, seed_base, seed_fusion = _fit_seeds(seed)
+        base = _fit_base(landmark_views, n_clusters=self.n_clusters, embedding_dim=self._embedding_dim(indices.size),
+                         kernels=self.kernels, center=bool(self.center), normalize=self.normalize, scale=self.scale,
                          min_pep_ratio=float(self.min_pep_ratio), random_state=seed_base)
-        self._fit_from_base(base, landmark_indices, seed_fusion, landmark_views=landmark_views)
-        self.diagnostics_["timings"]["landmarks_s"] = t_gather
-        self.n_features_in_ = int(sum(v.shape[1] for v in views.values()))
-        t0 = time.perf_counter()
-        if self.cluster_all_points and n < N:
-            self.labels_ = self._cluster_all_points(views, seed_fusion)
-            self.diagnostics_["timings"]["kmeans_all_s"] = time.perf_counter() - t0
-        else:
-            self.labels_ = self._training_labels(views, landmark_indices)
-            self.diagnostics_["timings"]["assign_s"] = time.perf_counter() - t0
+        self._fit_from_base(base, indices, seed_fusion, landmark_views=landmark_views)
         return self
-
-    def _cluster_all_points(self, views: Mapping[str, Any], seed: int):
-        """Final k-means on H~ of every row; replaces the landmark clustering's centroids."""
-        H = self.transform(views)
-        if is_dask_array(H):
-            import dask
-
-            H = dask.persist(H)[0]
-        km = kmeans(H, self.n_clusters, n_init=int(self.n_init), max_iter=300,
-                    random_state=seed)
-        model = dataclasses.replace(self.model_, cluster_centers=np.asarray(km.centers, dtype=np.float64),
-                                    landmark_labels=assign_chunk(km.centers, self.model_.embedding))
-        self._set_model_attributes(model)
-        self.diagnostics_["final_kmeans"] = {"rows": int(H.shape[0]), "inertia": float(km.inertia),
-                                             "n_iter": int(km.n_iter)}
-        return km.labels
 
     def _fit_from_base(self, base: _Base, landmark_indices: np.ndarray, seed: int,
                        landmark_views: Mapping[str, np.ndarray] | None = None) -> LateFusionModel:
         """Steps 2-3 (graphs, Algorithm 1) on fitted base partitions; sets the fitted attributes.
 
-        Separate from ``fit`` so that a benchmark can reuse one set of base partitions over
-        several seeds / settings (they do not depend on the k-means seed).
+        Separate from ``fit_landmarks`` so that a benchmark can reuse one set of base
+        partitions over several seeds / settings (they do not depend on the k-means seed).
+        ``seed`` is the fusion seed (the third of ``_fit_seeds``).
         """
         order = int(self.graph_filter_order)
         k_nb = int(self.n_neighbors)
@@ -1234,7 +906,7 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
         H_cat = np.hstack([base.H[p] for p in kept])
         column_kernel = np.repeat(np.arange(kept.size), [base.H[p].shape[1] for p in kept])
         eig = np.concatenate([base.eigenvalues[p] for p in kept])
-        graphs = [_build_graph(base.H[p], k_nb) for p in kept]
+        graphs = [build_graph(base.H[p], k_nb) for p in kept]
         t_graph = time.perf_counter() - t0
         t0 = time.perf_counter()
         fusion = _fit_fusion(H_cat, column_kernel, graphs, n_clusters=self.n_clusters, order=order,
@@ -1243,7 +915,7 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
         t_fusion = time.perf_counter() - t0
         if not fusion.converged:
             warnings.warn(f"GMLKM did not converge in max_iter={self.max_iter} sweeps.", RuntimeWarning,
-                          stacklevel=3)
+                          stacklevel=4)
         model = LateFusionModel(
             view_names=list(base.view_names), n_features=dict(base.n_features), landmarks=base.landmarks,
             landmark_indices=np.asarray(landmark_indices, dtype=np.int64), scaling=base.scaling,
@@ -1252,7 +924,15 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
             graph_filter_order=order, neighbor_indices=np.stack([np.ascontiguousarray(g.indices) for g in graphs]),
             neighbor_weights=np.stack([g.weights for g in graphs]), cluster_centers=fusion.centers,
             landmark_labels=fusion.labels)
-        self._set_model_attributes(model)
+        # The landmarks' labels by the rule every other row follows (nearest centroid of H~), so
+        # labels_, predict and assign_embedding agree by construction.  Algorithm 1 ends with Lloyd
+        # run to a fixed point, where its labels are exactly these up to a distance tie at
+        # rounding level (scikit-learn's distance arithmetic vs sq_distances).
+        model.landmark_labels = nearest_center(model.embedding, model.cluster_centers)
+        self._set_fitted_views(base.landmarks)
+        self._set_model(model)
+        self.__dict__.pop("kmeans_n_iter_", None)  # a previous fit's final k-means
+        self.inertia_ = float(((model.embedding - model.cluster_centers[model.landmark_labels]) ** 2).sum())
         self.objective_history_ = np.asarray(fusion.objective_history)
         self.n_iter_ = int(fusion.n_iter)
         self.converged_ = bool(fusion.converged)
@@ -1287,7 +967,7 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
         self.diagnostics_ = diag
         return model
 
-    def _set_model_attributes(self, model: LateFusionModel) -> None:
+    def _set_model(self, model: LateFusionModel) -> None:
         m = len(model.kernels)
         gamma = np.zeros(m)
         mu = np.zeros(m)
@@ -1300,24 +980,35 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
         self.filter_weights_ = mu
         self.cluster_centers_ = model.cluster_centers
         self.landmark_indices_ = model.landmark_indices
-        self.n_features_per_view_ = dict(model.n_features)
-        self.n_features_in_ = int(sum(model.n_features.values()))
 
-    def _training_labels(self, views: Mapping[str, Any], landmark_indices: np.ndarray):
-        """Fitted labels on the landmarks, out-of-sample labels elsewhere."""
+    def _kmeans_params(self) -> dict[str, Any]:
+        return {"n_init": int(self.n_init), "max_iter": 300, "tol": 1e-4}
+
+    def fit_centroids(self, embedding, seed: int) -> KMeansResult | None:
+        """The final k-means on the embedding H~ of every row, when it applies.
+
+        With ``cluster_all_points`` and more rows than landmarks: k-means (``n_init``
+        restarts, NumPy or across the Dask cluster) on ``embedding``; its centroids replace
+        Algorithm 1's, ``inertia_`` is over all rows and every landmark's label becomes its
+        nearest final centroid.  Otherwise Algorithm 1's centroids stay (the landmark
+        clustering; ``inertia_`` over the landmarks) and nothing is computed.
+
+        Returns
+        -------
+        KMeansResult or None
+            None when Algorithm 1's centroids are kept.
+        """
         model = self.model_
-        if any(is_dask_array(v) for v in views.values()):
-            return _map_dask(model, views, "predict")
-        N = next(iter(views.values())).shape[0]
-        labels = np.empty(N, dtype=np.int64)
-        labels[landmark_indices] = model.landmark_labels
-        rest = np.setdiff1d(np.arange(N), landmark_indices, assume_unique=True)
-        if rest.size:
-            arrays = [views[name] for name in model.view_names]
-            for start in range(0, rest.size, DEFAULT_BLOCK_ROWS):
-                rows = rest[start:start + DEFAULT_BLOCK_ROWS]
-                labels[rows] = model.predict_chunk(*(np.asarray(a[rows]) for a in arrays))
-        return labels
+        if not (self.cluster_all_points and embedding.shape[0] > model.n_landmarks):
+            return None
+        t0 = time.perf_counter()
+        km = super().fit_centroids(embedding, _fit_seeds(seed)[2])
+        model.cluster_centers = self.cluster_centers_
+        model.landmark_labels = nearest_center(model.embedding, self.cluster_centers_)
+        self.diagnostics_["final_kmeans"] = {"rows": int(embedding.shape[0]), "inertia": float(km.inertia),
+                                             "n_iter": int(km.n_iter)}
+        self.diagnostics_["timings"]["kmeans_all_s"] = time.perf_counter() - t0
+        return km
 
     # ------------------------------------------------------------------ inference
     def transform(self, X):
@@ -1333,84 +1024,60 @@ class LateFusionClustering(ViewsInputMixin, ClusterMixin, TransformerMixin, Base
         H : ndarray or dask.array.Array of shape (N, D), float64
             The space ``cluster_centers_`` live in; a landmark gets its fitted row.
         """
-        views = self._check_predict_views(X)
-        if any(is_dask_array(v) for v in views.values()):
-            return _map_dask(self.model_, views, "transform")
-        return self.model_.transform_chunk(*(views[n] for n in self.model_.view_names))
+        views = self._predict_views(X)
+        model = self.model_
+        return RowBlocks(views, model.view_names).map(
+            _embed_rows, model, n_cols=model.n_components, dtype=np.float64, name="late-fusion-embed")
 
     def predict(self, X):
-        """Cluster of every row: nearest centroid of H~ (a landmark: the label of its fitted row).
-
-        Parameters
-        ----------
-        X : array-like of shape (N, d) or list/dict of views
-            NumPy or Dask.
+        """Cluster of every row: the nearest centroid of its H~ row (``transform`` and the
+        assignment fused in one pass per row block, so H~ of all rows is never held).
 
         Returns
         -------
         labels : ndarray of shape (N,), int64, or lazy dask.array.Array
         """
-        views = self._check_predict_views(X)
-        if any(is_dask_array(v) for v in views.values()):
-            return _map_dask(self.model_, views, "predict")
-        return self.model_.predict_chunk(*(views[n] for n in self.model_.view_names))
+        views = self._predict_views(X)
+        return RowBlocks(views, self.model_.view_names).map(_label_rows, self.model_, n_cols=None, dtype=np.int64,
+                                                             name="late-fusion-predict")
 
-    def fit_predict(self, X, y=None):
-        """Fit and return ``labels_``."""
-        return self.fit(X).labels_
-
-    # ------------------------------------------------------------------ state without pickle
-    def _model_state(self) -> dict[str, Any]:
-        """Everything ``predict``/``transform`` need, without pickle.
-
-        Returns ``{"attrs": JSON-able dict, "arrays": {name: (dims tuple, ndarray)}}``; dims are
-        among "landmark", "component", "kernel", "kept_kernel", "neighbor", "cluster" and
-        "feature__<view>".  ``labels_`` (N values) is not part of the model; store it with the run.
-        """
-        check_is_fitted(self, "model_")
-        state = self.model_.to_state()
-        attrs = dict(state["attrs"])
-        attrs.update({
-            "format": _STATE_FORMAT,
-            "params": {k: _json_param(v) for k, v in self.get_params(deep=False).items()},
-            "n_iter": int(self.n_iter_),
-            "converged": bool(self.converged_),
-            "embedding_dim": int(self.embedding_dim_),
-            "dropped_kernels": self.dropped_kernels_,
-            "diagnostics": {k: v for k, v in self.diagnostics_.items() if k != "timings"},
-        })
-        json.dumps(attrs)
-        arrays = dict(state["arrays"])
+    # ------------------------------------------------------------------ state and summary
+    def _state(self) -> tuple[dict, dict]:
+        attrs, arrays = self.model_.state()
         arrays["objective_history"] = (("iteration",), np.asarray(self.objective_history_))
-        return {"attrs": attrs, "arrays": arrays}
+        return {"model": attrs, "n_iter": int(self.n_iter_), "converged": bool(self.converged_),
+                "embedding_dim": int(self.embedding_dim_), "dropped_kernels": list(self.dropped_kernels_)}, arrays
 
-    @classmethod
-    def _from_model_state(cls, state: Mapping[str, Any]) -> LateFusionClustering:
-        """A fitted estimator (without ``labels_``) that predicts exactly like the saved one."""
-        attrs, arrays = state["attrs"], state["arrays"]
-        if attrs.get("format") != _STATE_FORMAT:
-            raise InputValidationError(
-                f"model state format {attrs.get('format')!r} is not {_STATE_FORMAT!r}; it was not "
-                f"written by {cls.__name__}._model_state."
-            )
-        params = dict(attrs["params"])
-        est = cls(**params)
-        model = LateFusionModel.from_state(state)
-        est._set_model_attributes(model)
-        hist = arrays["objective_history"]
-        est.objective_history_ = np.asarray(hist[1] if isinstance(hist, tuple) else hist)
-        est.n_iter_ = int(attrs["n_iter"])
-        est.converged_ = bool(attrs["converged"])
-        est.embedding_dim_ = int(attrs["embedding_dim"])
-        est.dropped_kernels_ = list(attrs["dropped_kernels"])
-        est.diagnostics_ = {**attrs["diagnostics"], "timings": {}}
-        return est
+    def _restore(self, attrs: dict, get: StateArrays) -> None:
+        self._set_model(LateFusionModel.from_state(attrs["model"], get))
+        self.objective_history_ = get("objective_history")
+        self.n_iter_ = int(attrs["n_iter"])
+        self.converged_ = bool(attrs["converged"])
+        self.embedding_dim_ = int(attrs["embedding_dim"])
+        self.dropped_kernels_ = list(attrs["dropped_kernels"])
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
-        tags.non_deterministic = False
-        return tags
+    def _summary_fields(self) -> dict[str, Any]:
+        model = self.model_
+        names = [k.name for k in self.kernels_]
+        diag = self.diagnostics_
+        k = int(self.n_clusters)
+        # The spectrum of the kernel the final clustering sees: H~ H~^T / n on the landmarks,
+        # whose PEP is ``pep_combined_after`` (the squared singular values of H~, never n x n).
+        s = np.linalg.svd(model.embedding, compute_uv=False)
+        return {
+            "n_landmarks": int(model.n_landmarks), "n_components": int(model.n_components),
+            "kernel_names": names,
+            "weights": [{"name": "view weights (gamma)", "labels": names, "values": self.view_weights_.tolist()},
+                        {"name": "filter weights (mu)", "labels": names, "values": self.filter_weights_.tolist()}],
+            "objective_history": np.asarray(self.objective_history_).tolist(), "n_iter": int(self.n_iter_),
+            "converged": bool(self.converged_),
+            "spectrum": {"values": (s[: k + 1] ** 2 / model.n_landmarks).tolist(), "k": k,
+                         "what": "top eigenvalues of (1/n) H~ H~^T, the linear kernel of the filtered "
+                                 "late-fusion embedding on the landmarks"},
+            "pep": {"t": diag.get("pep_t", k), "base": dict(zip(names, diag.get("pep_kernels", []))),
+                    "combined": diag.get("pep_combined_before"), "combined_filtered": diag.get("pep_combined_after"),
+                    "dropped": [d["name"] for d in self.dropped_kernels_]} if "pep_kernels" in diag else None,
+        }
 
 
 def _filtered_kernel_peps(model: LateFusionModel, base: _Base, landmark_views: Mapping[str, np.ndarray],
@@ -1426,7 +1093,7 @@ def _filtered_kernel_peps(model: LateFusionModel, base: _Base, landmark_views: M
         out = np.zeros_like(Z)
         for g, w in zip(model.graphs, model.filter_weights):
             if w != 0.0:
-                out += w * _apply_filter(g.S_hat, Z, order)
+                out += w * apply_filter(g.S_hat, Z, order)
         return out
 
     n = model.n_landmarks
@@ -1448,3 +1115,6 @@ def _filtered_kernel_peps(model: LateFusionModel, base: _Base, landmark_views: M
         "pep_kernel_combined_before": top_eigenvalue_sum(combined, k) / float(np.trace(combined)),
         "pep_kernel_combined_after": top_eigenvalue_sum(cf, k) / float(np.trace(cf)),
     }
+
+
+register(LateFusionClustering)

@@ -21,47 +21,40 @@ map over it (``H``); Algorithm 2 is the same map (``P(x) M / (P(x) q)``) on new 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import time
 import warnings
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted
 
-from ._dask import align_row_chunks, check_chunk_finite
-from ._kmeans import _assign, kmeans
+from ._base import MkdistEstimator
+from ._blocks import RowBlocks
+from ._kernels import bandwidth_statistic, check_bandwidth, sq_distances
+from ._kmeans import assign_labels, kmeans
+from ._methods import register
 from ._sampling import gather_rows, sample_landmark_indices
-from ._validation import (
-    as_views,
-    check_finite,
-    check_int,
-    check_real,
-    common_float_dtype,
-    is_dask_array,
-)
+from ._state import StateArrays
+from ._validation import Boolean, Interval, check_finite, common_float_dtype
 from .errors import EmbeddingStabilityWarning, InputValidationError
 
 __all__ = ["NystromSpectralClustering", "default_n_anchors"]
 
 logger = logging.getLogger("mkdist")
 
-#: Rows sampled uniformly (without replacement) to estimate sigma^2 by eq. 24.  The estimate
-#: is a mean over s^2 pairs; its relative standard error is about 1/sqrt(s), 1% at 10k rows.
+#: Rows sampled uniformly (without replacement) to estimate the bandwidth by eq. 24.  The
+#: estimate is a mean over s^2 pairs; its relative standard error is about 1/sqrt(s), 1% at 10k rows.
 BANDWIDTH_SAMPLE_SIZE = 10_000
 
-#: Rows per kernel block, for NumPy input and inside every Dask task: a (block, m) float64
+#: Rows per kernel block (NumPy input, and inside every Dask task): a (block, m) float64
 #: kernel block is 8192 x 1000 x 8 B = 65 MB at m = 1000, large enough for efficient GEMMs.
 BLOCK_ROWS = 8192
 
 #: Degrees below this fraction of the mean degree are raised to it (see ``_ModelArrays``).
 DEGREE_FLOOR_RELATIVE = 1e-8
-
-_STATE_FORMAT = "mkdist.NystromSpectralClustering/1"
 
 
 def default_n_anchors(n_samples: int, anchor_factor: float = 1.0, n_clusters: int = 2) -> int:
@@ -74,10 +67,10 @@ def default_n_anchors(n_samples: int, anchor_factor: float = 1.0, n_clusters: in
     return int(min(n_samples, max(m, n_clusters)))
 
 
-# ----------------------------------------------------------------------------- block functions
+# ----------------------------------------------------------------------------- row functions
 @dataclasses.dataclass(frozen=True, eq=False)
 class _ModelArrays:
-    """The small arrays the row-block functions need; shipped to Dask as ONE graph key.
+    """The small arrays the row functions need; shipped to Dask as ONE graph key.
 
     ``anchors`` are kept in the dtype the kernel blocks are computed in (float32 for float32
     input), so the anchor rows of P equal Kx and a restored model computes identical blocks.
@@ -90,30 +83,27 @@ class _ModelArrays:
 
     anchors: np.ndarray
     anchor_sq_norms: np.ndarray
-    inv_sigma2: float
+    inv_two_sigma2: float
     degree_weights: np.ndarray | None = None
     degree_floor: float = 0.0
     projection: np.ndarray | None = None
 
     @classmethod
-    def build(cls, anchors: np.ndarray, sigma2: float, **kwargs) -> _ModelArrays:
+    def build(cls, anchors: np.ndarray, sigma: float, **kwargs) -> _ModelArrays:
         a = np.ascontiguousarray(anchors)
-        return cls(a, np.einsum("ij,ij->i", a, a), 1.0 / float(sigma2), **kwargs)
+        return cls(a, np.einsum("ij,ij->i", a, a), 1.0 / (2.0 * float(sigma) ** 2), **kwargs)
 
 
 def _kernel_block(X: np.ndarray, arrays: _ModelArrays) -> np.ndarray:
-    """W(X, anchors) = exp(-||x - a||^2 / sigma^2) for one row block, shape (b, m), float64.
+    """W(X, anchors) = exp(-||x - a||^2 / (2 sigma^2)) for one row block, shape (b, m), float64.
 
     The (b, d) x (d, m) GEMM, the costly step, runs in the anchors' dtype; the exponent and
     everything after it in float64 (the Gram matrix is later scaled by S^-1/2, which would
     amplify float32 rounding).  Assumes X is a finite 2-D block with the anchors' feature count.
     """
     Xc = np.asarray(X, dtype=arrays.anchors.dtype)
-    d2 = np.einsum("ij,ij->i", Xc, Xc)[:, None] + arrays.anchor_sq_norms[None, :]
-    d2 -= 2.0 * (Xc @ arrays.anchors.T)
-    # Cancellation in ||x||^2 + ||a||^2 - 2 x.a can leave tiny negatives for x close to a.
-    d2 = np.maximum(d2, 0, dtype=np.float64)
-    d2 *= -arrays.inv_sigma2
+    d2 = sq_distances(Xc, arrays.anchors, b_sq=arrays.anchor_sq_norms).astype(np.float64, copy=False)
+    d2 *= -arrays.inv_two_sigma2
     return np.exp(d2, out=d2)
 
 
@@ -121,101 +111,25 @@ def _degrees(P: np.ndarray, arrays: _ModelArrays) -> np.ndarray:
     return np.maximum(P @ arrays.degree_weights, arrays.degree_floor)
 
 
-def _row_blocks(X):
-    """Slices of at most ``BLOCK_ROWS`` rows: bounds the (rows, m) float64 temporaries of a task
-    (or of the whole NumPy input) to O(BLOCK_ROWS m) whatever the chunk size."""
-    for start in range(0, X.shape[0], BLOCK_ROWS):
-        yield X[start:start + BLOCK_ROWS]
+def _column_sums(blocks: list, arrays: _ModelArrays) -> np.ndarray:
+    """Pass 1 partial: P^T 1 over the rows of the block, shape (m,)."""
+    return _kernel_block(blocks[0], arrays).sum(axis=0)
 
 
-def _column_sums(X: np.ndarray, arrays: _ModelArrays) -> np.ndarray:
-    """Pass 1 partial: P^T 1 over the rows of X, shape (1, m)."""
-    total = np.zeros(arrays.anchors.shape[0])
-    for b in _row_blocks(X):
-        total += _kernel_block(b, arrays).sum(axis=0)
-    return total[None, :]
+def _gram(blocks: list, arrays: _ModelArrays) -> np.ndarray:
+    """Pass 2 partial: P^T D^-1 P (m x m) over the block's rows, flattened, then the count of
+    floored degrees; shape (m * m + 1,)."""
+    P = _kernel_block(blocks[0], arrays)
+    raw = P @ arrays.degree_weights
+    n_floored = float(np.count_nonzero(raw < arrays.degree_floor))
+    C = (P / np.maximum(raw, arrays.degree_floor)[:, None]).T @ P
+    return np.concatenate([C.ravel(), [n_floored]])
 
 
-def _gram(X: np.ndarray, arrays: _ModelArrays) -> np.ndarray:
-    """Pass 2 partial: P^T D^-1 P (m x m) over the rows of X, flattened, then the count of
-    floored degrees; shape (1, m * m + 1)."""
-    m = arrays.anchors.shape[0]
-    C = np.zeros((m, m))
-    n_floored = 0
-    for b in _row_blocks(X):
-        P = _kernel_block(b, arrays)
-        raw = P @ arrays.degree_weights
-        n_floored += int(np.count_nonzero(raw < arrays.degree_floor))
-        C += (P / np.maximum(raw, arrays.degree_floor)[:, None]).T @ P
-    return np.concatenate([C.ravel(), [float(n_floored)]])[None, :]
-
-
-def _embed_rows(X: np.ndarray, arrays: _ModelArrays) -> np.ndarray:
-    """Algorithm 2 on the rows of X: h(x) = P(x) M / d(x), shape (b, k), float64."""
-    out = np.empty((X.shape[0], arrays.projection.shape[1]))
-    start = 0
-    for b in _row_blocks(X):
-        P = _kernel_block(b, arrays)
-        out[start:start + b.shape[0]] = (P @ arrays.projection) / _degrees(P, arrays)[:, None]
-        start += b.shape[0]
-    return out
-
-
-def _check_block(X: np.ndarray, block_info) -> None:
-    """In a ``map_blocks`` task: raise on NaN/inf naming the chunk and row (no extra pass)."""
-    if block_info is not None:
-        loc = block_info[0]
-        check_chunk_finite(["X"], [X], loc["chunk-location"][0], loc["array-location"][0][0])
-
-
-def _column_sums_task(X, arrays, block_info=None):
-    _check_block(X, block_info)
-    return _column_sums(X, arrays)
-
-
-def _gram_task(X, arrays, block_info=None):
-    return _gram(X, arrays)  # pass 1 already checked every chunk
-
-
-def _embed_task(X, arrays, block_info=None):
-    _check_block(X, block_info)
-    return _embed_rows(X, arrays)
-
-
-_TASKS = {_column_sums: _column_sums_task, _gram: _gram_task}
-
-
-def _blockwise_sum(X, fn, arrays: _ModelArrays, width: int, split_every: int = 16) -> np.ndarray:
-    """Sum over the rows of X of ``fn`` (a partial of shape (1, width)), in memory.
-
-    NumPy: ``fn`` on the whole array (it walks ``BLOCK_ROWS`` blocks itself).  Dask: one
-    task per row chunk, then a tree reduction with fan-in ``split_every``; only ``width``
-    numbers reach the client.
-    """
-    if not is_dask_array(X):
-        return fn(X, arrays)[0]
-    import dask
-    import dask.array as da
-
-    key = dask.delayed(arrays, pure=True, traverse=False)
-    # token=, not name=: name= fixes the whole key, so two inputs would share it.
-    partials = da.map_blocks(_TASKS[fn], X, key, chunks=((1,) * X.numblocks[0], (width,)),
-                             dtype=np.float64, meta=np.empty((0, width)),
-                             token=f"mkdist-nystrom{fn.__name__.replace('_', '-')}")
-    return np.asarray(partials.sum(axis=0, split_every=split_every).compute())
-
-
-def _embed(X, arrays: _ModelArrays):
-    """Algorithm 2 on every row: NumPy in -> (N, k) ndarray; Dask in -> lazy Dask array; float64."""
-    if not is_dask_array(X):
-        return _embed_rows(X, arrays)
-    import dask
-    import dask.array as da
-
-    k = arrays.projection.shape[1]
-    key = dask.delayed(arrays, pure=True, traverse=False)
-    return da.map_blocks(_embed_task, X, key, chunks=(X.chunks[0], (k,)), dtype=np.float64,
-                         meta=np.empty((0, k)), token="mkdist-nystrom-embed")
+def _embed_rows(blocks: list, arrays: _ModelArrays) -> np.ndarray:
+    """Algorithm 2 on the rows of the block: h(x) = P(x) M / d(x), shape (b, k), float64."""
+    P = _kernel_block(blocks[0], arrays)
+    return (P @ arrays.projection) / _degrees(P, arrays)[:, None]
 
 
 # ----------------------------------------------------------------------------- small dense algebra
@@ -238,7 +152,8 @@ def _anchor_eigen(K: np.ndarray, kernel_dtype: np.dtype) -> tuple[np.ndarray, np
 
 
 def _spectral_projection(C: np.ndarray, lam: np.ndarray, U: np.ndarray, k: int):
-    """Top-k singular values of Z, M = U S^-1/2 V_k Sigma_k^-1 and PEP(Z Z^T, k), from C = P^T D^-1 P.
+    """Top-k singular values of Z, M = U S^-1/2 V_k Sigma_k^-1, PEP(Z Z^T, k) and the top
+    eigenvalues of Z Z^T (up to max(2k, k + 10) of them), from C = P^T D^-1 P.
 
     Z^T Z = S^-1/2 U^T C U S^-1/2 = V Sigma^2 V^T gives Z's right singular vectors V and
     singular values Sigma; the left ones are F = Z V Sigma^-1 (never formed: H = P M / d).
@@ -249,11 +164,12 @@ def _spectral_projection(C: np.ndarray, lam: np.ndarray, U: np.ndarray, k: int):
     # Z Z^T (N x N, the normalised bipartite similarity) has the eigenvalues of G = Z^T Z,
     # so its principal eigenvalue proportion comes from the small side.
     pep = float(np.sum(e[::-1][:k]) / np.trace(G)) if np.trace(G) > 0 else float("nan")
+    spectrum = e[::-1][:max(2 * k, k + 10)].copy()
     e, V = e[::-1][:k], V[:, ::-1][:, :k]
     # rank(Z) >= r >= k (Z restricted to the anchor rows is D^-1/2 U S^1/2), so e_k > 0 in
     # exact arithmetic; the floor only keeps rounding from dividing by zero.
     s = np.sqrt(np.maximum(e, np.finfo(np.float64).tiny))
-    return s, B @ (V / s[None, :]), pep
+    return s, B @ (V / s[None, :]), pep, spectrum
 
 
 def _fix_signs(M: np.ndarray, K: np.ndarray, q: np.ndarray, floor: float) -> np.ndarray:
@@ -269,17 +185,8 @@ def _fix_signs(M: np.ndarray, K: np.ndarray, q: np.ndarray, floor: float) -> np.
     return M * signs[None, :]
 
 
-def _json_param(value: Any) -> Any:
-    """Parameter value for the JSON attrs (a RandomState instance cannot be stored: None)."""
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        return None
-
-
 # ----------------------------------------------------------------------------- estimator
-class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
+class NystromSpectralClustering(MkdistEstimator):
     """Spectral clustering on a Nystrom bipartite graph with a fast out-of-sample extension.
 
     Fit (Algorithm 1 of the bipartite-spectral seed): sample m anchors uniformly, form the
@@ -301,10 +208,12 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         c in m = ceil(c sqrt(N)) when ``n_anchors=None``.  The paper uses c = 1 (Theorem 3:
         m = Theta(sqrt(N)) balances accuracy and cost).
     bandwidth : float, default=None
-        sigma in W(x, y) = exp(-||x - y||^2 / sigma^2).  None: sigma^2 = mean squared pairwise
-        distance (eq. 24), estimated on ``BANDWIDTH_SAMPLE_SIZE`` = 10,000 uniformly sampled
-        rows (all rows when N is smaller) as 2 x the sum of the per-feature variances of the
-        sample, which equals eq. 24 on the sample without forming pairs.
+        sigma in W(x, y) = exp(-||x - y||^2 / (2 sigma^2)) -- the one meaning of ``bandwidth``
+        in mkdist (as in KernelSpec and the RFF estimators).  None: the paper's eq. 24,
+        W(x, y) = exp(-||x - y||^2 / mean squared pairwise distance), i.e. sigma^2 = half the
+        mean squared distance over pairs of distinct rows, estimated on
+        ``BANDWIDTH_SAMPLE_SIZE`` = 10,000 uniformly sampled rows (all rows when N is smaller)
+        from moments, without forming pairs (``mkdist._kernels.bandwidth_statistic``).
     n_init : int, default=10
         k-means restarts (the run with the lowest inertia wins).
     kmeans_max_iter : int, default=300
@@ -326,7 +235,7 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
     n_anchors_ : int
         m.
     sigma_ : float
-        Bandwidth sigma (given, or sqrt of the eq. 24 estimate).
+        Bandwidth sigma of exp(-d^2 / (2 sigma^2)) (given, or from the eq. 24 estimate).
     anchor_eigenvalues_ : ndarray of shape (kernel_rank_,)
         Eigenvalues of Kx = W(anchors, anchors) kept above the rank tolerance, decreasing.
     kernel_rank_ : int
@@ -351,6 +260,11 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
     n_samples_fit_ : int
         N.
     n_features_in_ : int
+    view_names_ : list of str
+    n_features_per_view_ : dict of str to int
+    spectrum_ : ndarray
+        Top eigenvalues of Z Z^T / N (the normalised bipartite similarity), decreasing;
+        the first is 1 when no degree was floored.
     diagnostics_ : dict
         ``n_degrees_floored`` (training points whose degree was floored), ``timings``
         (seconds per stage) and ``pep``: the principal eigenvalue proportion (t = k, see
@@ -404,6 +318,18 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
     True
     """
 
+    method: ClassVar[str] = "nystrom"
+    multi_view: ClassVar[bool] = False
+    state_format: ClassVar[str] = "mkdist.NystromSpectralClustering/2"
+    _param_constraints: ClassVar[dict[str, list]] = {
+        "n_anchors": [Interval(Integral, 2, None), None],
+        "anchor_factor": [Interval(Real, 0, None, closed="neither")],
+        "bandwidth": [Interval(Real, 0, None, closed="neither"), None],
+        "n_init": [Interval(Integral, 1, None)],
+        "kmeans_max_iter": [Interval(Integral, 1, None)],
+        "persist_embedding": [Boolean()],
+    }
+
     def __init__(self, n_clusters: int = 8, *, n_anchors: int | None = None,
                  anchor_factor: float = 1.0, bandwidth: float | None = None, n_init: int = 10,
                  kmeans_max_iter: int = 300, persist_embedding: bool = True, random_state=None):
@@ -416,51 +342,26 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         self.persist_embedding = persist_embedding
         self.random_state = random_state
 
+        self.persist_embedding = persist_embedding
+        self.random_state = random_state
+
     # ------------------------------------------------------------------ validation
-    def _validate_params(self, n_samples: int) -> int:
-        """Check every parameter against N; return m."""
-        if n_samples < 2:
-            raise InputValidationError(
-                f"n_samples={n_samples} is too few: at least 2 samples are required.")
-        k = check_int("n_clusters", self.n_clusters, low=2)
-        m = check_int("n_anchors", self.n_anchors, low=2, allow_none=True)
-        c = check_real("anchor_factor", self.anchor_factor, low=0.0, low_inclusive=False)
-        check_real("bandwidth", self.bandwidth, low=0.0, low_inclusive=False, allow_none=True)
-        check_int("n_init", self.n_init, low=1)
-        check_int("kmeans_max_iter", self.kmeans_max_iter, low=1)
-        if not isinstance(self.persist_embedding, (bool, np.bool_)):
-            raise InputValidationError(
-                f"`persist_embedding` must be True or False, got {self.persist_embedding!r}.")
-        if k > n_samples:
-            raise InputValidationError(f"n_samples={n_samples} should be >= n_clusters={k}.")
-        if m is None:
-            return default_n_anchors(n_samples, c, k)
+    def _check_params_vs_input(self, n_samples: int, views: dict) -> dict[str, Any]:
+        """Resolve m against N."""
+        super()._check_params_vs_input(n_samples, views)
+        k = int(self.n_clusters)
+        if self.n_anchors is None:
+            return {"n_anchors": default_n_anchors(n_samples, float(self.anchor_factor), k)}
+        m = int(self.n_anchors)
         if m > n_samples:
             raise InputValidationError(
                 f"n_anchors={m} must be <= n_samples={n_samples}; lower n_anchors or pass "
-                "n_anchors=None (ceil(anchor_factor * sqrt(N)))."
-            )
+                "n_anchors=None (ceil(anchor_factor * sqrt(N))).")
         if k > m:
             raise InputValidationError(
                 f"n_clusters={k} must be <= the number of anchors (n_anchors={m}); raise n_anchors or "
-                "lower n_clusters."
-            )
-        return m
-
-    def _as_single_view(self, X):
-        views = as_views(X)
-        if len(views) != 1:
-            raise InputValidationError(
-                f"{type(self).__name__} takes one 2-D array, got {len(views)} views {list(views)}; "
-                "concatenate them along columns (np.hstack / da.concatenate(..., axis=1)) after "
-                "putting them on comparable scales."
-            )
-        X = next(iter(views.values()))
-        if is_dask_array(X):
-            X = align_row_chunks([X], ["X"])[0]
-        else:
-            check_finite({"X": X})
-        return X
+                "lower n_clusters.")
+        return {"n_anchors": m}
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None):
@@ -487,51 +388,39 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         """
         return self._fit(X)
 
-    def fit_predict(self, X, y=None, **kwargs):
-        """Fit and return ``labels_``."""
-        return self.fit(X).labels_
-
     def _fit(self, X):
-        X = self._as_single_view(X)
-        N, n_features = int(X.shape[0]), int(X.shape[1])
-        m = self._validate_params(N)
+        views = self._fit_views(X)
+        rows = RowBlocks(views, block_rows=BLOCK_ROWS)
+        N = rows.n_samples
+        m = self._check_params(N, views)["n_anchors"]
         k = int(self.n_clusters)
         rng = check_random_state(self.random_state)
         timings: dict[str, float] = {}
-        kernel_dtype = common_float_dtype({"X": X})
+        kernel_dtype = common_float_dtype(views)
 
         # Anchors and the bandwidth sample: one read of the chunks that hold them.
         t0 = time.perf_counter()
-        anchor_idx = sample_landmark_indices({"X": X}, m, random_state=rng)
+        anchor_idx = sample_landmark_indices(views, m, random_state=rng)
         wanted = anchor_idx
         if self.bandwidth is None:
             sigma_idx = (np.arange(N) if N <= BANDWIDTH_SAMPLE_SIZE
                          else np.sort(rng.choice(N, BANDWIDTH_SAMPLE_SIZE, replace=False)))
             wanted = np.union1d(anchor_idx, sigma_idx)
-        rows = gather_rows({"X": X}, wanted)["X"]
-        if np.issubdtype(rows.dtype, np.floating) and not np.isfinite(rows).all():
-            # Dask input is otherwise checked in the first pass; NaN here would make sigma NaN.
-            row = int(wanted[np.argmax(~np.isfinite(rows).all(axis=1))])
-            raise InputValidationError(
-                f"Input contains NaN or infinity: view 'X', row {row} (an anchor or "
-                "bandwidth-sample row)."
-            )
-        anchors = np.ascontiguousarray(rows[np.searchsorted(wanted, anchor_idx)], dtype=kernel_dtype)
+        sampled = gather_rows(views, wanted)
+        # Dask input is otherwise checked in the first pass; NaN here would make sigma NaN.
+        check_finite(sampled, row_numbers=wanted)
+        rows_in = next(iter(sampled.values()))
+        anchors = np.ascontiguousarray(rows_in[np.searchsorted(wanted, anchor_idx)], dtype=kernel_dtype)
         if self.bandwidth is None:
-            sample = rows[np.searchsorted(wanted, sigma_idx)].astype(np.float64)
-            # eq. 24 on the sample: (1/s^2) sum_ij ||x_i - x_j||^2 = 2 sum_f var_f (ddof=0).
-            sigma2 = float(2.0 * ((sample - sample.mean(axis=0)) ** 2).sum() / sample.shape[0])
-            if not sigma2 > 0.0:
-                where = ("all rows" if N <= BANDWIDTH_SAMPLE_SIZE
-                         else f"the {sample.shape[0]} rows sampled")
-                raise InputValidationError(
-                    f"X has zero variance on {where} (sigma^2 = mean squared pairwise distance = "
-                    f"{sigma2}): the points are identical, so there is nothing to cluster; pass "
-                    "`bandwidth` explicitly if only the sample is constant."
-                )
+            sample = rows_in[np.searchsorted(wanted, sigma_idx)]
+            where = "all rows" if N <= BANDWIDTH_SAMPLE_SIZE else f"the {sample.shape[0]} rows sampled"
+            # eq. 24: W = exp(-d^2 / mean d^2), so sigma^2 = mean d^2 / 2 in exp(-d^2 / (2 sigma^2)).
+            msd_root = bandwidth_statistic(sample, "mean")
+            check_bandwidth(msd_root, rows.names[0], f"the root mean squared distance of {where}")
+            sigma = msd_root / math.sqrt(2.0)
         else:
-            sigma2 = float(self.bandwidth) ** 2
-        base = _ModelArrays.build(anchors, sigma2)
+            sigma = float(self.bandwidth)
+        base = _ModelArrays.build(anchors, sigma)
         timings["sample_s"] = time.perf_counter() - t0
 
         # Step 1-2: Kx = U S U^T, then d = P U S^-1 U^T (P^T 1) / N = P q.
@@ -541,10 +430,9 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         if lam.size < k:
             raise InputValidationError(
                 f"the anchor similarity matrix Kx has numerical rank {lam.size} < n_clusters={k} "
-                f"(sigma={math.sqrt(sigma2):.4g}, {m} anchors): the anchors are (nearly) identical at "
-                "this bandwidth; raise n_anchors, change `bandwidth`, or lower n_clusters."
-            )
-        col_sums = _blockwise_sum(X, _column_sums, base, m)
+                f"(sigma={sigma:.4g}, {m} anchors): the anchors are (nearly) identical at "
+                "this bandwidth; raise n_anchors, change `bandwidth`, or lower n_clusters.")
+        col_sums = rows.reduce(_column_sums, base, width=m, name="nystrom-degrees")
         q = U @ ((U.T @ col_sums) / lam) / N
         mean_degree = float(col_sums @ q) / N  # = mean_i d_i, without another pass
         floor = (DEGREE_FLOOR_RELATIVE * abs(mean_degree) if mean_degree != 0
@@ -554,9 +442,9 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         # Step 3: Z^T Z from C = P^T D^-1 P, tree-summed; F never formed.
         t0 = time.perf_counter()
         stage = dataclasses.replace(base, degree_weights=q, degree_floor=floor)
-        flat = _blockwise_sum(X, _gram, stage, m * m + 1)
+        flat = rows.reduce(_gram, stage, width=m * m + 1, name="nystrom-gram", check_finite=False)
         C, n_floored = flat[:-1].reshape(m, m), round(float(flat[-1]))
-        s, M, pep_combined = _spectral_projection(C, lam, U, k)
+        s, M, pep_combined, spectrum = _spectral_projection(C, lam, U, k)
         M = _fix_signs(M, K, q, floor)
         timings["gram_s"] = time.perf_counter() - t0
         if n_floored:
@@ -565,27 +453,28 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
                 "anchor); it was floored, so their embedding rows are unreliable. More anchors or a "
                 "larger bandwidth help.", EmbeddingStabilityWarning, stacklevel=3)
 
-        self.n_features_in_ = n_features
+        self._set_fitted_views(views)
         self.n_samples_fit_ = N
         self.n_anchors_ = m
         self.anchors_ = anchors
         self.anchor_indices_ = anchor_idx
-        self.sigma_ = math.sqrt(sigma2)
+        self.sigma_ = float(sigma)
         self.anchor_eigenvalues_ = lam
         self.kernel_rank_ = int(lam.size)
         self.degree_weights_ = q
         self.degree_floor_ = float(floor)
         self.embedding_projection_ = M
         self.singular_values_ = s
+        self.spectrum_ = spectrum / N
 
         # Step 4: H = D^-1/2 F = P M / d, then k-means on its rows.
         t0 = time.perf_counter()
-        H = _embed(X, self._model_arrays())
-        if is_dask_array(H) and self.persist_embedding:
+        H = rows.map(_embed_rows, self._model_arrays(), n_cols=k, dtype=np.float64, name="nystrom-embed",
+                     check_finite=False)
+        if rows.is_dask and self.persist_embedding:
             import dask
 
-            logger.info("persisting the Nystrom embedding H: %d x %d float64 = %d bytes",
-                        N, k, H.nbytes)
+            logger.info("persisting the Nystrom embedding H: %d x %d float64 = %d bytes", N, k, H.nbytes)
             H = dask.persist(H)[0]
         timings["embed_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -604,22 +493,10 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         return H
 
     def _model_arrays(self) -> _ModelArrays:
-        return _ModelArrays.build(self.anchors_, self.sigma_**2,
-                                  degree_weights=self.degree_weights_,
-                                  degree_floor=self.degree_floor_,
-                                  projection=self.embedding_projection_)
+        return _ModelArrays.build(self.anchors_, self.sigma_, degree_weights=self.degree_weights_,
+                                  degree_floor=self.degree_floor_, projection=self.embedding_projection_)
 
     # ------------------------------------------------------------------ inference (Algorithm 2)
-    def _check_predict_input(self, X):
-        check_is_fitted(self, "embedding_projection_")
-        X = self._as_single_view(X)
-        if X.shape[1] != self.n_features_in_:
-            raise InputValidationError(
-                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                f"{self.n_features_in_} features as input."
-            )
-        return X
-
     def transform(self, X):
         """Embed points with Algorithm 2 (no new SVD): h(x) = W(x, anchors) @ M / d(x).
 
@@ -632,7 +509,9 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         H : ndarray or lazy dask.array.Array of shape (n, n_clusters), float64
             At training points this is Algorithm 1's H = D^-1/2 F (see Notes of the class).
         """
-        return _embed(self._check_predict_input(X), self._model_arrays())
+        rows = RowBlocks(self._predict_views(X), block_rows=BLOCK_ROWS)
+        return rows.map(_embed_rows, self._model_arrays(), n_cols=int(self.n_clusters), dtype=np.float64,
+                        name="nystrom-embed")
 
     def predict(self, X):
         """Index of the nearest ``cluster_centers_`` row for every embedded point.
@@ -645,35 +524,13 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
         -------
         labels : ndarray of shape (n,), int64 (lazy Dask array for Dask input)
         """
-        H = self.transform(X)
-        if is_dask_array(H):
-            return H.map_blocks(_assign, self.cluster_centers_, drop_axis=1, dtype=np.int64,
-                                meta=np.empty((0,), dtype=np.int64))
-        return _assign(H, self.cluster_centers_)
+        return assign_labels(self.transform(X), self.cluster_centers_)
 
-    # ------------------------------------------------------------------ state without pickle
-    def _model_state(self) -> dict[str, Any]:
-        """Everything ``predict``/``transform`` need, without pickle.
-
-        Returns ``{"attrs": JSON-able dict, "arrays": {name: (dims tuple, ndarray)}}`` with dims
-        among "anchor", "feature", "component", "cluster" and "anchor_rank".
-
-        ``labels_`` (N values) is not part of the model; store it with the run.
-        """
-        check_is_fitted(self, "embedding_projection_")
-        attrs = {
-            "format": _STATE_FORMAT,
-            "params": {k: _json_param(v) for k, v in self.get_params(deep=False).items()},
-            "n_features_in": int(self.n_features_in_),
-            "n_samples_fit": int(self.n_samples_fit_),
-            "sigma": float(self.sigma_),
-            "degree_floor": float(self.degree_floor_),
-            "inertia": float(self.inertia_),
-            "n_iter": int(self.n_iter_),
-            "n_degrees_floored": int(self.diagnostics_["n_degrees_floored"]),
-            "pep": self.diagnostics_.get("pep"),
-        }
-        json.dumps(attrs)  # fail here, not in the store, if something is not JSON
+    # ------------------------------------------------------------------ state and summary
+    def _state(self) -> tuple[dict, dict]:
+        attrs = {"n_samples_fit": int(self.n_samples_fit_), "sigma": float(self.sigma_),
+                 "degree_floor": float(self.degree_floor_), "inertia": float(self.inertia_),
+                 "n_iter": int(self.n_iter_)}
         arrays = {
             "anchors": (("anchor", "feature"), self.anchors_),
             "anchor_indices": (("anchor",), np.asarray(self.anchor_indices_, dtype=np.int64)),
@@ -681,46 +538,42 @@ class NystromSpectralClustering(ClusterMixin, TransformerMixin, BaseEstimator):
             "degree_weights": (("anchor",), self.degree_weights_),
             "embedding_projection": (("anchor", "component"), self.embedding_projection_),
             "singular_values": (("component",), self.singular_values_),
+            "spectrum": (("eigenvalue",), self.spectrum_),
             "cluster_centers": (("cluster", "component"), self.cluster_centers_),
         }
-        return {"attrs": attrs, "arrays": arrays}
+        return attrs, arrays
 
-    @classmethod
-    def _from_model_state(cls, state) -> NystromSpectralClustering:
-        """A fitted estimator (without ``labels_``) that predicts exactly like the saved one."""
-        attrs, arrays = state["attrs"], state["arrays"]
-        if attrs.get("format") != _STATE_FORMAT:
-            raise InputValidationError(
-                f"model state format {attrs.get('format')!r} is not {_STATE_FORMAT!r}; it was not "
-                f"written by {cls.__name__}._model_state."
-            )
+    def _restore(self, attrs: dict, get: StateArrays) -> None:
+        self.n_samples_fit_ = int(attrs["n_samples_fit"])
+        self.sigma_ = float(attrs["sigma"])
+        self.degree_floor_ = float(attrs["degree_floor"])
+        self.inertia_ = float(attrs["inertia"])
+        self.n_iter_ = int(attrs["n_iter"])
+        self.anchors_ = np.ascontiguousarray(get("anchors"))
+        self.anchor_indices_ = get("anchor_indices", np.int64)
+        self.n_anchors_ = int(self.anchors_.shape[0])
+        self.anchor_eigenvalues_ = get("anchor_eigenvalues")
+        self.kernel_rank_ = int(self.anchor_eigenvalues_.size)
+        self.degree_weights_ = get("degree_weights")
+        self.embedding_projection_ = get("embedding_projection")
+        self.singular_values_ = get("singular_values")
+        self.spectrum_ = get("spectrum")
+        self.cluster_centers_ = get("cluster_centers")
 
-        def get(name):
-            value = arrays[name]
-            return np.asarray(value[1] if isinstance(value, tuple) else value)
+    def _kernel_name(self) -> str:
+        return f"{self.view_names_[0]}:gaussian(sigma={self.sigma_:.4g})"
 
-        est = cls(**attrs["params"])
-        est.n_features_in_ = int(attrs["n_features_in"])
-        est.n_samples_fit_ = int(attrs["n_samples_fit"])
-        est.sigma_ = float(attrs["sigma"])
-        est.degree_floor_ = float(attrs["degree_floor"])
-        est.inertia_ = float(attrs["inertia"])
-        est.n_iter_ = int(attrs["n_iter"])
-        est.diagnostics_ = {"n_degrees_floored": int(attrs["n_degrees_floored"]), "timings": {},
-                            "pep": attrs.get("pep")}
-        est.anchors_ = np.ascontiguousarray(get("anchors"))
-        est.anchor_indices_ = get("anchor_indices").astype(np.int64)
-        est.n_anchors_ = int(est.anchors_.shape[0])
-        est.anchor_eigenvalues_ = get("anchor_eigenvalues")
-        est.kernel_rank_ = int(est.anchor_eigenvalues_.size)
-        est.degree_weights_ = get("degree_weights")
-        est.embedding_projection_ = get("embedding_projection")
-        est.singular_values_ = get("singular_values")
-        est.cluster_centers_ = get("cluster_centers")
-        return est
+    def _summary_fields(self) -> dict[str, Any]:
+        pep = self.diagnostics_.get("pep") or {}
+        name = self._kernel_name()
+        return {
+            "n_landmarks": int(self.n_anchors_), "n_components": int(self.n_clusters), "kernel_names": [name],
+            "n_iter": int(self.n_iter_),
+            "spectrum": {"values": np.asarray(self.spectrum_).tolist(), "k": int(self.n_clusters),
+                         "what": "top eigenvalues of Z Z^T / N, the normalised Nystrom bipartite similarity"},
+            "pep": {"t": pep.get("t"), "base": dict(zip([name], pep.get("base", []))),
+                    "combined": pep.get("combined")} if pep else None,
+        }
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
-        tags.non_deterministic = False
-        return tags
+
+register(NystromSpectralClustering)

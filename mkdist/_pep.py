@@ -16,9 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.linalg
-import scipy.sparse.linalg
 
+from ._linalg import top_eigenvalue_sum
 from ._validation import is_dask_array
 from .errors import InputValidationError
 
@@ -33,11 +32,6 @@ DEGENERATE_PEP_RATIO = 0.1
 def excess_pep(pep, chance: float):
     """(beta - t/n) / (1 - t/n): 0 for a structureless (identity-like) kernel, 1 for rank t."""
     return (np.asarray(pep, dtype=np.float64) - chance) / max(1.0 - chance, np.finfo(np.float64).eps)
-
-
-#: Above this size a dense kernel's top-t eigenvalues come from Lanczos (matrix-vector
-#: products, O(n^2) each) rather than LAPACK's O(n^3) tridiagonal reduction.
-_LANCZOS_MIN_N = 3000
 
 
 def principal_eigenvalue_proportion(K: Any, t: int, *, factor: bool | None = None) -> float:
@@ -70,8 +64,8 @@ def principal_eigenvalue_proportion(K: Any, t: int, *, factor: bool | None = Non
     Notes
     -----
     * Kernel matrix: the top-t eigenvalues come from a partial symmetric eigensolver
-      (LAPACK ``syevr`` with ``subset_by_index``, whose count is checked because it can
-      return fewer values on ties; Lanczos above n = 3000), the trace from the diagonal.
+      (``mkdist._linalg.top_eigenpairs``: Lanczos, or LAPACK's subset driver for tiny
+      matrices), the trace from the diagonal.
     * Factor H (n x r): the non-zero eigenvalues of H H^T are the squared singular values
       of H, and tr(H H^T) = ||H||_F^2, so beta = (s_1^2 + ... + s_t^2) / sum_i s_i^2,
       computed from the small side in O(n r min(n, r)) without forming the n x n kernel.
@@ -144,24 +138,3 @@ def _pep_kernel(K: np.ndarray, t: int) -> float:
             f"tr(K) = {trace:.3g} is not positive: the PEP is defined for positive semi-definite kernels."
         )
     return min(top_eigenvalue_sum(K, t) / trace, 1.0)
-
-
-def top_eigenvalue_sum(K: np.ndarray, t: int) -> float:
-    """Sum of the t largest eigenvalues of a symmetric matrix (partial solver; count checked)."""
-    n = K.shape[0]
-    if t >= n:
-        return float(np.trace(K))
-    if n > _LANCZOS_MIN_N and t <= n // 20:
-        # A fixed random start: deterministic, and never the constant vector, which a centred
-        # kernel maps to 0 (Lanczos would break down at once).
-        try:
-            values = scipy.sparse.linalg.eigsh(K, k=t, which="LA", return_eigenvectors=False, tol=1e-10,
-                                               v0=np.random.default_rng(0).standard_normal(n))
-            if values.shape[0] == t and np.isfinite(values).all():
-                return float(values.sum())
-        except scipy.sparse.linalg.ArpackNoConvergence:
-            pass
-    values = scipy.linalg.eigh(K, eigvals_only=True, subset_by_index=[n - t, n - 1], check_finite=False)
-    if values.shape[0] != t:  # syevr can return fewer values on (near-)ties: use the full solver
-        values = scipy.linalg.eigh(K, eigvals_only=True, check_finite=False)[n - t:]
-    return float(values.sum())

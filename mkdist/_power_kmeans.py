@@ -3,12 +3,14 @@
 Algorithm 1 (RFF-KPKM) and Algorithm 2 (IP-RFF-MKPKM, eq. 20-31) of the RFF power k-means
 seed (``seeds/rff-kernel-power-kmeans.txt``; see ``docs/algorithms.md`` section 4).
 
-Every iteration is one pass over the rows.  A row block recomputes its random Fourier
-features from the stored frequencies (they are never stored for Dask input), evaluates
-the power-mean weights and returns k x (L 2D + ...) partial sums; NumPy input walks the
-same block function over ``chunk_size`` row blocks, Dask input runs it as one task per
-row chunk and adds the partials with a tree reduction (one ``compute`` per iteration).
-So NumPy and Dask input give the same numbers up to summation order.
+Every iteration is one pass over the rows through the row engine (:class:`RowBlocks`).  A
+row block recomputes its random Fourier features from the stored frequencies (they are
+never stored for Dask input), evaluates the power-mean weights and returns k x (L 2D + ...)
+partial sums; NumPy input walks the row function over ``chunk_size`` row blocks, Dask
+input runs it as one task per row chunk and adds the partials with a tree reduction (one
+``compute`` per iteration).  So NumPy and Dask input give the same numbers up to summation
+order.  NumPy input whose features fit in ``FEATURE_CACHE_BYTES`` computes them once: the
+iterations then walk the features instead of the raw rows (a state without a feature map).
 
 Notation: N points, L views (view l has d_l features), k clusters, D frequencies per
 view (2D features: a sine and a cosine per frequency), phi_l the feature map of view l,
@@ -18,25 +20,25 @@ theta_{j,l} (2D,) the centroid of cluster j in view l's feature space, s < 0 the
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 import warnings
 from collections.abc import Sequence
-from numbers import Real
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
-from scipy.spatial.distance import pdist
-from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted
 
-from ._dask import align_row_chunks, check_chunk_finite
+from ._base import MkdistEstimator, resolve_seed
+from ._blocks import RowBlocks
+from ._kernels import SCALINGS, FeatureScaling, bandwidth_statistic, check_bandwidth, sq_distances
+from ._methods import register
+from ._pep import principal_eigenvalue_proportion
 from ._sampling import gather_rows
-from ._validation import as_views, check_finite, check_int, check_real, is_dask_array
+from ._state import StateArrays
+from ._validation import Interval, Options, Types, validate_params
 from .errors import InputValidationError
 
 __all__ = ["RFFKernelPowerKMeans", "MultiViewRFFPowerKMeans", "default_n_components"]
@@ -71,16 +73,8 @@ MERGE_TOL = 1e-2
 # lam="auto": lambda per data point, the paper's lambda = 100 on its ~2,000-point data sets.
 LAM_PER_POINT = 100.0 / 2000.0
 
-#: Fan-in of the tree reduction of partial sums (Dask input).
-SPLIT_EVERY = 16
-
-_STATE_FORMAT = {
-    "RFFKernelPowerKMeans": "mkdist.RFFKernelPowerKMeans/1",
-    "MultiViewRFFPowerKMeans": "mkdist.MultiViewRFFPowerKMeans/1",
-}
-
+#: The bandwidth rules of ``bandwidth`` (see ``mkdist._kernels.bandwidth_statistic``).
 _BANDWIDTH_RULES = ("median", "mean")
-_SCALINGS = (None, "standard", "minmax")
 _D_RULES = ("main", "appendix")
 
 
@@ -107,7 +101,7 @@ def default_n_components(n_clusters: int, rule: str = "main") -> int:
     return max(1, math.ceil(factor * math.log(2 * n_clusters) ** 3))
 
 
-# ----------------------------------------------------------------------------- block functions
+# ----------------------------------------------------------------------------- row functions
 @dataclasses.dataclass(frozen=True, eq=False)
 class _FeatureMap:
     """phi_l(x) = sqrt(1/D) [sin(z), cos(z)], z = x @ projections[l] + offsets[l], per view.
@@ -133,28 +127,33 @@ class _FeatureMap:
             out.append(phi)
         return out
 
+    def select(self, view: int) -> _FeatureMap:
+        """The feature map of view ``view`` alone."""
+        return _FeatureMap((self.projections[view],), (self.offsets[view],))
+
+    def width(self, view: int) -> int:
+        """2D, the number of features of view ``view``."""
+        return 2 * self.projections[view].shape[1]
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Model:
     """What a row block needs for one iteration or for prediction; ONE Dask graph key.
 
-    ``typicality`` is None for plain power k-means (u = 1, so d~ = d).
+    ``features`` None means the rows are the RFF features already (the NumPy feature
+    cache).  ``typicality`` is None for plain power k-means (u = 1, so d~ = d).
     """
 
-    features: _FeatureMap
+    features: _FeatureMap | None
     centroids: np.ndarray            # (L, k, 2D)
     view_weights: np.ndarray         # (L,), alpha
     s: float
     typicality: np.ndarray | None    # (k, L), eta
     fuzzifier: float = 2.0
 
-    @property
-    def n_clusters(self) -> int:
-        return self.centroids.shape[1]
-
-    @property
-    def n_views(self) -> int:
-        return self.centroids.shape[0]
+    def phis(self, blocks: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The RFF features of one row block of every view."""
+        return list(blocks) if self.features is None else self.features(blocks)
 
 
 def _sq_distances(phis: Sequence[np.ndarray], centroids: np.ndarray) -> np.ndarray:
@@ -163,11 +162,7 @@ def _sq_distances(phis: Sequence[np.ndarray], centroids: np.ndarray) -> np.ndarr
     L, k, _ = centroids.shape
     d = np.empty((b, k, L))
     for v, (phi, theta) in enumerate(zip(phis, centroids)):
-        dv = np.einsum("ij,ij->i", phi, phi)[:, None] + np.einsum("jf,jf->j", theta, theta)[None, :]
-        dv -= 2.0 * (phi @ theta.T)
-        # ||phi||^2 + ||theta||^2 - 2 phi.theta cancels to tiny negatives for phi ~ theta.
-        np.maximum(dv, 0.0, out=dv)
-        d[:, :, v] = dv
+        d[:, :, v] = sq_distances(phi, theta)
     return d
 
 
@@ -226,13 +221,14 @@ def _stat_layout(L: int, k: int, F: int) -> dict[str, slice]:
     return out
 
 
-def _iteration_stats(phis: Sequence[np.ndarray], model: _Model) -> np.ndarray:
+def _iteration_stats(blocks: list, model: _Model) -> np.ndarray:
     """Partial sums of one iteration over a row block, flat (width,), see ``_stat_layout``.
 
     sums[l, j] = sum_i g_ij phi_l(x_i) and mass[j] = sum_i g_ij with g = w (plain) or
     g = w u^m (eq. 28); counts[j] = #points whose smallest cost is j; view_cost[l] =
     sum_ij w_ij d~_ij,l (eq. 31); objective = sum_i M_s(C_i); inertia = sum_i min_j A_ij.
     """
+    phis = model.phis(blocks)
     L, k, F = model.centroids.shape
     layout = _stat_layout(L, k, F)
     out = np.zeros(layout["width"])
@@ -248,150 +244,38 @@ def _iteration_stats(phis: Sequence[np.ndarray], model: _Model) -> np.ndarray:
     return out
 
 
-def _row_costs(phis: Sequence[np.ndarray], model: _Model) -> np.ndarray:
-    return _costs(phis, model)[0]
+def _row_costs(blocks: list, model: _Model) -> np.ndarray:
+    return _costs(model.phis(blocks), model)[0]
 
 
-def _row_labels(phis: Sequence[np.ndarray], model: _Model) -> np.ndarray:
-    return np.argmin(_costs(phis, model)[0], axis=1).astype(np.int64)
+def _row_labels(blocks: list, model: _Model) -> np.ndarray:
+    return np.argmin(_costs(model.phis(blocks), model)[0], axis=1).astype(np.int64)
 
 
-def _reduce_rows(blocks: Sequence[np.ndarray], model: _Model, fn, chunk_size: int,
-                 cache: list | None = None) -> np.ndarray:
-    """Sum of ``fn(features, model)`` over ``chunk_size`` row blocks (features from ``cache``
-    when given, one entry per block)."""
-    n = blocks[0].shape[0]
-    total = None
-    for i, start in enumerate(range(0, n, chunk_size)):
-        phis = cache[i] if cache is not None else model.features([b[start:start + chunk_size]
-                                                                  for b in blocks])
-        part = fn(phis, model)
-        total = part if total is None else total + part
-    if total is None:  # an empty chunk
-        total = fn(model.features([b[:0] for b in blocks]), model)
-    return total
-
-
-def _map_rows(blocks: Sequence[np.ndarray], model: _Model, fn, chunk_size: int) -> np.ndarray:
-    n = blocks[0].shape[0]
-    parts = [fn(model.features([b[start:start + chunk_size] for b in blocks]), model)
-             for start in range(0, n, chunk_size)]
-    return np.concatenate(parts) if parts else fn(model.features([b[:0] for b in blocks]), model)
-
-
-def _check_task_block(blocks, view_names, block_info) -> None:
-    """In a Dask task: raise on NaN/inf naming the view, chunk and row (no extra pass)."""
-    if block_info is not None:
-        loc = block_info[0]
-        check_chunk_finite(view_names, blocks, loc["chunk-location"][0], loc["array-location"][0][0])
-
-
-def _reduce_task(*args, fn, chunk_size, view_names, block_info=None):
-    *blocks, model = args
-    _check_task_block(blocks, view_names, block_info)
-    return _reduce_rows(blocks, model, fn, chunk_size)[None, :]
-
-
-def _map_task(*args, fn, chunk_size, view_names, block_info=None):
-    *blocks, model = args
-    _check_task_block(blocks, view_names, block_info)
-    return _map_rows(blocks, model, fn, chunk_size)
-
-
-# ----------------------------------------------------------------------------- row access
-class _Rows:
-    """The views of one fit or predict call, NumPy or row-chunked Dask.
-
-    NumPy: block functions walk ``chunk_size`` row blocks; the RFF features are cached
-    across iterations when they fit in ``FEATURE_CACHE_BYTES``.  Dask: one task per row
-    chunk recomputes the features from the frequencies; partials are tree-summed.
-    """
-
-    def __init__(self, views: dict[str, Any], chunk_size: int):
-        self.names = list(views)
-        arrays = list(views.values())
-        self.is_dask = any(is_dask_array(v) for v in arrays)
-        if self.is_dask:
-            import dask.array as da
-
-            row_chunks = next(v for v in arrays if is_dask_array(v)).chunks[0]
-            arrays = [v if is_dask_array(v) else da.from_array(v, chunks=(row_chunks, -1))
-                      for v in arrays]
-            arrays = align_row_chunks(arrays, self.names)
-        self.arrays = arrays
-        self.n_samples = int(arrays[0].shape[0])
-        self.chunk_size = chunk_size
-        self._cache: list | None = None
-
-    def cache_features(self, features: _FeatureMap, width: int) -> None:
-        """NumPy input: compute the features of every block once, if they fit."""
-        if self.is_dask or self.n_samples * width * 8 > FEATURE_CACHE_BYTES:
-            return
-        n, c = self.n_samples, self.chunk_size
-        self._cache = [features([a[start:start + c] for a in self.arrays])
-                       for start in range(0, n, c)]
-
-    def reduce(self, fn, model: _Model, width: int) -> np.ndarray:
-        """Sum of ``fn`` over all rows, (width,) in memory: ONE compute for Dask input."""
-        if not self.is_dask:
-            return _reduce_rows(self.arrays, model, fn, self.chunk_size, self._cache)
-        import dask
-        import dask.array as da
-
-        key = dask.delayed(model, pure=True, traverse=False)
-        nb = self.arrays[0].numblocks[0]
-        partials = da.map_blocks(
-            _reduce_task, *self.arrays, key, fn=fn, chunk_size=self.chunk_size,
-            view_names=self.names, chunks=((1,) * nb, (width,)), dtype=np.float64,
-            meta=np.empty((0, width)), token="mkdist-rffpkm-stats")
-        return np.asarray(partials.sum(axis=0, split_every=SPLIT_EVERY).compute())
-
-    def map(self, fn, model: _Model, n_cols: int | None, dtype):
-        """``fn`` on every row block: NumPy -> ndarray, Dask -> lazy Dask array."""
-        if not self.is_dask:
-            return _map_rows(self.arrays, model, fn, self.chunk_size)
-        import dask
-        import dask.array as da
-
-        key = dask.delayed(model, pure=True, traverse=False)
-        row_chunks = self.arrays[0].chunks[0]
-        if n_cols is None:
-            chunks, meta, extra = (row_chunks,), np.empty((0,), dtype=dtype), {"drop_axis": 1}
-        else:
-            chunks, meta, extra = (row_chunks, (n_cols,)), np.empty((0, n_cols), dtype=dtype), {}
-        return da.map_blocks(_map_task, *self.arrays, key, fn=fn, chunk_size=self.chunk_size,
-                             view_names=self.names, chunks=chunks, dtype=dtype, meta=meta,
-                             token=f"mkdist-rffpkm-{fn.__name__.strip('_').replace('_', '-')}",
-                             **extra)
+def _row_features(blocks: list, features: _FeatureMap) -> np.ndarray:
+    """The features of the one view a ``RowBlocks`` holds (``features`` of that view)."""
+    return features(blocks)[0]
 
 
 # ----------------------------------------------------------------------------- fit helpers
-def _scaling(sample: np.ndarray, how: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """(center, scale) per feature so that (x - center) / scale is the scaled feature.
-
-    Constant features get scale 1: they carry no distance either way, and 0 would divide.
-    """
-    d = sample.shape[1]
-    if how is None:
-        return np.zeros(d), np.ones(d)
-    if how == "standard":
-        center, scale = sample.mean(axis=0), sample.std(axis=0)
-    else:  # "minmax"
-        center, scale = sample.min(axis=0), np.ptp(sample, axis=0)
-    return center, np.where(scale > 0, scale, 1.0)
+def _view_features(rows: RowBlocks, features: _FeatureMap) -> list:
+    """phi_l of every row, one map per view over that view's rows only (NumPy or lazy Dask)."""
+    views = dict(zip(rows.names, rows.arrays))
+    return [RowBlocks(views, [name], block_rows=rows.block_rows).map(
+                _row_features, features.select(v), n_cols=features.width(v), dtype=np.float64,
+                name="rff-features")
+            for v, name in enumerate(rows.names)]
 
 
-def _estimate_bandwidth(scaled: np.ndarray, rule: str, rng: np.random.RandomState) -> float:
-    """sigma from a sample of scaled rows: the median pairwise distance of
-    ``BANDWIDTH_PAIR_ROWS`` random rows ("median"), or sqrt(mean squared pairwise distance)
-    = sqrt(2 sum_f var_f) over the whole sample ("mean")."""
-    if rule == "mean":
-        return float(math.sqrt(2.0 * scaled.var(axis=0).sum()))
-    n = scaled.shape[0]
-    idx = rng.choice(n, BANDWIDTH_PAIR_ROWS, replace=False) if n > BANDWIDTH_PAIR_ROWS else np.arange(n)
-    if idx.size < 2:
-        return 0.0
-    return float(np.median(pdist(scaled[idx])))
+def _feature_rows(rows: RowBlocks, features: _FeatureMap) -> RowBlocks | None:
+    """NumPy input whose features fit in ``FEATURE_CACHE_BYTES``: the features of every row
+    as the views of a ``RowBlocks`` (same row blocks), which a model without a feature map
+    reads; else None (Dask input, or too large: every pass recomputes the features)."""
+    width = sum(features.width(v) for v in range(len(rows.names)))
+    if rows.is_dask or rows.n_samples * width * 8 > FEATURE_CACHE_BYTES:
+        return None
+    phis = _view_features(rows, features)
+    return RowBlocks(dict(zip(rows.names, phis)), block_rows=rows.block_rows)
 
 
 def _log_gap(costs: np.ndarray) -> float:
@@ -414,7 +298,7 @@ def _min_centroid_sq_distance(centroids: np.ndarray, view_weights: np.ndarray) -
     L, k, _ = centroids.shape
     if k < 2:
         return float("inf")
-    d = sum(a * ((c[:, None, :] - c[None, :, :]) ** 2).sum(-1) for a, c in zip(view_weights, centroids))
+    d = sum(a * sq_distances(c, c) for a, c in zip(view_weights, centroids))
     return float(d[~np.eye(k, dtype=bool)].min())
 
 
@@ -430,7 +314,7 @@ def _reseed(centroids: np.ndarray, vanished: np.ndarray, pool: Sequence[np.ndarr
     return out
 
 
-def _fit_loop(rows: _Rows, model: _Model, *, s0: float, annealing: float, anneal_every: int,
+def _fit_loop(rows: RowBlocks, model: _Model, *, s0: float, annealing: float, anneal_every: int,
               max_iter: int, tol: float, lam: float | None, reseed_pool: Sequence[np.ndarray],
               trace: list | None = None) -> dict[str, Any]:
     """Power k-means iterations (Algorithm 1, or Algorithm 2 when ``model.typicality`` is set).
@@ -438,8 +322,9 @@ def _fit_loop(rows: _Rows, model: _Model, *, s0: float, annealing: float, anneal
     Prior validation is assumed.  One pass over the rows per iteration gives, at the
     current (theta, alpha, s): u (eq. 26), d~ (eq. 23), w (eq. 22), and the sums for the
     new theta (eq. 28) and alpha (eq. 31).  ``reseed_pool`` (the features of the init
-    sample) supplies new centroids for clusters whose weight mass vanished.
-    Returns the final model, the histories and the guard counters.
+    sample) supplies new centroids for clusters whose weight mass vanished.  The first
+    pass checks Dask chunks for NaN/inf.  Returns the final model, the histories and the
+    guard counters.
     """
     L, k, F = model.centroids.shape
     layout = _stat_layout(L, k, F)
@@ -452,7 +337,8 @@ def _fit_loop(rows: _Rows, model: _Model, *, s0: float, annealing: float, anneal
     n_iter = 0
     for it in range(max_iter):
         model = dataclasses.replace(model, s=s)
-        stats = rows.reduce(_iteration_stats, model, layout["width"])
+        stats = rows.reduce(_iteration_stats, model, width=layout["width"], check_finite=it == 0,
+                            name="rff-power-iteration")
         sums = stats[layout["sums"]].reshape(L, k, F)
         mass = stats[layout["mass"]]
         view_cost = stats[layout["view_cost"]]
@@ -502,8 +388,6 @@ def _feature_peps(phis: Sequence[np.ndarray], view_weights: np.ndarray, k: int) 
     K_l = Phi_l Phi_l^T and sum_l alpha_l K_l = [sqrt(alpha_l) Phi_l]_l [..]^T, so both come
     from the (b x 2DL) factors without forming a b x b kernel.
     """
-    from ._pep import principal_eigenvalue_proportion
-
     t = min(k, phis[0].shape[0])
     base = [principal_eigenvalue_proportion(phi, t, factor=True) for phi in phis]
     combined = np.hstack([math.sqrt(a) * phi for a, phi in zip(view_weights, phis)])
@@ -511,102 +395,51 @@ def _feature_peps(phis: Sequence[np.ndarray], view_weights: np.ndarray, k: int) 
             "combined": float(principal_eigenvalue_proportion(combined, t, factor=True))}
 
 
-def _json_param(value: Any) -> Any:
-    """Parameter value for the JSON attrs (a RandomState instance cannot be stored: None)."""
-    if isinstance(value, tuple):
-        value = list(value)
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        return None
-
-
 # ----------------------------------------------------------------------------- estimators
-class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
+class _RFFPowerKMeansBase(MkdistEstimator):
     """Shared fit / predict / state code; subclasses set ``_possibilistic``."""
 
-    _possibilistic = False
+    _possibilistic: ClassVar[bool] = False
+    _fitted_attr: ClassVar[str] = "centroids_"
+    _param_constraints: ClassVar[dict[str, list]] = {
+        "n_clusters": [Interval(Integral, 1, None)],
+        "n_components": [Interval(Integral, 1, None), Options(None, *_D_RULES)],
+        "bandwidth": [Options(*_BANDWIDTH_RULES), Interval(Real, 0, None, closed="neither"),
+                      Types(list, tuple, np.ndarray, noun="one rule or positive number per view")],
+        "s0": [Options("auto"), Interval(
+            Real, None, 0, closed="neither",
+            hint="power k-means anneals s towards -infinity from a negative start (s >= 0 does not approximate "
+                 "k-means). Use s0='auto' or e.g. s0=-3.")],
+        "annealing": [Interval(Real, 1, None)],
+        "anneal_every": [Interval(Integral, 1, None)],
+        "max_iter": [Interval(Integral, 1, None)],
+        "tol": [Interval(Real, 0, None)],
+        "scale": [Options(None, *SCALINGS)],
+        "n_init": [Interval(Integral, 1, None)],
+        "chunk_size": [Interval(Integral, 1, None)],
+    }
 
     # ------------------------------------------------------------------ validation
-    def _check_views(self, X) -> dict[str, Any]:
-        if getattr(X, "ndim", None) == 1:
-            raise InputValidationError(
-                f"Expected a 2-D array (n_samples, n_features), got a 1-D array of shape {X.shape}. "
-                "Reshape your data either using array.reshape(-1, 1) if it has a single feature or "
-                "array.reshape(1, -1) if it is a single sample.")
-        views = as_views(X)
-        check_finite(views)
-        return views
-
-    def _validate_params(self, n_samples: int, n_views: int) -> dict[str, Any]:
-        """Check every parameter (before any pass over the data); return resolved values."""
-        k = check_int("n_clusters", self.n_clusters, low=1)
-        if n_samples < 2:
-            raise InputValidationError(
-                f"n_samples={n_samples} is too few: at least 2 samples are required.")
-        if k > n_samples:
-            raise InputValidationError(f"n_samples={n_samples} should be >= n_clusters={k}.")
-        if isinstance(self.n_components, str):
-            if self.n_components not in _D_RULES:
-                raise InputValidationError(
-                    f"`n_components`={self.n_components!r} must be a positive integer, None or one of "
-                    f"{_D_RULES}.")
-            D = default_n_components(k, self.n_components)
-        elif self.n_components is None:
-            D = default_n_components(k, "main")
-        else:
-            D = check_int("n_components", self.n_components, low=1)
-        if isinstance(self.s0, str):
-            if self.s0 != "auto":
-                raise InputValidationError(f"`s0`={self.s0!r} must be 'auto' or a negative number.")
-            s0 = "auto"
-        else:
-            s0 = check_real("s0", self.s0)
-            if s0 >= 0:
-                raise InputValidationError(
-                    f"`s0`={s0} must be < 0: power k-means anneals s towards -infinity from a "
-                    "negative start (s >= 0 does not approximate k-means). Use s0='auto' or e.g. s0=-3.")
-        annealing = check_real("annealing", self.annealing, low=1.0)
-        anneal_every = check_int("anneal_every", self.anneal_every, low=1)
-        max_iter = check_int("max_iter", self.max_iter, low=1)
-        tol = check_real("tol", self.tol, low=0.0)
-        if self.scale not in _SCALINGS:
-            raise InputValidationError(f"`scale`={self.scale!r} must be one of {_SCALINGS}.")
-        n_init = check_int("n_init", self.n_init, low=1)
-        chunk_size = check_int("chunk_size", self.chunk_size, low=1)
-        bw = self.bandwidth
-        if isinstance(bw, str):
-            if bw not in _BANDWIDTH_RULES:
-                raise InputValidationError(
-                    f"`bandwidth`={bw!r} must be one of {_BANDWIDTH_RULES}, a positive number or one "
-                    "positive number per view.")
-            bandwidths: list = [bw] * n_views
-        elif isinstance(bw, Real) and not isinstance(bw, bool):
-            bandwidths = [check_real("bandwidth", bw, low=0.0, low_inclusive=False)] * n_views
-        elif isinstance(bw, (Sequence, np.ndarray)) and not isinstance(bw, str):
+    def _check_params_vs_input(self, n_samples: int, views: dict) -> dict[str, Any]:
+        """n_clusters <= N, D from its rule, one bandwidth rule or value per view; ``lam``
+        (None: fixed view weights) and ``fuzzifier`` for the fit."""
+        super()._check_params_vs_input(n_samples, views)
+        D = self.n_components
+        if D is None or isinstance(D, str):
+            D = default_n_components(self.n_clusters, D or "main")
+        bw, n_views = self.bandwidth, len(views)
+        if isinstance(bw, (list, tuple, np.ndarray)):
             if len(bw) != n_views:
                 raise InputValidationError(
                     f"`bandwidth` has {len(bw)} values but the input has {n_views} view(s).")
-            bandwidths = [b if isinstance(b, str) and b in _BANDWIDTH_RULES else
-                          check_real(f"bandwidth[{i}]", b, low=0.0, low_inclusive=False)
-                          for i, b in enumerate(bw)]
+            bw = [b.item() if isinstance(b, np.generic) else b for b in bw]  # np.str_ -> str
+            rule = [Options(*_BANDWIDTH_RULES), Interval(Real, 0, None, closed="neither")]
+            validate_params({f"bandwidth[{i}]": rule for i in range(n_views)},
+                            {f"bandwidth[{i}]": b for i, b in enumerate(bw)})
+            bandwidths = [b if isinstance(b, str) else float(b) for b in bw]
         else:
-            raise InputValidationError(
-                f"`bandwidth`={bw!r} must be one of {_BANDWIDTH_RULES}, a positive number or one "
-                "positive number per view.")
-        out = {"k": k, "D": D, "s0": s0, "annealing": annealing, "anneal_every": anneal_every,
-               "max_iter": max_iter, "tol": tol, "n_init": n_init, "chunk_size": chunk_size,
-               "bandwidths": bandwidths, "lam": None, "fuzzifier": 2.0}
-        if self._possibilistic:
-            if isinstance(self.lam, str):
-                if self.lam != "auto":
-                    raise InputValidationError(f"`lam`={self.lam!r} must be 'auto' or a positive number.")
-                out["lam"] = LAM_PER_POINT * n_samples
-            else:
-                out["lam"] = check_real("lam", self.lam, low=0.0, low_inclusive=False)
-            out["fuzzifier"] = check_real("fuzzifier", self.fuzzifier, low=1.0, low_inclusive=False)
-        return out
+            bandwidths = [bw if isinstance(bw, str) else float(bw)] * n_views
+        return {"D": int(D), "bandwidths": bandwidths, "lam": None, "fuzzifier": 2.0}
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None):
@@ -626,19 +459,20 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
         """
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
-        views = self._check_views(X)
-        p = self._validate_params(int(next(iter(views.values())).shape[0]), len(views))
-        rows = _Rows(views, p["chunk_size"])
-        N, L, k, D = rows.n_samples, len(views), p["k"], p["D"]
-        rng = check_random_state(self.random_state)
+        views = self._fit_views(X)
+        N = int(next(iter(views.values())).shape[0])
+        p = self._check_params(N, views)
+        rows = RowBlocks(views, block_rows=int(self.chunk_size))
+        L, k, D = len(views), int(self.n_clusters), p["D"]
+        # One RandomState for every draw, in this order (it fixes what a seed gives): the
+        # sample, per view the median bandwidth's rows and the frequencies, the k-means seed.
+        rng = np.random.RandomState(resolve_seed(self.random_state))
 
         # One read of the sample rows: scaling, bandwidths, k-means start, eta, s0.
         sample_idx = (np.arange(N) if N <= INIT_SAMPLE_SIZE
                       else np.sort(rng.choice(N, INIT_SAMPLE_SIZE, replace=False)))
-        if rows.is_dask or N > INIT_SAMPLE_SIZE:
-            sample = gather_rows(dict(zip(rows.names, rows.arrays)), sample_idx)
-        else:
-            sample = dict(zip(rows.names, rows.arrays))
+        arrays = dict(zip(rows.names, rows.arrays))
+        sample = gather_rows(arrays, sample_idx) if rows.is_dask or N > INIT_SAMPLE_SIZE else arrays
         sample = {name: np.asarray(v, dtype=np.float64) for name, v in sample.items()}
         if rows.is_dask:
             for name, v in sample.items():
@@ -646,25 +480,24 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
                     row = int(sample_idx[np.argmax(~np.isfinite(v).all(axis=1))])
                     raise InputValidationError(
                         f"Input contains NaN or infinity: view {name!r}, row {row}.")
+        scaling = FeatureScaling.fit(self.scale, sample)
+        where = "all rows" if N <= INIT_SAMPLE_SIZE else f"{sample_idx.size} sampled rows"
         centers, scales, sigmas, frequencies = [], [], [], []
         for (name, v), rule in zip(sample.items(), p["bandwidths"]):
-            c, sc = _scaling(v, self.scale)
-            scaled = (v - c) / sc
-            sigma = _estimate_bandwidth(scaled, rule, rng) if isinstance(rule, str) else float(rule)
-            if not sigma > 0:
-                where = "all rows" if N <= INIT_SAMPLE_SIZE else f"{sample_idx.size} sampled rows"
-                raise InputValidationError(
-                    f"view {name!r} has zero spread on {where} (bandwidth {rule!r} = {sigma}): its "
-                    "points are (mostly) identical, so a Gaussian kernel on it has bandwidth 0. Drop "
-                    "the view or pass `bandwidth` explicitly.")
+            c = np.zeros(v.shape[1]) if scaling is None else scaling.offset[name]
+            sc = np.ones(v.shape[1]) if scaling is None else scaling.scale[name]
+            if isinstance(rule, str):
+                scaled = v if scaling is None else (v - c) / sc
+                sigma = bandwidth_statistic(scaled, rule, rng=rng, pair_rows=BANDWIDTH_PAIR_ROWS)
+                check_bandwidth(sigma, name, f"the {rule!r} bandwidth on {where}")
+            else:
+                sigma = rule
             centers.append(c)
             scales.append(sc)
             sigmas.append(sigma)
             # W ~ N(0, sigma^-2 I) in the scaled coordinates (Gaussian kernel, bandwidth sigma).
             frequencies.append(rng.standard_normal((v.shape[1], D)) / sigma)
-        self.n_features_per_view_ = [int(v.shape[1]) for v in views.values()]
-        self.n_features_in_ = int(sum(self.n_features_per_view_))
-        self.view_names_ = list(rows.names)
+        self._set_fitted_views(views)
         self.feature_centers_ = centers
         self.feature_scales_ = scales
         self.bandwidths_ = np.asarray(sigmas)
@@ -677,7 +510,7 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
         t0 = time.perf_counter()
         phis = features(list(sample.values()))
         stacked = np.hstack(phis) * math.sqrt(1.0 / L)
-        km = KMeans(k, n_init=p["n_init"], random_state=rng.randint(np.iinfo(np.int32).max))
+        km = KMeans(k, n_init=int(self.n_init), random_state=rng.randint(np.iinfo(np.int32).max))
         with warnings.catch_warnings():
             # Fewer distinct points than k is handled below (duplicate centroids are legal).
             warnings.simplefilter("ignore", ConvergenceWarning)
@@ -691,14 +524,17 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
             eta = _sq_distances(phis, centroids).mean(axis=0)
         model = _Model(features, centroids, alpha, float("nan"), eta, p["fuzzifier"])
         start_costs = _costs(phis, model)[0]
-        s0 = _auto_s0(start_costs) if p["s0"] == "auto" else p["s0"]
+        s0 = _auto_s0(start_costs) if self.s0 == "auto" else float(self.s0)
         timings["init_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        rows.cache_features(features, L * 2 * D)
-        result = _fit_loop(rows, model, s0=s0, annealing=p["annealing"],
-                           anneal_every=p["anneal_every"], max_iter=p["max_iter"], tol=p["tol"],
-                           lam=p["lam"], reseed_pool=phis, trace=getattr(self, "_trace", None))
+        cached = _feature_rows(rows, features)
+        if cached is not None:
+            rows, model = cached, dataclasses.replace(model, features=None)
+        result = _fit_loop(rows, model, s0=s0, annealing=float(self.annealing),
+                           anneal_every=int(self.anneal_every), max_iter=int(self.max_iter),
+                           tol=float(self.tol), lam=p["lam"], reseed_pool=phis,
+                           trace=getattr(self, "_trace", None))
         timings["iterations_s"] = time.perf_counter() - t0
         final = result["model"]
         self.s0_ = float(s0)
@@ -718,16 +554,15 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
         self.diagnostics_["pep"] = _feature_peps(phis, final.view_weights, k)
         if result["merged_at_end"]:
             warnings.warn(
-                f"{type(self).__name__}: after max_iter={p['max_iter']} iterations two centroids "
+                f"{type(self).__name__}: after max_iter={self.max_iter} iterations two centroids "
                 f"still coincide (s={self.s_:.3g}): the partition has fewer than {k} distinct "
                 "clusters. Raise max_iter, or start from a more negative s0.",
                 ConvergenceWarning, stacklevel=2)
-        self.labels_ = rows.map(_row_labels, self._model(), None, np.int64)
+        # The rows of the last pass (the cached features for NumPy input): the data was
+        # checked by the first pass.
+        self.labels_ = rows.map(_row_labels, final, n_cols=None, dtype=np.int64,
+                                name="rff-power-labels", check_finite=False)
         return self
-
-    def fit_predict(self, X, y=None, **kwargs):
-        """Fit and return ``labels_`` (a lazy Dask array for Dask input)."""
-        return self.fit(X).labels_
 
     def _feature_map(self) -> _FeatureMap:
         projections, offsets = [], []
@@ -743,20 +578,8 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
                       float(getattr(self, "fuzzifier", 2.0)))
 
     # ------------------------------------------------------------------ inference
-    def _check_predict_input(self, X) -> _Rows:
-        check_is_fitted(self, "centroids_")
-        views = self._check_views(X)
-        got = [int(v.shape[1]) for v in views.values()]
-        if len(got) != len(self.n_features_per_view_):
-            raise InputValidationError(
-                f"X has {len(got)} view(s), but {type(self).__name__} was fitted on "
-                f"{len(self.n_features_per_view_)} view(s) {self.view_names_}.")
-        for name, n_got, n_fit in zip(views, got, self.n_features_per_view_):
-            if n_got != n_fit:
-                raise InputValidationError(
-                    f"X has {n_got} features, but {type(self).__name__} is expecting {n_fit} "
-                    f"features as input (view {name!r}).")
-        return _Rows(views, int(self.chunk_size))
+    def _rows(self, X) -> RowBlocks:
+        return RowBlocks(self._predict_views(X), block_rows=int(self.chunk_size))
 
     def transform(self, X):
         """Assignment costs of every point to every cluster (not the RFF features).
@@ -772,8 +595,9 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
             distances averaged over views for plain power k-means; see the class Notes).
             ``predict`` is its row-wise argmin.
         """
-        rows = self._check_predict_input(X)
-        return rows.map(_row_costs, self._model(), int(self.centroids_.shape[1]), np.float64)
+        rows = self._rows(X)
+        return rows.map(_row_costs, self._model(), n_cols=int(self.centroids_.shape[1]),
+                        dtype=np.float64, name="rff-power-costs")
 
     def predict(self, X):
         """Cluster of smallest assignment cost for every point.
@@ -786,8 +610,9 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
         -------
         labels : ndarray of shape (n,), int64 (lazy Dask array for Dask input)
         """
-        rows = self._check_predict_input(X)
-        return rows.map(_row_labels, self._model(), None, np.int64)
+        rows = self._rows(X)
+        return rows.map(_row_labels, self._model(), n_cols=None, dtype=np.int64,
+                        name="rff-power-labels")
 
     def rff_features(self, X) -> list:
         """The random Fourier features phi_l(x) of every view, as used by the fit.
@@ -796,37 +621,15 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
         -------
         list of L ndarrays or lazy Dask arrays of shape (n, 2 n_components_), float64
         """
-        rows = self._check_predict_input(X)
-        F = 2 * self.n_components_
-        return [rows.map(_ViewFeatures(l), self._model(), F, np.float64)
-                for l in range(len(self.view_names_))]
+        return _view_features(self._rows(X), self._feature_map())
 
-    # ------------------------------------------------------------------ state without pickle
-    def _model_state(self) -> dict[str, Any]:
-        """Everything ``predict``/``transform`` need, without pickle.
-
-        Returns ``{"attrs": JSON-able dict, "arrays": {name: (dims tuple, ndarray)}}``.
-        Per-view arrays are named ``<array>_<view index>`` (no "/": Zarr would read it as a sub-group) with dims ``feature_<index>``;
-        the other dims are "view", "cluster", "frequency", "rff_feature" and "iteration".
-        ``labels_`` (N values) is not part of the model; store it with the run.
-        """
-        check_is_fitted(self, "centroids_")
-        name = type(self).__name__
-        attrs = {
-            "format": _STATE_FORMAT[name],
-            "params": {key: _json_param(v) for key, v in self.get_params(deep=False).items()},
-            "view_names": list(self.view_names_),
-            "n_features_per_view": [int(n) for n in self.n_features_per_view_],
-            "n_components": int(self.n_components_),
-            "s0": float(self.s0_),
-            "lam": float(self.lam_) if self._possibilistic else None,
-            "s": float(self.s_),
-            "n_iter": int(self.n_iter_),
-            "diagnostics": {key: (bool(v) if isinstance(v, (bool, np.bool_)) else
-                                  v if key == "pep" else int(v))
-                            for key, v in self.diagnostics_.items() if key != "timings"},
-        }
-        json.dumps(attrs)  # fail here, not in the store, if something is not JSON
+    # ------------------------------------------------------------------ state and summary
+    def _state(self) -> tuple[dict, dict]:
+        """Per-view arrays are named ``<array>__<view>`` with dims ``feature__<view>``; the
+        other dims are "view", "cluster", "frequency", "rff_feature" and "iteration"."""
+        attrs = {"n_components": int(self.n_components_), "s0": float(self.s0_),
+                 "lam": float(self.lam_) if self._possibilistic else None, "s": float(self.s_),
+                 "n_iter": int(self.n_iter_)}
         arrays: dict[str, tuple[tuple[str, ...], np.ndarray]] = {
             "centroids": (("view", "cluster", "rff_feature"), self.centroids_),
             "view_weights": (("view",), self.view_weights_),
@@ -836,71 +639,56 @@ class _RFFPowerKMeansBase(ClusterMixin, TransformerMixin, BaseEstimator):
         }
         if self._possibilistic:
             arrays["typicality"] = (("cluster", "view"), self.typicality_)
-        for i, (W, c, sc) in enumerate(zip(self.rff_frequencies_, self.feature_centers_,
-                                           self.feature_scales_)):
-            arrays[f"rff_frequencies_{i}"] = ((f"feature_{i}", "frequency"), W)
-            arrays[f"feature_centers_{i}"] = ((f"feature_{i}",), c)
-            arrays[f"feature_scales_{i}"] = ((f"feature_{i}",), sc)
-        return {"attrs": attrs, "arrays": arrays}
+        names = self.view_names_
+        for name, W in zip(names, self.rff_frequencies_):
+            arrays[f"rff_frequencies__{name}"] = ((f"feature__{name}", "frequency"), W)
+        if self.scale is not None:
+            arrays.update(FeatureScaling(self.scale, dict(zip(names, self.feature_centers_)),
+                                         dict(zip(names, self.feature_scales_))).state_arrays())
+        return attrs, arrays
 
-    @classmethod
-    def _from_model_state(cls, state):
-        """A fitted estimator (without ``labels_``) that predicts exactly like the saved one."""
-        attrs, arrays = state["attrs"], state["arrays"]
-        expected = _STATE_FORMAT[cls.__name__]
-        if attrs.get("format") != expected:
-            raise InputValidationError(
-                f"model state format {attrs.get('format')!r} is not {expected!r}; it was not "
-                f"written by {cls.__name__}._model_state.")
+    def _restore(self, attrs: dict, get: StateArrays) -> None:
+        names = self.view_names_
+        self.n_components_ = int(attrs["n_components"])
+        self.s0_ = float(attrs["s0"])
+        if self._possibilistic and attrs.get("lam") is not None:
+            self.lam_ = float(attrs["lam"])
+        self.s_ = float(attrs["s"])
+        self.n_iter_ = int(attrs["n_iter"])
+        self.centroids_ = get("centroids", np.float64)
+        self.cluster_centers_ = np.hstack(list(self.centroids_))
+        self.view_weights_ = get("view_weights", np.float64)
+        self.bandwidths_ = get("bandwidths", np.float64)
+        self.s_history_ = get("s_history")
+        self.objective_history_ = get("objective_history")
+        if self._possibilistic:
+            self.typicality_ = get("typicality", np.float64)
+        self.rff_frequencies_ = [get(f"rff_frequencies__{n}") for n in names]
+        scaling = FeatureScaling.from_state(self.scale, names, get)
+        d = self.n_features_per_view_
+        if scaling is None:
+            self.feature_centers_ = [np.zeros(d[n]) for n in names]
+            self.feature_scales_ = [np.ones(d[n]) for n in names]
+        else:
+            self.feature_centers_ = [scaling.offset[n] for n in names]
+            self.feature_scales_ = [scaling.scale[n] for n in names]
 
-        def get(key):
-            value = arrays[key]
-            return np.asarray(value[1] if isinstance(value, tuple) else value)
-
-        est = cls(**attrs["params"])
-        L = len(attrs["view_names"])
-        est.view_names_ = list(attrs["view_names"])
-        est.n_features_per_view_ = [int(n) for n in attrs["n_features_per_view"]]
-        est.n_features_in_ = int(sum(est.n_features_per_view_))
-        est.n_components_ = int(attrs["n_components"])
-        est.s0_ = float(attrs["s0"])
-        if est._possibilistic and attrs.get("lam") is not None:
-            est.lam_ = float(attrs["lam"])
-        est.s_ = float(attrs["s"])
-        est.n_iter_ = int(attrs["n_iter"])
-        est.diagnostics_ = {**attrs["diagnostics"], "timings": {}}
-        est.centroids_ = get("centroids").astype(np.float64)
-        est.cluster_centers_ = np.hstack(list(est.centroids_))
-        est.view_weights_ = get("view_weights").astype(np.float64)
-        est.bandwidths_ = get("bandwidths").astype(np.float64)
-        est.s_history_ = get("s_history")
-        est.objective_history_ = get("objective_history")
-        if cls._possibilistic:
-            est.typicality_ = get("typicality").astype(np.float64)
-        est.rff_frequencies_ = [get(f"rff_frequencies_{i}") for i in range(L)]
-        est.feature_centers_ = [get(f"feature_centers_{i}") for i in range(L)]
-        est.feature_scales_ = [get(f"feature_scales_{i}") for i in range(L)]
-        return est
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
-        tags.non_deterministic = False
-        return tags
-
-
-@dataclasses.dataclass(frozen=True)
-class _ViewFeatures:
-    """Row function returning the features of one view (for ``rff_features``)."""
-
-    view: int
-
-    def __call__(self, phis, model):
-        return phis[self.view]
-
-    @property
-    def __name__(self) -> str:
-        return f"features-{self.view}"
+    def _summary_fields(self) -> dict[str, Any]:
+        """``n_components`` is D (frequencies per view, each view has 2D features); one
+        Gaussian RFF kernel per view."""
+        views = list(self.view_names_)
+        names = [f"{v}:rff-gaussian(sigma={s:.4g})" for v, s in zip(views, self.bandwidths_)]
+        pep = self.diagnostics_.get("pep")
+        if pep:
+            pep = {**pep, "base": dict(zip(names, pep["base"]))}  # {"t", "base", "combined"}
+        return {
+            "n_components": int(self.n_components_), "kernel_names": names,
+            "weights": [{"name": "view weights", "labels": views,
+                         "values": np.asarray(self.view_weights_).tolist()}],
+            "objective_history": np.asarray(self.objective_history_).tolist(),
+            "n_iter": int(self.n_iter_), "converged": bool(self.diagnostics_.get("converged")),
+            "pep": pep or None,
+        }
 
 
 class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
@@ -950,9 +738,12 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
         k-means restarts for the initial centroids (scikit-learn ``KMeans`` on the RFF
         features of the init sample).
     random_state : int, RandomState or None, default=None
-        Seeds the init sample, the frequencies and the k-means start.
+        Seeds the init sample, the bandwidth sample, the frequencies and the k-means start
+        (one integer seed per fit: None or a RandomState gives one draw, see
+        ``mkdist._base.resolve_seed``).
     chunk_size : int, default=8192
-        Rows per block for NumPy input (Dask input keeps its own row chunks).
+        Rows per block: NumPy input is walked in blocks of this many rows, and a Dask task
+        walks its row chunk in blocks of this many rows (Dask input keeps its own chunks).
 
     Attributes
     ----------
@@ -985,7 +776,7 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
     n_iter_ : int
         Passes over the data.
     view_names_ : list of str
-    n_features_per_view_ : list of int
+    n_features_per_view_ : dict of str to int
     n_features_in_ : int
         Total number of features over the views.
     diagnostics_ : dict
@@ -1027,7 +818,8 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
     (2000,)
     """
 
-    _possibilistic = False
+    method: ClassVar[str] = "rff-power"
+    state_format: ClassVar[str] = "mkdist.RFFKernelPowerKMeans/2"
 
     def __init__(self, n_clusters: int = 8, *, n_components=None, bandwidth="median", s0="auto",
                  annealing: float = 1.04, anneal_every: int = 2, max_iter: int = 300,
@@ -1103,9 +895,12 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
         k-means restarts for the initial centroids (scikit-learn ``KMeans`` on the RFF
         features of the init sample).
     random_state : int, RandomState or None, default=None
-        Seeds the init sample, the frequencies and the k-means start.
+        Seeds the init sample, the bandwidth sample, the frequencies and the k-means start
+        (one integer seed per fit: None or a RandomState gives one draw, see
+        ``mkdist._base.resolve_seed``).
     chunk_size : int, default=8192
-        Rows per block for NumPy input (Dask input keeps its own row chunks).
+        Rows per block: NumPy input is walked in blocks of this many rows, and a Dask task
+        walks its row chunk in blocks of this many rows (Dask input keeps its own chunks).
 
     Attributes
     ----------
@@ -1140,7 +935,7 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
     n_iter_ : int
         Passes over the data.
     view_names_ : list of str
-    n_features_per_view_ : list of int
+    n_features_per_view_ : dict of str to int
     n_features_in_ : int
         Total number of features over the views.
     diagnostics_ : dict
@@ -1185,7 +980,13 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
     (2,)
     """
 
-    _possibilistic = True
+    method: ClassVar[str] = "mv-rff-power"
+    state_format: ClassVar[str] = "mkdist.MultiViewRFFPowerKMeans/2"
+    _possibilistic: ClassVar[bool] = True
+    _param_constraints: ClassVar[dict[str, list]] = {
+        "lam": [Options("auto"), Interval(Real, 0, None, closed="neither")],
+        "fuzzifier": [Interval(Real, 1, None, closed="neither")],
+    }
 
     def __init__(self, n_clusters: int = 8, *, n_components=None, bandwidth="median", s0="auto",
                  lam="auto", fuzzifier: float = 2.0, annealing: float = 1.04,
@@ -1205,3 +1006,13 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
         self.n_init = n_init
         self.random_state = random_state
         self.chunk_size = chunk_size
+
+    def _check_params_vs_input(self, n_samples: int, views: dict) -> dict[str, Any]:
+        out = super()._check_params_vs_input(n_samples, views)
+        out["lam"] = LAM_PER_POINT * n_samples if isinstance(self.lam, str) else float(self.lam)
+        out["fuzzifier"] = float(self.fuzzifier)
+        return out
+
+
+register(RFFKernelPowerKMeans)
+register(MultiViewRFFPowerKMeans)

@@ -1,4 +1,9 @@
-"""Human- and machine-readable summaries of runs and stores (CLI, flow artifacts)."""
+"""Human- and machine-readable summaries of runs and stores (CLI, flow artifacts).
+
+Everything here reads the one summary schema of :meth:`mkdist._base.MkdistEstimator.summary`
+(plus the run's sizes, timings and scores), so every method is reported the same way and a
+method that lacks an item (no kernel weights, no objective history) simply shows less.
+"""
 
 from __future__ import annotations
 
@@ -8,40 +13,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["pep_overview", "summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "load_labels"]
+from ._stages import _store, load_estimator
+
+__all__ = ["summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "load_labels"]
 
 
 def _fmt(x: Any) -> str:
     if isinstance(x, float):
         return f"{x:.4g}"
     return str(x)
-
-
-def pep_overview(diagnostics: dict | None, kernel_names: list[str] | None, t: int | None = None) -> dict | None:
-    """The principal eigenvalue proportions of a fitted model, in one shape for every method.
-
-    Returns ``{"t", "base": {kernel: PEP}, "combined": PEP}`` plus, for late fusion,
-    ``"combined_filtered"`` (after the graph filter) and ``"dropped"`` (degenerate kernels),
-    or None when the diagnostics hold no PEP.
-    """
-    diag = diagnostics or {}
-    if "pep" in diag and isinstance(diag["pep"], dict):  # mkc, nystrom, rff power k-means
-        pep = diag["pep"]
-        base = list(pep.get("base", []))
-        names = list(kernel_names or [])
-        if len(names) != len(base):
-            names = [f"kernel {i}" for i in range(len(base))]
-        return {"t": pep.get("t", t), "base": dict(zip(names, base)), "combined": pep.get("combined")}
-    if "pep_kernels" in diag:  # late fusion
-        names = diag.get("kernel_names") or [f"kernel {i}" for i in range(len(diag["pep_kernels"]))]
-        out = {"t": diag.get("pep_t", t), "base": dict(zip(names, diag["pep_kernels"])),
-               "combined": diag.get("pep_combined_before"),
-               "combined_filtered": diag.get("pep_combined_after")}
-        kept = diag.get("kept_kernels")
-        if kept is not None:
-            out["dropped"] = [n for n in names if n not in set(kept)]
-        return out
-    return None
 
 
 def _pep_lines(pep: dict) -> list[str]:
@@ -52,40 +32,32 @@ def _pep_lines(pep: dict) -> list[str]:
                      f"{_fmt(pep['combined_filtered'])} |")
     dropped = set(pep.get("dropped") or ())
     lines += [f"| PEP (t = {t}) of {n}{' (dropped: degenerate)' if n in dropped else ''} | {_fmt(v)} |"
-              for n, v in pep.get("base", {}).items()]
+              for n, v in (pep.get("base") or {}).items()]
     return lines
 
 
 def summary_markdown(summary: dict, store: str | None = None) -> str:
-    """A markdown report of a run: sizes, kernel weights, timings, cluster sizes, diagnostics."""
+    """A markdown report of a run: sizes, weights, timings, cluster sizes, diagnostics."""
     lines = [f"# mkdist run{f' `{store}`' if store else ''}", "", "| quantity | value |", "|---|---|"]
-    for key in ("method", "estimator", "N", "n_landmarks", "n_clusters", "simplemkkm_n_iter"):
-        if key in summary:
+    for key in ("method", "estimator", "N", "n_landmarks", "n_clusters", "n_iter", "converged"):
+        if summary.get(key) is not None:
             lines.append(f"| {key} | {_fmt(summary[key])} |")
     if summary.get("resumed_stages"):
         lines.append(f"| resumed stages | {', '.join(summary['resumed_stages'])} |")
-    if summary.get("scores"):
-        for k, v in summary["scores"].items():
-            lines.append(f"| {k} | {v:.4f} |")
+    for k, v in (summary.get("scores") or {}).items():
+        lines.append(f"| {k} | {v:.4f} |")
     if summary.get("timings"):
         lines += ["", "## Stage timings (s)", "", "| stage | seconds |", "|---|---|"]
         lines += [f"| {k.removesuffix('_s')} | {v:.2f} |" for k, v in summary["timings"].items()]
-    if summary.get("kernel_weights"):
-        lines += ["", "## Kernel weights", "", "| kernel | weight |", "|---|---|"]
-        names = summary.get("kernel_names") or [str(i) for i in range(len(summary["kernel_weights"]))]
-        lines += [f"| {n} | {w:.4f} |" for n, w in zip(names, summary["kernel_weights"])]
-    for key, title in (("view_weights", "View weights"), ("filter_weights", "Filter weights (mu)")):
-        if summary.get(key):
-            names = summary.get("kernel_names") or [str(i) for i in range(len(summary[key]))]
-            if len(names) != len(summary[key]):
-                names = [str(i) for i in range(len(summary[key]))]
-            lines += ["", f"## {title}", "", "| kernel / view | weight |", "|---|---|"]
-            lines += [f"| {n} | {w:.4f} |" for n, w in zip(names, summary[key])]
+    for w in summary.get("weights") or []:
+        labels = w["labels"] if len(w.get("labels") or []) == len(w["values"]) else list(range(len(w["values"])))
+        lines += ["", f"## {w['name'][:1].upper()}{w['name'][1:]}", "", "| kernel / view | weight |", "|---|---|"]
+        lines += [f"| {n} | {v:.4f} |" for n, v in zip(labels, w["values"])]
     if summary.get("cluster_sizes"):
         lines += ["", "## Cluster sizes", "", "| cluster | points |", "|---|---|"]
         lines += [f"| {i} | {s} |" for i, s in enumerate(summary["cluster_sizes"])]
-    diag = summary.get("diagnostics")
-    if diag and "lambda_K" in diag:
+    diag = summary.get("diagnostics") or {}
+    if "lambda_K" in diag:
         lines += ["", "## Spectral diagnostics (MKC-AE Theorem 5.2)", "", "| quantity | value |", "|---|---|"]
         for k in ("lambda_K", "gap_threshold", "min_gap_ratio", "relative_gap_K", "theorem_condition_met"):
             if k in diag:
@@ -103,46 +75,12 @@ def summary_markdown(summary: dict, store: str | None = None) -> str:
 
 def inspect_store(url: str) -> dict:
     """What a store holds: root attributes, stage status, model summary (JSON-able)."""
-    from mkdist.storage import RunStore
-
-    store = RunStore.open(url, mode="r")
-    info: dict[str, Any] = {"url": str(url), "attrs": store.attrs, "stages": store.stage_status()}
-    if store.is_complete("model") and store.read_stage("model").attrs.get("method", "mkc") != "mkc":
-        from ._pipeline import model_summary
-
-        ds = store.read_stage("model")
-        method = ds.attrs["method"]
-        overview = model_summary(store, method)
-        info["model"] = {
-            "model_type": f"{overview['estimator']} (method {method!r})",
-            "views": overview.get("views"),
-            "n_landmarks": overview.get("n_landmarks"),
-            "n_components": overview.get("n_components"),
-            "kernels": overview.get("kernel_names"),
-            "view_weights": overview.get("view_weights"),
-            "filter_weights": overview.get("filter_weights"),
-            "has_centroids": "cluster_centers" in ds or "centroids" in ds,
-            "diagnostics": overview.get("diagnostics"),
-            "pep": overview.get("pep"),
-            "n_iter": overview.get("n_iter"),
-        }
-    elif store.is_complete("model"):
-        ds = store.read_stage("model")
-        model = json.loads(ds.attrs["mkdist_model"])
-        fit = json.loads(ds.attrs["mkdist_fit"])
-        info["model"] = {
-            "model_type": model.get("model_type"),
-            "views": model.get("view_names"),
-            "n_features": model.get("n_features"),
-            "n_landmarks": int(ds.sizes.get("landmark", 0)),
-            "n_components": int(ds.sizes.get("component", 0)),
-            "kernels": model.get("kernel_names"),
-            "kernel_weights": [float(w) for w in ds["kernel_weights"].values] if "kernel_weights" in ds else None,
-            "has_centroids": "cluster_centers" in ds,
-            "diagnostics": fit.get("diagnostics"),
-            "pep": pep_overview(fit.get("diagnostics"), model.get("kernel_names")),
-            "n_iter": fit.get("n_iter"),
-        }
+    store = _store(url, mode="r")
+    info: dict[str, Any] = {"url": str(url), "attrs": {k: v for k, v in store.attrs.items() if k != "input_stats"},
+                            "stages": store.stage_status()}
+    if store.is_complete("model"):
+        summary = load_estimator(store).summary()
+        info["model"] = {**summary, "has_centroids": store.is_complete("labels")}
     if store.is_complete("metrics"):
         info["summary"] = json.loads(store.read_stage("metrics").attrs["summary"])
     return info
@@ -155,16 +93,12 @@ def inspect_markdown(info: dict) -> str:
     model = info.get("model")
     if model:
         lines.append("model:")
-        for k in ("model_type", "views", "n_landmarks", "n_components", "has_centroids", "n_iter"):
-            lines.append(f"  {k:<14} {model[k]}")
-        names = model.get("kernels") or []
-        for key, title in (("kernel_weights", "kernel weights"), ("view_weights", "view weights"),
-                           ("filter_weights", "filter weights (mu)")):
-            weights = model.get(key)
-            if weights:
-                labels = names if len(names) == len(weights) else [str(i) for i in range(len(weights))]
-                lines.append(f"  {title}:")
-                lines += [f"    {n:<40} {w:.4f}" for n, w in zip(labels, weights)]
+        for k in ("method", "estimator", "views", "n_landmarks", "n_components", "has_centroids", "n_iter"):
+            lines.append(f"  {k:<14} {model.get(k)}")
+        for w in model.get("weights") or []:
+            labels = w["labels"] if len(w.get("labels") or []) == len(w["values"]) else range(len(w["values"]))
+            lines.append(f"  {w['name']}:")
+            lines += [f"    {str(n):<40} {v:.4f}" for n, v in zip(labels, w["values"])]
         diag = model.get("diagnostics") or {}
         for k in ("lambda_K", "min_gap_ratio", "relative_gap_K"):
             if k in diag:
@@ -178,7 +112,7 @@ def inspect_markdown(info: dict) -> str:
                 lines.append(f"    {'combined, after the graph filter':<40} {_fmt(pep['combined_filtered'])}")
             dropped = set(pep.get("dropped") or ())
             lines += [f"    {n:<40} {_fmt(v)}{'  (dropped: degenerate)' if n in dropped else ''}"
-                      for n, v in pep.get("base", {}).items()]
+                      for n, v in (pep.get("base") or {}).items()]
     summary = info.get("summary")
     if summary:
         lines.append("summary:")

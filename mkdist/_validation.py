@@ -1,12 +1,15 @@
-"""Input validation shared by every estimator and pipeline entry point.
+"""Parameter constraints and input checks shared by every estimator and pipeline entry point.
 
-All checks here look at metadata (type, shape, dtype, chunks) except
-:func:`check_finite`, which scans NumPy values; Dask inputs are scanned
-lazily in the first pass over the data instead (see ``mkdist._io``).
+Parameters are declared per class as a constraint table (``_param_constraints``, in the
+style of scikit-learn's ``_parameter_constraints``; a different name because scikit-learn's
+own machinery would try to read ours) and checked by :func:`validate_params` at fit time.
+Input checks look at metadata (type, shape, dtype, chunks) except :func:`check_finite`,
+which scans NumPy values; Dask inputs are scanned in the first pass over the data.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from numbers import Integral, Real
 from typing import Any
@@ -16,6 +19,12 @@ import numpy as np
 from .errors import InputValidationError
 
 __all__ = [
+    "Interval",
+    "Options",
+    "Boolean",
+    "Types",
+    "RandomStateLike",
+    "validate_params",
     "as_views",
     "check_finite",
     "check_int",
@@ -30,6 +39,174 @@ def is_dask_array(x: Any) -> bool:
     return type(x).__module__.startswith("dask.array") and hasattr(x, "chunks")
 
 
+# ============================================================================ constraints
+def _is_int(value: Any) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _fmt(value: Any) -> str:
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
+class Interval:
+    """Numbers of one kind (``Integral`` or ``Real``) in an interval.
+
+    Parameters
+    ----------
+    kind : {numbers.Integral, numbers.Real}
+    low, high : number or None
+        Bounds; None is unbounded.
+    closed : {"both", "left", "right", "neither"}, default="both"
+        Which bounds belong to the interval.
+    hint : str, optional
+        Why the bounds hold (and what to pass instead), added to the out-of-range message.
+    """
+
+    def __init__(self, kind: type, low: float | None = None, high: float | None = None, *,
+                 closed: str = "both", hint: str | None = None):
+        self.kind, self.low, self.high, self.closed, self.hint = kind, low, high, closed, hint
+
+    def _in_range(self, v: float) -> bool:
+        lo_ok = self.low is None or v > self.low or (v == self.low and self.closed in ("both", "left"))
+        hi_ok = self.high is None or v < self.high or (v == self.high and self.closed in ("both", "right"))
+        return lo_ok and hi_ok
+
+    def right_type(self, value: Any) -> bool:
+        if self.kind is Integral:
+            return _is_int(value)
+        return _is_real(value) and math.isfinite(value)
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return self.right_type(value) and self._in_range(value)
+
+    def bounds(self) -> str:
+        """The bounds as a phrase: ">= 2", "> 0 and <= 1"."""
+        parts = []
+        if self.low is not None:
+            parts.append(f"{'>=' if self.closed in ('both', 'left') else '>'} {self.low:g}")
+        if self.high is not None:
+            parts.append(f"{'<=' if self.closed in ('both', 'right') else '<'} {self.high:g}")
+        return " and ".join(parts)
+
+    def noun(self) -> str:
+        """What the interval holds, in words ("a positive integer", "a number > 0 and < 1")."""
+        if self.kind is Integral:
+            if self.high is None and self.low == 0 and self.closed in ("both", "left"):
+                return "a non-negative integer"
+            if self.high is None and self.low == 1 and self.closed in ("both", "left"):
+                return "a positive integer"
+            return f"an integer {self.bounds()}".rstrip()
+        if self.high is None and self.low == 0 and self.closed in ("neither", "right"):
+            return "a positive number"
+        return f"a number {self.bounds()}".rstrip()
+
+    def formatted(self, value: Any) -> str:
+        return repr(float(value)) if self.kind is Real else repr(int(value))
+
+
+class Options:
+    """One of a fixed set of values (strings, None, ...)."""
+
+    def __init__(self, *values: Any):
+        self.values = values
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return any(value is v or (type(value) is type(v) and value == v) for v in self.values)
+
+    def noun(self) -> str:
+        return " or ".join(_fmt(v) for v in self.values)
+
+
+class Boolean:
+    """True or False (NumPy booleans included)."""
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return isinstance(value, (bool, np.bool_))
+
+    def noun(self) -> str:
+        return "True or False"
+
+
+class Types:
+    """An instance of one of the given types (detailed checks come later, with the data)."""
+
+    def __init__(self, *types: type, noun: str | None = None):
+        self.types, self._noun = types, noun
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return isinstance(value, self.types)
+
+    def noun(self) -> str:
+        return self._noun or " or ".join(t.__name__ for t in self.types)
+
+
+class RandomStateLike:
+    """None, an int seed in [0, 2**32 - 1] or a ``numpy.random.RandomState``."""
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return value is None or isinstance(value, np.random.RandomState) or (
+            _is_int(value) and 0 <= int(value) < 2**32)
+
+    def noun(self) -> str:
+        return "None, an integer seed in [0, 2**32 - 1] or a numpy.random.RandomState"
+
+
+def _constraint(c: Any):
+    return Options(None) if c is None else c
+
+
+def validate_params(constraints: Mapping[str, Sequence[Any]], params: Mapping[str, Any]) -> None:
+    """Check every parameter against its constraints; the error names the parameter, its value
+    and what is allowed.
+
+    Parameters
+    ----------
+    constraints : dict of str to list
+        For each parameter a list of accepted forms: ``None``, :class:`Interval`,
+        :class:`Options`, :class:`Boolean`, :class:`Types`, :class:`RandomStateLike`.
+    params : dict of str to object
+        The estimator's ``get_params(deep=False)``.
+
+    Raises
+    ------
+    InputValidationError
+        On the first parameter that satisfies none of its forms.
+    """
+    for name, allowed in constraints.items():
+        value = params[name]
+        forms = [_constraint(c) for c in allowed]
+        if any(f.is_satisfied_by(value) for f in forms):
+            continue
+        intervals = [f for f in forms if isinstance(f, Interval)]
+        # A number of the right kind outside its range: say the range, as "`x`=0 must be >= 1".
+        in_kind = [f for f in intervals if f.right_type(value)]
+        if in_kind:
+            f = in_kind[0]
+            why = f": {f.hint}" if f.hint else "."
+            raise InputValidationError(f"`{name}`={f.formatted(value)} must be {f.bounds()}{why}")
+        nouns = [f.noun() for f in forms]
+        if len(intervals) == 1 and intervals[0].kind is Integral and len(forms) <= 2 and not isinstance(
+                value, str):
+            # e.g. "`n_anchors` must be an integer >= 2, got 2.5 (float)."
+            extra = " or None" if any(isinstance(f, Options) and f.values == (None,) for f in forms) else ""
+            raise InputValidationError(
+                f"`{name}` must be {intervals[0].noun()}{extra}, got {_fmt(value)} ({type(value).__name__}).")
+        raise InputValidationError(f"`{name}`={_fmt(value)} must be {' or '.join(nouns)}.")
+
+
+def collect_constraints(cls: type, attr: str = "_param_constraints") -> dict[str, list]:
+    """The constraint tables of a class and its bases, merged (subclasses win)."""
+    out: dict[str, list] = {}
+    for klass in reversed(cls.__mro__):
+        out.update(klass.__dict__.get(attr, {}))
+    return out
+
+
+# ============================================================================ input views
 def _reject_sparse(name: str, value: Any) -> None:
     if type(value).__module__.startswith("scipy.sparse"):
         raise TypeError(
@@ -98,6 +275,11 @@ def as_views(X: Any, *, min_samples: int = 1) -> dict[str, Any]:
         Every view has the same number of rows. Arrays are not copied.
     """
     _reject_sparse("view0", X)
+    if getattr(X, "ndim", None) == 1:
+        raise InputValidationError(
+            f"Expected a 2-D array (n_samples, n_features), got a 1-D array of shape {X.shape}: view "
+            "'view0' must be 2-D. Reshape your data either using array.reshape(-1, 1) if it has a single "
+            "feature or array.reshape(1, -1) if it is a single sample.")
     if isinstance(X, Mapping):
         items = list(X.items())
         for key, _ in items:
@@ -137,8 +319,12 @@ def _looks_like_single_table(X: Sequence) -> bool:
     return True
 
 
-def check_finite(views: Mapping[str, np.ndarray]) -> None:
-    """Raise if any NumPy view holds NaN or inf, naming the view and the first bad row."""
+def check_finite(views: Mapping[str, Any], row_numbers: np.ndarray | None = None) -> None:
+    """Raise if any NumPy view holds NaN or inf, naming the view and the first bad row.
+
+    Dask views are skipped: the first pass over their chunks checks them (``mkdist._blocks``).
+    ``row_numbers`` maps the rows of gathered views (landmarks, samples) to the input's rows.
+    """
     for name, v in views.items():
         if is_dask_array(v):
             continue
@@ -147,8 +333,9 @@ def check_finite(views: Mapping[str, np.ndarray]) -> None:
             if bad.any():
                 row = int(np.argmax(bad.any(axis=1)))
                 kind = "NaN" if np.isnan(v[row]).any() else "infinity"
+                where = row if row_numbers is None else int(row_numbers[row])
                 raise InputValidationError(
-                    f"Input contains {kind} (NaN or infinity): view {name!r}, first bad row {row}."
+                    f"Input contains {kind} (NaN or infinity): view {name!r}, first bad row {where}."
                 )
 
 
@@ -164,54 +351,20 @@ def common_float_dtype(views: Mapping[str, Any]) -> np.dtype:
 
 def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None,
               allow_none: bool = False) -> int | None:
-    """Check an integer parameter; the error names the parameter, its value and the range."""
+    """Check one integer outside a constraint table (function arguments)."""
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise InputValidationError(f"`{name}` must be an integer, got {value!r} ({type(value).__name__}).")
-    value = int(value)
-    if low is not None and value < low:
-        raise InputValidationError(f"`{name}`={value} must be >= {low}.")
-    if high is not None and value > high:
-        raise InputValidationError(f"`{name}`={value} must be <= {high}.")
-    return value
+    validate_params({name: [Interval(Integral, low, high)]}, {name: value})
+    return int(value)
 
 
 def check_real(name: str, value: Any, *, low: float | None = None, low_inclusive: bool = True,
                high: float | None = None, high_inclusive: bool = True,
                allow_none: bool = False) -> float | None:
-    """Check a real parameter; the error names the parameter, its value and the range."""
+    """Check one real number outside a constraint table (function arguments)."""
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(value):
-        raise InputValidationError(f"`{name}` must be a finite number, got {value!r}.")
-    value = float(value)
-    if low is not None and (value < low or (value == low and not low_inclusive)):
-        op = ">=" if low_inclusive else ">"
-        raise InputValidationError(f"`{name}`={value} must be {op} {low}.")
-    if high is not None and (value > high or (value == high and not high_inclusive)):
-        op = "<=" if high_inclusive else "<"
-        raise InputValidationError(f"`{name}`={value} must be {op} {high}.")
-    return value
-
-
-class ViewsInputMixin:
-    """Input handling shared by the estimators whose fitted ``model_`` knows its views.
-
-    ``_views`` turns any accepted input into named views and refuses NaN/inf;
-    ``_check_predict_views`` also checks the estimator is fitted and that the views match
-    the ones it was fitted on (names and features per view).
-    """
-
-    def _views(self, X) -> dict:
-        views = as_views(X)
-        check_finite(views)
-        return views
-
-    def _check_predict_views(self, X) -> dict:
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(self, "model_")
-        views = self._views(X)
-        self.model_.check_views(views, type(self).__name__)
-        return views
+    closed = {(True, True): "both", (True, False): "left", (False, True): "right",
+              (False, False): "neither"}[(low_inclusive, high_inclusive)]
+    validate_params({name: [Interval(Real, low, high, closed=closed)]}, {name: value})
+    return float(value)

@@ -78,8 +78,8 @@ def main() -> None:
 @click.option("--n-landmarks", type=int, default=None)
 @click.option("--kernels", default=None, help="Kernel set name (rbf-grid, rbf, mkkm12, ...).")
 @click.option("--method", default=None,
-              help="mkc (default), nystrom, rff-power, mv-rff-power or late-fusion; estimator "
-                   "parameters go under method_params in --config.")
+              help="A registered method (see `mkdist methods`; default mkc); estimator parameters go "
+                   "in --config (top level or under method_params).")
 @click.option("--random-state", type=int, default=None)
 @click.option("--label-key", default=None, help="Variable holding true labels: adds ACC/NMI to the metrics.")
 @click.option("--overwrite", is_flag=True, help="Replace a store holding a different run.")
@@ -114,7 +114,7 @@ def _print_summary(summary: dict, store: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(summary, default=float, indent=2))
         return
-    from mkdist._report import summary_markdown
+    from mkdist.pipeline import summary_markdown
 
     click.echo(summary_markdown(summary, store))
 
@@ -150,10 +150,23 @@ def assign(model_store, source, output, dask_address, n_workers, overwrite, as_j
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def inspect(store, as_json):
     """Show what STORE holds: stages, model, summary."""
-    from mkdist._report import inspect_markdown, inspect_store
+    from mkdist.pipeline import inspect_markdown, inspect_store
 
     info = _run_guarded(lambda: inspect_store(store), True)
     click.echo(json.dumps(info, default=float, indent=2) if as_json else inspect_markdown(info))
+
+
+@main.command()
+@click.option("--markdown", is_flag=True, help="The README's markdown table.")
+def methods(markdown):
+    """List the registered methods: name, estimator, views, stages."""
+    from mkdist.pipeline import method_table, method_table_markdown
+
+    if markdown:
+        click.echo(method_table_markdown(), nl=False)
+        return
+    for row in method_table():
+        click.echo(f"{row['method']:<14} {row['estimator']:<28} views: {row['views']:<7} stages: {row['stages']}")
 
 
 @main.command()

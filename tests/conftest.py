@@ -61,3 +61,16 @@ class raise_if_dask_computes:
 
     def __exit__(self, *exc):
         self._ctx.__exit__(*exc)
+
+
+class CountingScheduler:
+    """Synchronous Dask scheduler that counts the computes it runs."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, dsk, keys, **kwargs):
+        import dask
+
+        self.calls += 1
+        return dask.get(dsk, keys, **kwargs)

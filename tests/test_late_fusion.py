@@ -3,14 +3,13 @@ import warnings
 
 import numpy as np
 import pytest
-import scipy.sparse
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from mkdist._late_fusion import (
-    LateFusionClustering, LateFusionModel, _apply_filter, _build_graph, _filter_basis, _knn,
-    adaptive_neighbor_weights,
-)
+from mkdist._kernels import nearest_center
+from mkdist._late_fusion import LateFusionClustering, LateFusionModel, _fit_fusion, _fit_seeds
+from mkdist._methods import get_method
+from mkdist._state import StateArrays
 from mkdist.errors import DegenerateKernelWarning, InputValidationError
 from mkdist.metrics import clustering_accuracy
 
@@ -29,45 +28,6 @@ def blobs_views():
 def fitted(blobs_views):
     views, _ = blobs_views
     return LateFusionClustering(3, n_landmarks=120, random_state=0, **FAST).fit(views)
-
-
-# ----------------------------------------------------------------------------- building blocks
-def test_adaptive_neighbor_weights_by_hand():
-    # d = (0, 1, 3), k = 2: s = (3 - 0, 3 - 1) / (2 * 3 - (0 + 1)) = (0.6, 0.4).
-    np.testing.assert_allclose(adaptive_neighbor_weights(np.array([[0.0, 1.0, 3.0]]), 2), [[0.6, 0.4]])
-    # All k + 1 distances equal: 0/0 in the closed form -> uniform.
-    np.testing.assert_allclose(adaptive_neighbor_weights(np.array([[2.0, 2.0, 2.0]]), 2), [[0.5, 0.5]])
-    w = adaptive_neighbor_weights(np.sort(np.random.default_rng(0).random((50, 6)), axis=1), 5)
-    assert np.all(w >= 0) and np.allclose(w.sum(axis=1), 1.0)
-    assert np.all(np.diff(w, axis=1) <= 1e-15)  # nearer neighbours weigh more
-
-
-def test_knn_excludes_self_and_orders_by_distance():
-    X = np.array([[0.0], [1.0], [3.0], [6.0]])
-    idx, d = _knn(X, X, 2, exclude_self=True)
-    np.testing.assert_array_equal(idx, [[1, 2], [0, 2], [1, 0], [2, 1]])
-    np.testing.assert_allclose(d, [[1, 9], [1, 4], [4, 9], [9, 25]])
-
-
-def test_graph_is_symmetric_normalised_and_filter_identity_holds():
-    rng = np.random.default_rng(1)
-    H = rng.normal(size=(60, 4))
-    g = _build_graph(H, 5)
-    assert scipy.sparse.issparse(g.S_hat)
-    assert abs(g.S_hat - g.S_hat.T).max() < 1e-15
-    assert g.S_hat.nnz <= 2 * 5 * 60  # sparse: at most the k-NN edges, symmetrised
-    # Spectrum of D^-1/2 A D^-1/2 in [-1, 1], so T = (I + S)/2 is a low-pass filter.
-    ev = np.linalg.eigvalsh(g.S_hat.toarray())
-    assert ev.max() == pytest.approx(1.0) and ev.min() >= -1 - 1e-12
-    Z = rng.normal(size=(60, 3))
-    T = 0.5 * (np.eye(60) + g.S_hat.toarray())
-    for order in (1, 2, 3):
-        dense = sum(np.linalg.matrix_power(T, o) for o in range(1, order + 1)) @ Z
-        np.testing.assert_allclose(_apply_filter(g.S_hat, Z, order), dense, atol=1e-12)
-        # G Z = (1 - 2^-o) Z + S B: the identity the out-of-sample rule rests on.
-        B = _filter_basis(g.S_hat, Z, order)
-        np.testing.assert_allclose((1 - 2.0**-order) * Z + g.S_hat @ B, dense, atol=1e-12)
-    np.testing.assert_array_equal(_apply_filter(g.S_hat, Z, 0), Z)
 
 
 # ----------------------------------------------------------------------------- the estimator
@@ -171,13 +131,91 @@ def test_final_kmeans_on_all_points_or_landmark_clustering(blobs_views):
 
     off = LateFusionClustering(**kw, cluster_all_points=False).fit(views)
     assert "final_kmeans" not in off.diagnostics_
-    # Same landmarks and Algorithm 1; the other rows go to the landmark clustering's centroids.
+    # Same landmarks and Algorithm 1; every row goes to the landmark clustering's centroids and
+    # the landmarks keep their fitted labels.
     np.testing.assert_array_equal(off.landmark_indices_, m.landmark_indices_)
     np.testing.assert_array_equal(off.predict(views), off.labels_)
+    np.testing.assert_array_equal(off.labels_[off.landmark_indices_], off.model_.landmark_labels)
+    E, C = off.model_.embedding, off.cluster_centers_
+    assert off.inertia_ == pytest.approx(((E - C[off.model_.landmark_labels]) ** 2).sum())
     assert clustering_accuracy(y, m.labels_) == clustering_accuracy(y, off.labels_) == 1.0
-    # With every row a landmark there is nothing to add: no second k-means.
+    # With every row a landmark there is nothing to add: no second k-means, the fit's own labels.
     full = LateFusionClustering(3, random_state=1, **FAST).fit(views)
     assert "final_kmeans" not in full.diagnostics_
+    np.testing.assert_array_equal(full.landmark_indices_, np.arange(N))
+    np.testing.assert_array_equal(full.labels_, full.model_.landmark_labels)
+
+
+@pytest.mark.parametrize("order, filter_weights, seed", [(0, "learned", 0), (1, "learned", 1), (3, "learned", 2),
+                                                         (3, "uniform", 3)])
+def test_algorithm1_labels_are_the_nearest_centroid_labels(fitted, order, filter_weights, seed):
+    """Algorithm 1 ends with Lloyd run to a fixed point, so its (scikit-learn) labels are the
+    nearest-centroid labels the estimator gives the landmarks (and predict gives every row)."""
+    model = fitted.model_
+    fusion = _fit_fusion(model.partitions, model.column_kernel, model.graphs, n_clusters=3, order=order,
+                         learn_mu=filter_weights == "learned", n_init=3, max_iter=30, tol=1e-6, random_state=seed)
+    np.testing.assert_array_equal(fusion.labels, nearest_center(fusion.embedding, fusion.centers))
+
+
+def test_fit_seeds_follow_the_integer_seed(blobs_views):
+    """One integer seed -> (landmarks, base partitions, fusion) seeds, as bench_late_fusion.fit_seeds draws them."""
+    from mkdist._sampling import sample_landmark_indices
+
+    views, _ = blobs_views
+    assert _fit_seeds(7) == tuple(int(s) for s in np.random.RandomState(7).randint(np.iinfo(np.int32).max, size=3))
+    m = LateFusionClustering(3, n_landmarks=100, random_state=7, **FAST).fit(views)
+    expected = sample_landmark_indices(dict(zip(m.view_names_, views)), 100, random_state=_fit_seeds(7)[0])
+    np.testing.assert_array_equal(m.landmark_indices_, expected)
+
+
+@pytest.mark.parametrize("n_landmarks", [60, None])
+def test_stage_by_stage_through_a_saved_model_equals_fit(blobs_views, n_landmarks):
+    """The pipeline's stages (landmarks -> model -> embedding -> labels), with the model reloaded
+    from its state between stages, give fit's labels."""
+    from mkdist._base import LANDMARK_EMBEDDING
+    from mkdist._sampling import gather_rows
+
+    views, _ = blobs_views
+    kw = dict(n_clusters=3, n_landmarks=n_landmarks, random_state=4, **FAST)
+    ref = LateFusionClustering(**kw).fit(views)
+    assert LateFusionClustering.stage_plan == LANDMARK_EMBEDDING
+    named = dict(zip(["view0", "view1"], views))
+    est = LateFusionClustering(**kw)
+    seed = 4
+    idx = est.sample_landmarks(named, seed)
+    est.fit_landmarks(gather_rows(named, idx), idx, seed)
+    stage = LateFusionClustering.from_model_state(est.model_state())
+    H = stage.transform(named)
+    stage.fit_centroids(H, seed)
+    stage = LateFusionClustering.from_model_state(stage.model_state())
+    np.testing.assert_array_equal(stage.assign_embedding(H), ref.labels_)
+    np.testing.assert_array_equal(stage.cluster_centers_, ref.cluster_centers_)
+    np.testing.assert_array_equal(stage.model_.landmark_labels, ref.model_.landmark_labels)
+
+
+def test_registered_and_summary(blobs_views, fitted):
+    assert get_method("late-fusion") is LateFusionClustering
+    assert LateFusionClustering.multi_view
+    s = fitted.summary()
+    json.dumps(s)
+    names = [k.name for k in fitted.kernels_]
+    assert s["method"] == "late-fusion" and s["views"] == ["view0", "view1"]
+    assert s["n_landmarks"] == 120 and s["n_components"] == fitted.model_.n_components
+    assert s["kernel_names"] == names
+    assert [w["name"] for w in s["weights"]] == ["view weights (gamma)", "filter weights (mu)"]
+    np.testing.assert_allclose(s["weights"][0]["values"], fitted.view_weights_)
+    np.testing.assert_allclose(s["weights"][1]["values"], fitted.filter_weights_)
+    assert s["objective_history"] == fitted.objective_history_.tolist() and s["n_iter"] == fitted.n_iter_
+    spec = np.array(s["spectrum"]["values"])
+    assert spec.size == 4 and s["spectrum"]["k"] == 3 and np.all(np.diff(spec) <= 0)
+    # The spectrum is that of H~ H~^T / n, whose top-k share is the filtered PEP.
+    H = fitted.model_.embedding
+    assert spec[:3].sum() * 120 / (H**2).sum() == pytest.approx(s["pep"]["combined_filtered"])
+    assert s["pep"] == {"t": 3, "base": dict(zip(names, fitted.diagnostics_["pep_kernels"])),
+                        "combined": fitted.diagnostics_["pep_combined_before"],
+                        "combined_filtered": fitted.diagnostics_["pep_combined_after"], "dropped": []}
+    # A reloaded model reports the same.
+    assert LateFusionClustering.from_model_state(fitted.model_state()).summary() == s
 
 
 def test_degenerate_kernels_are_dropped_and_recorded(blobs_views):
@@ -271,14 +309,14 @@ def test_predict_errors(blobs_views, fitted):
 def test_model_state_round_trip(blobs_views):
     views, y = blobs_views
     m = LateFusionClustering(3, n_landmarks=80, scale="minmax", random_state=0, **FAST).fit(views)
-    state = m._model_state()
+    state = m.model_state()
     json.dumps(state["attrs"])
     for name, (dims, arr) in state["arrays"].items():
         assert isinstance(arr, np.ndarray) and len(dims) == arr.ndim, name
     # Through plain arrays (as a store would hand them back).
     plain = {"attrs": json.loads(json.dumps(state["attrs"])),
              "arrays": {k: (dims, np.array(a)) for k, (dims, a) in state["arrays"].items()}}
-    r = LateFusionClustering._from_model_state(plain)
+    r = LateFusionClustering.from_model_state(plain)
     new = [v + 0.01 for v in views]
     np.testing.assert_array_equal(r.predict(views), m.predict(views))
     np.testing.assert_array_equal(r.predict(new), m.predict(new))
@@ -286,7 +324,7 @@ def test_model_state_round_trip(blobs_views):
     np.testing.assert_array_equal(r.view_weights_, m.view_weights_)
     assert r.get_params() == m.get_params()
     with pytest.raises(InputValidationError, match="format"):
-        LateFusionClustering._from_model_state({"attrs": {}, "arrays": {}})
+        LateFusionClustering.from_model_state({"attrs": {}, "arrays": {}})
 
 
 def test_dask_predict_is_lazy_and_matches_numpy(blobs_views, fitted):
@@ -326,7 +364,8 @@ def test_dask_fit_matches_numpy_fit(blobs_views):
 
 def test_model_is_a_plain_dataclass(fitted):
     assert isinstance(fitted.model_, LateFusionModel)
-    restored = LateFusionModel.from_state(fitted.model_.to_state())
+    attrs, arrays = fitted.model_.state()
+    restored = LateFusionModel.from_state(json.loads(json.dumps(attrs)), StateArrays(arrays))
     np.testing.assert_array_equal(restored.embedding, fitted.model_.embedding)
 
 

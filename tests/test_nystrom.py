@@ -25,9 +25,9 @@ def data():
     return v0[:300], y[:300], v0[300:], y[300:]
 
 
-def _dense_algorithm1(X, anchors, sigma2, k):
+def _dense_algorithm1(X, anchors, sigma, k):
     """Algorithm 1 written out with N x m matrices, a full inverse and a full SVD (reference)."""
-    W = lambda A, B: np.exp(-cdist(A, B, "sqeuclidean") / sigma2)
+    W = lambda A, B: np.exp(-cdist(A, B, "sqeuclidean") / (2 * sigma**2))
     P, K = W(X, anchors), W(anchors, anchors)
     lam, U = np.linalg.eigh(K)
     d = P @ np.linalg.solve(K, P.sum(axis=0)) / len(X)
@@ -64,12 +64,12 @@ def test_algorithm1_matches_dense_reference(data):
     X, _, _, _ = data
     m = NystromSpectralClustering(3, n_anchors=25, random_state=1).fit(X)
     assert m.kernel_rank_ == 25  # well conditioned: the reference's full inverse is the same operator
-    H_ref, s_ref, _, d_ref, _, _ = _dense_algorithm1(X, m.anchors_, m.sigma_**2, 3)
+    H_ref, s_ref, _, d_ref, _, _ = _dense_algorithm1(X, m.anchors_, m.sigma_, 3)
     H = m.transform(X)
     np.testing.assert_allclose(m.singular_values_, s_ref, rtol=1e-8)
     np.testing.assert_allclose(_match_signs(H, H_ref), H, rtol=1e-6, atol=1e-9)
     # d(x) = W(x, anchors) @ degree_weights_ are the degrees W~ 1 / N of the reference.
-    P = np.exp(-cdist(X, m.anchors_, "sqeuclidean") / m.sigma_**2)
+    P = np.exp(-cdist(X, m.anchors_, "sqeuclidean") / (2 * m.sigma_**2))
     np.testing.assert_allclose(P @ m.degree_weights_, d_ref, rtol=1e-8)
 
 
@@ -79,11 +79,11 @@ def test_algorithm2_is_the_eq19_extension_and_reproduces_training_H(data):
     X, _, X_new, _ = data
     N = len(X)
     m = NystromSpectralClustering(3, n_anchors=25, random_state=1).fit(X)
-    _, s, F, d, P, K = _dense_algorithm1(X, m.anchors_, m.sigma_**2, 3)
+    _, s, F, d, P, K = _dense_algorithm1(X, m.anchors_, m.sigma_, 3)
     F = _match_signs(m.transform(X) * np.sqrt(d)[:, None], F)
     Kinv = np.linalg.inv(K)
     for Xq in (X_new, X):
-        Pq = np.exp(-cdist(Xq, m.anchors_, "sqeuclidean") / m.sigma_**2)
+        Pq = np.exp(-cdist(Xq, m.anchors_, "sqeuclidean") / (2 * m.sigma_**2))
         W_tilde = Pq @ Kinv @ P.T                                   # W~(x, x_j), eq. 16
         d_q = W_tilde.sum(axis=1) / N                               # d~_N(x)
         G = W_tilde / np.sqrt(d_q[:, None] * d[None, :])            # eq. 17
@@ -97,7 +97,10 @@ def test_algorithm2_is_the_eq19_extension_and_reproduces_training_H(data):
 def test_sigma_is_eq24_and_bandwidth_overrides(data):
     X, _, _, _ = data
     m = NystromSpectralClustering(3, random_state=0).fit(X)
-    assert m.sigma_**2 == pytest.approx(cdist(X, X, "sqeuclidean").mean(), rel=1e-12)  # N <= 10k: exact
+    # eq. 24, W = exp(-d^2 / mean d^2), is exp(-d^2 / (2 sigma^2)) with 2 sigma^2 = mean d^2 over
+    # pairs of distinct rows (N <= 10k: all rows, exact).
+    d2 = cdist(X, X, "sqeuclidean")
+    assert 2 * m.sigma_**2 == pytest.approx(d2[np.triu_indices(len(X), 1)].mean(), rel=1e-12)
     m2 = NystromSpectralClustering(3, bandwidth=2.5, random_state=0).fit(X)
     assert m2.sigma_ == 2.5
     np.testing.assert_array_equal(m2.anchor_indices_, m.anchor_indices_)
@@ -107,7 +110,7 @@ def test_bandwidth_estimated_on_a_sample_for_large_n():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(12_000, 3))
     m = NystromSpectralClustering(2, n_anchors=10, n_init=1, random_state=0).fit(X)
-    exact = 2 * X.var(axis=0).sum()
+    exact = X.var(axis=0).sum()  # half the mean squared distance
     assert m.sigma_**2 == pytest.approx(exact, rel=0.05) and m.sigma_**2 != pytest.approx(exact, rel=1e-9)
 
 
@@ -194,12 +197,12 @@ def test_dask_nan_is_reported_with_its_chunk(data):
     bad = X.copy()
     bad[130, 2] = np.nan
     # Caught while reading the sampled rows (N <= 10k: every row is in the bandwidth sample) ...
-    with pytest.raises(InputValidationError, match=r"NaN or infinity: view 'X', row 130 \(an anchor"):
+    with pytest.raises(InputValidationError, match=r"NaN \(NaN or infinity\): view 'view0', first bad row"):
         NystromSpectralClustering(3, random_state=0).fit(da.from_array(bad, chunks=50))
     # ... or, for a row that was not sampled, inside the first pass, naming its chunk.
     m = NystromSpectralClustering(3, random_state=0).fit(X)
     assert 130 not in m.anchor_indices_
-    with pytest.raises(InputValidationError, match=r"NaN or infinity: view 'X', chunk 2 \(first bad row 130\)"):
+    with pytest.raises(InputValidationError, match=r"NaN or infinity: view 'view0', chunk 2 \(first bad row 130\)"):
         NystromSpectralClustering(3, bandwidth=3.0, random_state=0).fit(da.from_array(bad, chunks=50))
     with pytest.raises(InputValidationError, match="first bad row 130"):
         m.predict(da.from_array(bad, chunks=50)).compute()
@@ -218,24 +221,25 @@ def test_distributed_fit_and_predict(data, dask_client):
 def test_model_state_round_trip(data, dtype):
     X, _, X_new, _ = data
     m = NystromSpectralClustering(3, n_anchors=20, anchor_factor=2.0, random_state=7).fit(X.astype(dtype))
-    state = m._model_state()
+    state = m.model_state()
     attrs = json.loads(json.dumps(state["attrs"]))
     arrays = {k: (tuple(dims), np.array(a)) for k, (dims, a) in state["arrays"].items()}
     for dims, a in arrays.values():
-        assert len(dims) == a.ndim and set(dims) <= {"anchor", "feature", "component", "cluster", "anchor_rank"}
-    r = NystromSpectralClustering._from_model_state({"attrs": attrs, "arrays": arrays})
+        assert len(dims) == a.ndim and set(dims) <= {"anchor", "feature", "component", "cluster", "anchor_rank",
+                                                     "eigenvalue"}
+    r = NystromSpectralClustering.from_model_state({"attrs": attrs, "arrays": arrays})
     assert r.get_params() == m.get_params()
     np.testing.assert_array_equal(r.transform(X_new), m.transform(X_new))
     np.testing.assert_array_equal(r.predict(X_new), m.predict(X_new))
     assert r.sigma_ == m.sigma_ and r.anchors_.dtype == np.dtype(dtype)
     with pytest.raises(InputValidationError, match="format"):
-        NystromSpectralClustering._from_model_state({"attrs": {**attrs, "format": "other/1"}, "arrays": arrays})
+        NystromSpectralClustering.from_model_state({"attrs": {**attrs, "format": "other/1"}, "arrays": arrays})
 
 
 def test_model_state_of_random_state_instance_is_json(data):
     X, _, _, _ = data
     m = NystromSpectralClustering(3, random_state=np.random.RandomState(0)).fit(X)
-    state = m._model_state()
+    state = m.model_state()
     assert state["attrs"]["params"]["random_state"] is None
     json.dumps(state["attrs"])
 
@@ -250,7 +254,7 @@ def _small():
     (lambda: _small(), {"n_clusters": 11, "n_anchors": 10}, "n_clusters=11 must be <= the number of anchors"),
     (lambda: _small(), {"n_anchors": 31}, "n_anchors=31 must be <= n_samples=30"),
     (lambda: _small(), {"n_clusters": 31}, "n_samples=30 should be >= n_clusters=31"),
-    (lambda: np.ones((30, 4)), {}, "zero variance"),
+    (lambda: np.ones((30, 4)), {}, "is constant"),
     (lambda: np.ones((30, 4)), {"bandwidth": 1.0}, r"numerical rank 1 < n_clusters=3"),
     (lambda: np.r_[_small()[:-1], [[np.nan] * 5]], {}, "NaN"),
     (lambda: np.r_[_small()[:-1], [[np.inf] * 5]], {}, "infinity"),
@@ -259,7 +263,7 @@ def _small():
     (lambda: _small(), {"bandwidth": -1.0}, "`bandwidth`=-1.0 must be > 0"),
     (lambda: _small(), {"n_anchors": 2.5}, "`n_anchors` must be an integer"),
     (lambda: _small(), {"n_init": 0}, "n_init"),
-    (lambda: [_small(), _small()], {}, "takes one 2-D array, got 2 views"),
+    (lambda: [_small(), _small()], {}, "clusters one view .*, got 2 views"),
     (lambda: _small()[:, 0], {}, "must be 2-D"),
 ])
 def test_bad_input_raises_before_heavy_work(X, params, match):

@@ -11,8 +11,7 @@ import xarray as xr
 
 import mkdist
 from mkdist import MultipleKernelClustering
-from mkdist._dask import embed_dask
-from mkdist._pipeline import assign, cluster, load_model
+from mkdist.pipeline import assign, cluster, load_estimator
 from mkdist.errors import InputValidationError, SchemaVersionError, StoreExistsError
 from mkdist.metrics import clustering_accuracy
 
@@ -47,9 +46,12 @@ def test_cluster_end_to_end_and_store_contents(dask_client, data, tmp_path):
     assert emb["embedding"].dims == ("sample", "component") and emb.sizes["sample"] == 1200
     model = xr.open_zarr(url, group="model", consolidated=False)
     assert model["kernel_weights"].dims == ("kernel",)
-    assert model["cluster_centers"].dims == ("cluster", "component")
     assert model["eigenvectors"].dims == ("landmark", "component")
-    assert json.loads(model.attrs["mkdist_model"])["kernels"][0]["sigma"] > 0
+    assert json.loads(model.attrs["mkdist_state"])["model"]["kernels"][0]["sigma"] > 0
+    assert model.attrs["method"] == "mkc"
+    # The centroids are stored with the labels (the model stage is written once).
+    labels = xr.open_zarr(url, group="labels", consolidated=False)
+    assert labels["cluster_centers"].dims == ("cluster", "component") and labels["labels"].dims == ("sample",)
     # The embedding is chunked like the input.
     assert emb["embedding"].encoding["chunks"][0] == 300
     # No pickle anywhere: every array in the store has a plain numeric dtype.
@@ -75,7 +77,7 @@ def test_different_run_is_refused_unless_overwrite(dask_client, data, tmp_path):
     with pytest.raises(StoreExistsError):
         cluster(_dask(views), url, 4, n_landmarks=100, random_state=1)
     res = cluster(_dask(views), url, 4, n_landmarks=100, random_state=1, overwrite=True)
-    assert res.model.cluster_centers.shape[0] == 4
+    assert res.model.cluster_centers_.shape[0] == 4
 
 
 def test_newer_schema_is_refused(dask_client, data, tmp_path):
@@ -89,14 +91,14 @@ def test_newer_schema_is_refused(dask_client, data, tmp_path):
     with pytest.raises(SchemaVersionError):
         cluster(_dask(views), url, 3, n_landmarks=100, random_state=1)
     with pytest.raises(SchemaVersionError):
-        load_model(url)
+        load_estimator(url)
 
 
 def _flaky_block(path: str, marker: str, start: int, stop: int) -> np.ndarray:
     """A chunk that fails once, after the marker's count of successful reads.
 
-    The landmark stage reads this chunk first (it holds landmarks); the embedding stage's
-    read is the one that fails, and consumes the marker.
+    The input scan and the landmark stage read this chunk first (it holds landmarks); the
+    embedding stage's read is the one that fails, and consumes the marker.
     """
     if os.path.exists(marker):
         with open(marker) as f:
@@ -123,7 +125,8 @@ def _flaky_views(tmp_path, views, rows=300):
                                           shape=(stop - start, v.shape[1]), dtype=v.dtype))
         out.append(da.concatenate(blocks))
     with open(marker, "w") as f:
-        f.write("1")  # one successful read (landmark sampling), then the crash (embedding)
+        # two successful reads (the input scan, landmark sampling), then the crash (embedding)
+        f.write("2")
     return out, marker
 
 
@@ -146,7 +149,7 @@ def test_crash_in_embedding_keeps_model_and_resumes_without_refit(dask_client, d
     res = cluster(flaky2, url, 3, n_landmarks=100, random_state=3)
     assert res.skipped == ["landmarks", "model"]
     assert res.timings["fit_s"] == 0.0
-    np.testing.assert_array_equal(res.model.kernel_weights, weights)
+    np.testing.assert_array_equal(res.model.kernel_weights_, weights)
     assert clustering_accuracy(y, res.labels.compute()) == 1.0
 
 
@@ -165,10 +168,8 @@ def test_assign_new_points_with_stored_model(dask_client, data, tmp_path):
     new, _ = make_blobs_views(n_per_cluster=50, n_clusters=3, seed=2, dtype=np.float32)
     out = assign(url, _dask(new, rows=70), str(tmp_path / "assigned.zarr"))
     got = out.read_stage("labels")["labels"].values
-    model = load_model(url)
-    est = MultipleKernelClustering(3)
-    est.model_, est.cluster_centers_ = model, model.cluster_centers
-    np.testing.assert_array_equal(got, est.predict(new))
+    np.testing.assert_array_equal(got, load_estimator(url).predict(new))
+    np.testing.assert_array_equal(got, res.model.predict(new))
     # ... and the model store was not modified.
     assert res.store.stage_status()["labels"] == "complete"
 
@@ -189,7 +190,7 @@ def test_embedding_graph_is_lazy_and_fused(data):
     m = MultipleKernelClustering(3, n_landmarks=100, random_state=0).fit(views)
     dv = _dask(views)
     with raise_if_dask_computes():
-        H = embed_dask(dv, m.model_)
+        H = m.transform(dv)
     # One embedding task per row chunk, plus one key for the model.
     layer = [k for k in H.__dask_graph__().layers if k.startswith("mkdist-embed")]
     assert len(layer) == 1 and len(H.__dask_graph__().layers[layer[0]]) == dv[0].numblocks[0]
@@ -202,20 +203,19 @@ def test_optional_kernel_blocks(dask_client, data, tmp_path):
     cluster(_dask(views[:1]), url, 3, n_landmarks=50, random_state=0, kernels="rbf", write_kernel_blocks=True)
     P = xr.open_zarr(url, group="kernel_blocks", consolidated=False)["P"]
     assert P.dims == ("kernel", "sample", "landmark") and P.shape == (1, 1200, 50)
-    model = load_model(url)
+    idx = load_estimator(url).landmark_indices_
     # The landmark rows of P are the preprocessed landmark kernel: unit diagonal.
-    np.testing.assert_allclose(P.values[0][model.landmark_indices, np.arange(50)], 1.0, rtol=1e-4)
+    np.testing.assert_allclose(P.values[0][idx, np.arange(50)], 1.0, rtol=1e-4)
 
 
 def test_public_api_exports():
-    for name in ("cluster", "assign", "load_views", "RunConfig", "MultipleKernelClustering"):
+    for name in ("cluster", "assign", "load_views", "RunConfig", "MultipleKernelClustering", "load_estimator",
+                 "available_methods"):
         assert hasattr(mkdist, name), name
 
 
 def test_other_method_through_the_store(dask_client, data, tmp_path):
     """method= runs another estimator: fit in the model stage, predict in the labels stage."""
-    from mkdist._pipeline import load_estimator
-
     views, y = data
     url = str(tmp_path / "nys.zarr")
     res = cluster(_dask(views[:1]), url, 3, random_state=0, method="nystrom", y_true=y)
@@ -245,8 +245,7 @@ def test_other_method_through_the_store(dask_client, data, tmp_path):
 def test_every_method_round_trips_and_reports_pep(dask_client, data, tmp_path, method, n_views, params):
     """Each method= fits, stores its model without pickle, assigns like its own predict, and
     reports the principal eigenvalue proportion in the summary artifact and in inspect."""
-    from mkdist._pipeline import load_estimator
-    from mkdist._report import inspect_markdown, inspect_store, summary_markdown
+    from mkdist.pipeline import inspect_markdown, inspect_store, summary_markdown
 
     views, y = data
     url = str(tmp_path / "run.zarr")
@@ -273,14 +272,21 @@ def test_every_method_round_trips_and_reports_pep(dask_client, data, tmp_path, m
 
 def test_run_options_reach_other_methods_or_are_refused(data, tmp_path):
     """kernels / n_landmarks / scale mean the same for every method that has them."""
-    from mkdist._pipeline import RunConfig
+    from mkdist.pipeline import RunConfig
 
-    est = RunConfig(3, kernels="rbf-grid", n_landmarks=100, method="late-fusion").make_estimator()
+    est = RunConfig.from_options(n_clusters=3, kernels="rbf-grid", n_landmarks=100,
+                                 method="late-fusion").make_estimator()
     assert est.kernels == "rbf-grid" and est.n_landmarks == 100
     with pytest.raises(InputValidationError, match="does not use `kernels`"):
-        RunConfig(3, kernels="rbf-grid", method="rff-power").make_estimator()
+        RunConfig.from_options(n_clusters=3, kernels="rbf-grid", method="rff-power")
     with pytest.raises(InputValidationError, match="give it once"):
-        RunConfig(3, scale="minmax", method="late-fusion", method_params={"scale": "standard"}).make_estimator()
+        RunConfig.from_options(n_clusters=3, scale="minmax", method="late-fusion", method_params={"scale": "standard"})
+    # Estimator parameters are run options too; the method's run defaults apply unless given.
+    mkc = RunConfig.from_options(n_clusters=3, weights="uniform").make_estimator()
+    assert mkc.weights == "uniform" and mkc.n_init == 3
+    assert RunConfig.from_options(n_clusters=3, n_init=7).make_estimator().n_init == 7
+    with pytest.raises(InputValidationError, match="does not take `gamma`"):
+        RunConfig.from_options(n_clusters=3, gamma=1.0)
     views, _ = data
     with pytest.raises(InputValidationError, match="does not use `n_landmarks`"):
         cluster(_dask(views), str(tmp_path / "x.zarr"), 3, n_landmarks=10, method="mv-rff-power")

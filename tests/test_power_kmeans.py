@@ -1,10 +1,11 @@
 """RFF kernel power k-means: the feature map and weights against their formulas, one
 iteration of Algorithms 1 and 2 against a direct transcription, MM monotonicity, the
-collapse guard, NumPy/Dask parity (one compute per iteration), model state round trip and
-input validation."""
+collapse guard, the NumPy feature cache, NumPy/Dask parity (one compute per iteration), model
+state round trip, summary and input validation."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import warnings
@@ -14,6 +15,7 @@ import pytest
 from scipy.spatial.distance import cdist
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
+from mkdist._blocks import RowBlocks
 from mkdist._power_kmeans import (
     LOG_WEIGHT_FLOOR,
     S0_GAP_FACTOR,
@@ -25,13 +27,12 @@ from mkdist._power_kmeans import (
     _Model,
     _power_mean_weights,
     _row_labels,
-    _Rows,
     default_n_components,
 )
 from mkdist.errors import InputValidationError
 from mkdist.metrics import clustering_accuracy, nmi
 
-from .conftest import make_blobs_views, raise_if_dask_computes
+from .conftest import CountingScheduler, make_blobs_views, raise_if_dask_computes
 
 ESTIMATORS = [RFFKernelPowerKMeans, MultiViewRFFPowerKMeans]
 
@@ -47,19 +48,6 @@ def _fit(cls, X, **kw):
     kw.setdefault("n_init", 2)
     kw.setdefault("random_state", 0)
     return cls(3, **kw).fit(X)
-
-
-class _CountingScheduler:
-    """Synchronous scheduler that counts the computes it runs."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def __call__(self, dsk, keys, **kwargs):
-        import dask
-
-        self.calls += 1
-        return dask.get(dsk, keys, **kwargs)
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -165,7 +153,7 @@ def test_one_iteration_matches_the_paper_formulas(cls, views):
     eta = rng.uniform(0.3, 1.0, size=(3, 2)) if cls is MultiViewRFFPowerKMeans else None
     lam = 50.0 if eta is not None else None
     model = _Model(est._feature_map(), theta, alpha, float("nan"), eta)
-    out = _fit_loop(_Rows(dict(zip(["a", "b"], X)), chunk_size=40), model, s0=-2.5,
+    out = _fit_loop(RowBlocks(dict(zip(["a", "b"], X)), block_rows=40), model, s0=-2.5,
                     annealing=1.04, anneal_every=2, max_iter=1, tol=0.0, lam=lam,
                     reseed_pool=phis)
     ref_theta, ref_alpha = _reference_iteration(phis, theta, alpha, -2.5, eta, lam)
@@ -206,7 +194,7 @@ def test_recovers_clusters_and_sets_attributes(cls, views):
     assert est.cluster_centers_.shape == (3, 4 * D)
     assert est.rff_frequencies_[0].shape == (5, D) and est.bandwidths_.shape == (2,)
     assert est.view_weights_.sum() == pytest.approx(1.0) and np.all(est.view_weights_ > 0)
-    assert est.n_features_in_ == 10 and est.n_features_per_view_ == [5, 5]
+    assert est.n_features_in_ == 10 and est.n_features_per_view_ == {"view0": 5, "view1": 5}
     assert est.s0_ < 0 and est.s_ <= est.s0_ and est.diagnostics_["converged"]
     assert est.s_history_.shape == est.objective_history_.shape == (est.n_iter_,)
     costs = est.transform(X)
@@ -278,11 +266,34 @@ def test_a_cluster_whose_weight_mass_vanishes_is_reseeded(views):
     theta = est.centroids_.copy()
     theta[0, 2] = -phi.mean(axis=0) * 5  # far from every point: all its weights underflow
     model = _Model(est._feature_map(), theta, np.ones(1), float("nan"), None)
-    out = _fit_loop(_Rows({"v": X[0]}, chunk_size=64), model, s0=-1000.0, annealing=1.04,
+    out = _fit_loop(RowBlocks({"v": X[0]}, block_rows=64), model, s0=-1000.0, annealing=1.04,
                     anneal_every=2, max_iter=30, tol=1e-9, lam=None, reseed_pool=[phi])
     assert out["n_reseeded"] >= 1
     assert np.isfinite(out["model"].centroids).all()
-    assert np.unique(_row_labels([phi], out["model"])).size == 3
+    assert np.unique(_row_labels([X[0]], out["model"])).size == 3
+    # a model without a feature map reads its rows as features (the NumPy feature cache)
+    cached = dataclasses.replace(out["model"], features=None)
+    np.testing.assert_array_equal(_row_labels([phi], cached), _row_labels([X[0]], out["model"]))
+
+
+def test_feature_cache_gives_the_same_fit(views, monkeypatch):
+    """NumPy input walks the cached features or recomputes them per block: same row
+    functions on the same row blocks, so the same numbers."""
+    import mkdist._power_kmeans as module
+
+    X, _ = views
+    cached = _fit(MultiViewRFFPowerKMeans, X, chunk_size=40)
+    monkeypatch.setattr(module, "FEATURE_CACHE_BYTES", 0)
+    recomputed = _fit(MultiViewRFFPowerKMeans, X, chunk_size=40)
+    np.testing.assert_array_equal(recomputed.labels_, cached.labels_)
+    np.testing.assert_array_equal(recomputed.centroids_, cached.centroids_)
+    np.testing.assert_array_equal(recomputed.objective_history_, cached.objective_history_)
+
+
+def test_one_cluster_is_allowed(views):
+    X, _ = views
+    est = RFFKernelPowerKMeans(1, n_init=1, random_state=0).fit(X)
+    assert est.labels_.tolist() == [0] * 150 and est.s0_ == -1.0
 
 
 # ----------------------------------------------------------------------------- Dask
@@ -294,7 +305,7 @@ def test_dask_matches_numpy_with_one_compute_per_iteration(cls, views):
     X, y = views
     ref = _fit(cls, X)
     Xd = [da.from_array(v, chunks=(40, 5)) for v in X]
-    counter = _CountingScheduler()
+    counter = CountingScheduler()
     with dask.config.set(scheduler=counter):
         est = _fit(cls, Xd, chunk_size=16)
     # one compute for the init sample, then one per iteration; labels_ stays lazy
@@ -356,12 +367,12 @@ def test_nan_in_dask_input_is_named(views):
 def test_model_state_round_trip(cls, views):
     X, _ = views
     est = _fit(cls, X, scale="minmax")
-    state = est._model_state()
+    state = est.model_state()
     json.dumps(state["attrs"])
     for name, (dims, arr) in state["arrays"].items():
         assert isinstance(arr, np.ndarray) and len(dims) == arr.ndim, name
     # what a store would hand back: plain arrays, attrs through JSON
-    restored = cls._from_model_state({
+    restored = cls.from_model_state({
         "attrs": json.loads(json.dumps(state["attrs"])),
         "arrays": {name: (dims, np.array(arr)) for name, (dims, arr) in state["arrays"].items()},
     })
@@ -369,6 +380,10 @@ def test_model_state_round_trip(cls, views):
     np.testing.assert_array_equal(restored.transform(X), est.transform(X))
     assert restored.get_params() == est.get_params()
     assert restored.n_iter_ == est.n_iter_ and restored.diagnostics_["converged"]
+    for name in ("feature_centers_", "feature_scales_", "rff_frequencies_"):
+        for a, b in zip(getattr(restored, name), getattr(est, name)):
+            np.testing.assert_array_equal(a, b)
+    assert restored.summary() == est.summary()
     if cls is MultiViewRFFPowerKMeans:
         assert restored.lam_ == est.lam_
 
@@ -385,13 +400,32 @@ def test_lam_auto_grows_with_the_number_of_points(views):
 
 def test_model_state_of_another_class_is_rejected(views):
     X, _ = views
-    state = _fit(RFFKernelPowerKMeans, X, max_iter=2)._model_state()
-    with pytest.raises(InputValidationError, match="format 'mkdist.RFFKernelPowerKMeans/1'"):
-        MultiViewRFFPowerKMeans._from_model_state(state)
+    state = _fit(RFFKernelPowerKMeans, X, max_iter=2).model_state()
+    with pytest.raises(InputValidationError, match="format 'mkdist.RFFKernelPowerKMeans/2'"):
+        MultiViewRFFPowerKMeans.from_model_state(state)
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_summary_reports_views_kernels_and_pep(cls, views):
+    X, _ = views
+    est = _fit(cls, {"a": X[0], "b": X[1]})
+    out = est.summary()
+    names = [f"{v}:rff-gaussian(sigma={s:.4g})" for v, s in zip("ab", est.bandwidths_)]
+    assert out["method"] == cls.method and out["views"] == ["a", "b"]
+    assert out["n_features"] == {"a": 5, "b": 5} and out["n_components"] == est.n_components_
+    assert out["kernel_names"] == names
+    assert out["weights"] == [{"name": "view weights", "labels": ["a", "b"],
+                               "values": est.view_weights_.tolist()}]
+    assert out["n_iter"] == est.n_iter_ and out["converged"] is True and out["spectrum"] is None
+    assert out["objective_history"] == est.objective_history_.tolist()
+    pep = est.diagnostics_["pep"]
+    assert out["pep"] == {"t": 3, "base": dict(zip(names, pep["base"])), "combined": pep["combined"]}
+    assert "timings" not in out["diagnostics"]
 
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("cls, params, match", [
+    (RFFKernelPowerKMeans, {"n_clusters": 0}, r"`n_clusters`=0 must be >= 1"),
     (RFFKernelPowerKMeans, {"n_components": 0}, r"`n_components`=0 must be >= 1"),
     (RFFKernelPowerKMeans, {"n_components": "huge"}, r"`n_components`='huge'"),
     (RFFKernelPowerKMeans, {"s0": 0.0}, r"`s0`=0.0 must be < 0"),
@@ -405,6 +439,8 @@ def test_model_state_of_another_class_is_rejected(views):
     (RFFKernelPowerKMeans, {"anneal_every": 0}, r"`anneal_every`=0 must be >= 1"),
     (RFFKernelPowerKMeans, {"bandwidth": -1.0}, r"`bandwidth`=-1.0 must be > 0"),
     (RFFKernelPowerKMeans, {"bandwidth": [1.0]}, r"`bandwidth` has 1 values but the input has 2"),
+    (RFFKernelPowerKMeans, {"bandwidth": [1.0, "silverman"]},
+     r"`bandwidth\[1\]`='silverman' must be 'median' or 'mean' or a positive number"),
     (RFFKernelPowerKMeans, {"bandwidth": "silverman"}, r"`bandwidth`='silverman'"),
     (RFFKernelPowerKMeans, {"scale": "robust"}, r"`scale`='robust'"),
     (RFFKernelPowerKMeans, {"n_clusters": 151}, r"n_samples=150 should be >= n_clusters=151"),
@@ -415,7 +451,7 @@ def test_bad_parameters_are_rejected_before_work(cls, params, match, views, monk
     X, _ = views
     # the checks must come before any work on the data
     monkeypatch.setattr(module, "gather_rows", lambda *a: pytest.fail("data read before validation"))
-    monkeypatch.setattr(module, "_Rows", lambda *a: pytest.fail("data read before validation"))
+    monkeypatch.setattr(module, "RowBlocks", lambda *a, **k: pytest.fail("data read before validation"))
     kw = {"n_clusters": 3, **params}
     with pytest.raises(InputValidationError, match=match):
         cls(**kw).fit(X)
@@ -424,7 +460,7 @@ def test_bad_parameters_are_rejected_before_work(cls, params, match, views, monk
 def test_zero_variance_view_is_rejected(views):
     X, _ = views
     const = np.full((150, 4), 2.5)
-    with pytest.raises(InputValidationError, match=r"view 'view1' has zero spread"):
+    with pytest.raises(InputValidationError, match=r"view 'view1' is constant"):
         _fit(MultiViewRFFPowerKMeans, [X[0], const])
 
 
@@ -445,7 +481,7 @@ def test_predict_checks_fitted_and_feature_counts(views):
                        match=r"X has 4 features, but RFFKernelPowerKMeans is expecting 5 features as "
                              r"input \(view 'view1'\)"):
         est.predict([X[0], X[1][:, :4]])
-    with pytest.raises(InputValidationError, match=r"X has 1 view\(s\), but .* fitted on 2 view"):
+    with pytest.raises(InputValidationError, match=r"X has 1 view\(s\) \['view0'\], but .* fitted on 2 views"):
         est.transform(X[0])
 
 

@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 from sklearn.exceptions import NotFittedError
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from mkdist import MultipleKernelClustering, embed
 from mkdist.errors import InputValidationError
@@ -78,6 +77,9 @@ def _views():
     (lambda: _views(), {"kernels": [{"view": "view7", "kind": "rbf"}]}, "does not exist"),
     (lambda: _views(), {"kernels": [{"view": 0, "kind": "rbf", "bandwidth": -2.0}]}, "must be > 0"),
     (lambda: [_views()[0], np.ones((30, 3))], {}, "constant"),
+    (lambda: [_views()[0], _views()[1] * 1e300], {}, "overflow float64"),
+    (lambda: _views(), {"landmark_method": "farthest"}, "landmark_method"),
+    (lambda: _views(), {"kmeans_tol": -1.0}, "`kmeans_tol`=-1.0 must be >= 0"),
     (lambda: _views(), {"weights": "learned"}, "weights"),
     (lambda: _views(), {"scale": "robust"}, "scale"),
 ])
@@ -95,6 +97,8 @@ def test_predict_before_fit_and_with_wrong_features(blobs):
         m.predict([views[0], views[1][:, :4]])
     with pytest.raises(InputValidationError, match="fitted on 2 views"):
         m.transform([views[0]])
+    with pytest.raises(InputValidationError, match=r"got views \['a', 'b'\], but .* fitted on views"):
+        m.transform({"a": views[0], "b": views[1]})
 
 
 def test_uniform_weights_baseline(blobs):
@@ -105,42 +109,31 @@ def test_uniform_weights_baseline(blobs):
 
 
 def test_model_state_round_trip(blobs):
-    from mkdist._model import MKCModel
-
     views, _ = blobs
     m = MultipleKernelClustering(3, n_landmarks=40, scale="minmax", random_state=0).fit(views)
-    state = m.model_.to_state()
-    restored = MKCModel.from_state(state)
-    np.testing.assert_array_equal(embed(dict(zip(["view0", "view1"], views)), restored), m.transform(views))
-
-
-# These checks set n_clusters=1 before fitting; mkdist rejects n_clusters < 2 on purpose
-# (a one-cluster spectral embedding is a constant: there is nothing to cluster), so they
-# cannot apply.  Everything else in scikit-learn's suite runs.
-N_CLUSTERS_1_CHECKS = {
-    name: "sets n_clusters=1, which mkdist rejects by design (n_clusters must be >= 2)"
-    for name in ("check_dont_overwrite_parameters", "check_methods_subset_invariance",
-                 "check_fit2d_predict1d", "check_fit2d_1feature")
-}
-
-
-# scikit-learn's common checks pass a single 2-D array: one view.  They use tiny data sets,
-# so the estimator is configured with few clusters and few k-means restarts.
-@parametrize_with_checks([MultipleKernelClustering(n_clusters=2, n_init=2, random_state=0)],
-                         expected_failed_checks=lambda est: N_CLUSTERS_1_CHECKS)
-def test_sklearn_compatible(estimator, check):
-    check(estimator)
+    restored = MultipleKernelClustering.from_model_state(m.model_state())
+    np.testing.assert_array_equal(embed(dict(zip(["view0", "view1"], views)), restored.model_), m.transform(views))
+    np.testing.assert_array_equal(restored.predict(views), m.labels_)
 
 
 @pytest.mark.parametrize("center, normalize", [(True, "diagonal"), (True, "trace"), (False, None),
                                                (False, "diagonal"), (True, None)])
 def test_fused_embedding_equals_reference(blobs, center, normalize):
-    """The fused block (centring through the projection) equals sum_p alpha_p^2 P_p @ H D^-1."""
-    from mkdist._model import combined_kernel_chunk, embed_chunk
+    """The fused block (centring through the projection) equals sum_p alpha_p^2 P_p @ H D^-1, with
+    P_p every out-of-sample kernel block preprocessed explicitly (the reference)."""
+    from mkdist._blocks import RowBlocks
+    from mkdist._kernels import kernel_blocks, preprocess_block, self_kernel
+    from mkdist._mkc import _embed_rows
 
     views, _ = blobs
     m = MultipleKernelClustering(3, n_landmarks=50, center=center, normalize=normalize,
                                  normalize_embedding=False, random_state=0).fit(views)
+    model = m.model_
     named = dict(zip(["view0", "view1"], views))
-    ref = combined_kernel_chunk(m.model_, named) @ m.model_.projection
-    np.testing.assert_allclose(embed_chunk(m.model_, *views, block_rows=37), ref, rtol=1e-8, atol=1e-10)
+    combined = np.zeros((len(views[0]), model.n_landmarks))
+    for p, block in kernel_blocks(named, model.landmarks, model.kernels):
+        preprocess_block(block, self_kernel(named, model.kernels[p]), p, model.preprocessing)
+        combined += model.kernel_weights[p] ** 2 * block
+    ref = combined @ model.projection
+    got = RowBlocks(named, block_rows=37).map(_embed_rows, model, n_cols=3, dtype=np.float64)
+    np.testing.assert_allclose(got, ref, rtol=1e-8, atol=1e-10)

@@ -1,0 +1,186 @@
+"""Graph utilities of late fusion: kNN, adaptive-neighbour graphs, low-pass graph filters, simplex QP.
+
+Everything here works on small in-memory arrays (the n landmarks of a fit, or one row block
+of new points against them): the nearest neighbours of the rows of an embedding, the
+adaptive-neighbour affinities of Nie, Wang & Huang (2014) in closed form, the normalised
+sparse graph D^-1/2 A D^-1/2 they define, the filter G = sum_{o=1}^{o_bar} T^o with
+T = (I + D^-1/2 A D^-1/2) / 2 applied by repeated sparse products (never an n x n dense
+matrix), and the small quadratic programme over the probability simplex of the filter
+weights.  Used by :mod:`mkdist._late_fusion` (GMLKM, algorithms.md section 5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import scipy.optimize
+import scipy.sparse
+
+from ._kernels import row_sq_norms, sq_distances
+
+__all__ = ["knn", "adaptive_neighbor_weights", "Graph", "build_graph", "apply_filter", "filter_basis",
+           "simplex_qp"]
+
+
+def knn(Q: np.ndarray, R: np.ndarray, k: int, *, exclude_self: bool = False,
+        block_rows: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+    """The k nearest rows of R for every row of Q, by increasing distance (ties: lower index).
+
+    Parameters
+    ----------
+    Q : ndarray of shape (b, d)
+    R : ndarray of shape (n, d)
+    k : int
+        1 <= k <= n (n - 1 with ``exclude_self``).
+    exclude_self : bool, default=False
+        Q is R: a row is not its own neighbour.
+    block_rows : int, default=2048
+        Rows of Q per distance block, so memory is (block_rows, n) whatever b.
+
+    Returns
+    -------
+    indices : ndarray of shape (b, k), int64
+    sqdist : ndarray of shape (b, k)
+        Squared Euclidean distances (``sq_distances``), increasing along each row.
+    """
+    b = Q.shape[0]
+    rr = row_sq_norms(R)
+    idx = np.empty((b, k), dtype=np.int64)
+    dist = np.empty((b, k))
+    for start in range(0, b, block_rows):
+        stop = min(start + block_rows, b)
+        D = sq_distances(Q[start:stop], R, b_sq=rr)
+        if exclude_self:
+            D[np.arange(stop - start), np.arange(start, stop)] = np.inf
+        part = np.argpartition(D, k - 1, axis=1)[:, :k]
+        dv = np.take_along_axis(D, part, axis=1)
+        order = np.lexsort((part, dv), axis=1)
+        idx[start:stop] = np.take_along_axis(part, order, axis=1)
+        dist[start:stop] = np.take_along_axis(dv, order, axis=1)
+    return idx, dist
+
+
+def adaptive_neighbor_weights(sqdist: np.ndarray, n_neighbors: int) -> np.ndarray:
+    """Adaptive-neighbour affinities (Nie, Wang & Huang 2014), closed form.
+
+    Parameters
+    ----------
+    sqdist : ndarray of shape (b, n_neighbors + 1)
+        Squared distances of every row to its n_neighbors + 1 nearest candidates, increasing.
+    n_neighbors : int
+        k, the number of non-zero affinities per row.
+
+    Returns
+    -------
+    S : ndarray of shape (b, n_neighbors)
+        s_j = (d_{k+1} - d_j) / (k d_{k+1} - sum_{h<=k} d_h) for the k nearest: non-negative,
+        summing to 1 per row, decreasing with the distance.  A row whose k + 1 distances are
+        all equal (the closed form is 0/0) gets uniform weights 1/k.
+
+    Examples
+    --------
+    >>> adaptive_neighbor_weights(np.array([[0.0, 1.0, 3.0]]), 2)
+    array([[0.6, 0.4]])
+    """
+    k = n_neighbors
+    d = np.asarray(sqdist, dtype=np.float64)
+    dk1 = d[:, k]
+    num = dk1[:, None] - d[:, :k]
+    den = k * dk1 - d[:, :k].sum(axis=1)
+    ok = den > 1e-12 * np.maximum(dk1, np.finfo(np.float64).tiny)
+    out = np.full((d.shape[0], k), 1.0 / k)
+    out[ok] = num[ok] / den[ok, None]
+    return out
+
+
+@dataclasses.dataclass
+class Graph:
+    """One adaptive-neighbour graph: the kNN lists and the normalised affinity D^-1/2 A D^-1/2.
+
+    Attributes
+    ----------
+    indices : ndarray of shape (n, k), int64
+        The k nearest nodes of each node.
+    weights : ndarray of shape (n, k)
+        Adaptive-neighbour weights s_ij (rows sum to 1).
+    S_hat : scipy.sparse.csr_matrix of shape (n, n)
+        Symmetric D^-1/2 A D^-1/2 with A = (S + S^T) / 2.
+    degree : ndarray of shape (n,)
+        Row sums of A (>= 1/2: every row of S sums to 1).
+    """
+
+    indices: np.ndarray
+    weights: np.ndarray
+    S_hat: scipy.sparse.csr_matrix
+    degree: np.ndarray
+
+    @classmethod
+    def from_neighbors(cls, indices: np.ndarray, weights: np.ndarray) -> Graph:
+        """The graph of given neighbour lists and weights (the same arithmetic at fit and reload)."""
+        n, k = indices.shape
+        S = scipy.sparse.csr_matrix((weights.ravel(), (np.repeat(np.arange(n), k), indices.ravel())),
+                                    shape=(n, n))
+        A = ((S + S.T) * 0.5).tocsr()
+        degree = np.asarray(A.sum(axis=1)).ravel()
+        dinv = 1.0 / np.sqrt(degree)
+        S_hat = scipy.sparse.csr_matrix(scipy.sparse.diags(dinv) @ A @ scipy.sparse.diags(dinv))
+        S_hat.sort_indices()
+        return cls(indices, weights, S_hat, degree)
+
+
+def build_graph(H: np.ndarray, n_neighbors: int) -> Graph:
+    """Adaptive-neighbour graph on the rows of H (n, d), each row linked to its n_neighbors nearest."""
+    idx, sqd = knn(H, H, n_neighbors + 1, exclude_self=True)
+    return Graph.from_neighbors(idx[:, :n_neighbors], adaptive_neighbor_weights(sqd, n_neighbors))
+
+
+def apply_filter(S_hat, Z: np.ndarray, order: int) -> np.ndarray:
+    """G Z with G = sum_{o=1}^{order} T^o, T = (I + S_hat)/2, by repeated sparse products.
+
+    ``order=0`` is the identity (G = I: plain late fusion).
+    """
+    if order == 0:
+        return np.array(Z, dtype=np.float64, copy=True)
+    out = np.zeros_like(Z, dtype=np.float64)
+    cur = Z
+    for _ in range(order):
+        cur = 0.5 * (cur + S_hat @ cur)
+        out += cur
+    return out
+
+
+def filter_basis(S_hat, Z: np.ndarray, order: int) -> np.ndarray:
+    """B = sum_{q=0}^{order-1} (1 - 2^-(order-q)) T^q Z, so that G Z = (1 - 2^-order) Z + S_hat B.
+
+    The identity follows from T = (I + S_hat)/2 (unroll r_o = (r_{o-1} + S_hat T^{o-1} Z)/2 from
+    r_0 = Z); it is what lets a new node reuse the existing nodes' rows of B (see the Notes of
+    ``mkdist.LateFusionClustering``).
+    """
+    B = np.zeros_like(Z, dtype=np.float64)
+    cur = Z
+    for q in range(order):
+        B += (1.0 - 2.0 ** -(order - q)) * cur
+        if q + 1 < order:
+            cur = 0.5 * (cur + S_hat @ cur)
+    return B
+
+
+def simplex_qp(M: np.ndarray, x0: np.ndarray) -> np.ndarray:
+    """argmin x^T M x over the probability simplex (M symmetric PSD, small), never worse than x0."""
+    m = M.shape[0]
+    scale = float(np.trace(M)) / m
+    if not scale > 0:
+        return x0
+    Ms = M / scale  # O(1) entries: SLSQP's absolute tolerances then mean something
+    f0 = float(x0 @ Ms @ x0)
+    res = scipy.optimize.minimize(
+        lambda x: float(x @ Ms @ x), x0, jac=lambda x: 2.0 * (Ms @ x), method="SLSQP",
+        bounds=[(0.0, 1.0)] * m,
+        constraints=[{"type": "eq", "fun": lambda x: x.sum() - 1.0, "jac": lambda x: np.ones_like(x)}],
+        options={"ftol": 1e-15, "maxiter": 500})
+    x = np.clip(res.x, 0.0, None)
+    if not x.sum() > 0:
+        return x0
+    x /= x.sum()
+    return x if float(x @ Ms @ x) <= f0 else x0

@@ -1,0 +1,470 @@
+"""The staged pipeline over a Zarr run store, for every registered method.
+
+A run's stages come from its method's stage plan (``MkdistEstimator.stage_plan``):
+
+* ``("landmarks", "model", "embedding", "labels")``: sample landmarks (their rows are
+  stored), fit on them on this process, embed every row across the cluster (stored), then
+  k-means on the stored embedding; the labels stage also holds the centroids;
+* ``("model", "labels")``: the estimator's own (distributed) ``fit``, then ``predict``.
+
+Each stage reads what earlier stages stored, writes its own output atomically and is
+skipped when the store already holds it complete, so a crashed or interrupted run resumes
+where it stopped.  The Prefect flows call these functions one task each; :func:`cluster`
+calls them in order.  No method name appears here: the pipeline asks the estimator class.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ._config import ClusterResult, RunConfig
+from ._io import load_views, scan_views, views_fingerprint
+from ._methods import DEFAULT_METHOD, get_method
+from ._sampling import gather_rows
+from ._state import dataset_to_state, state_to_dataset, to_jsonable
+from .errors import InputValidationError
+from .metrics import clustering_scores
+
+__all__ = [
+    "open_run", "stage_plan", "run_stage", "merge_timings", "stage_landmarks", "stage_model", "stage_embedding", "stage_labels",
+    "stage_metrics", "load_estimator", "cluster", "assign", "refuse_overlap",
+]
+
+logger = logging.getLogger("mkdist")
+
+
+# ----------------------------------------------------------------------------- helpers
+def _persist(x, progress: bool = False):
+    """Persist on the active scheduler and wait (with a progress bar if asked)."""
+    import dask
+
+    try:
+        from distributed import get_client, progress as dprogress, wait
+
+        client = get_client()
+    except (ImportError, ValueError):
+        client = None
+    if client is not None:
+        from distributed import futures_of
+
+        x = client.persist(x)
+        futures = futures_of(x)
+        try:
+            if progress:
+                dprogress(x)
+            wait(futures)
+            failed = [f for f in futures if f.status == "error"]
+            if failed:
+                failed[0].result()  # raises the task's own exception
+        except BaseException:
+            # Release the failed keys: the scheduler would otherwise hand the same error to a
+            # re-run (same input, same deterministic keys) instead of recomputing.
+            client.cancel(futures, force=True)
+            raise
+        return x
+    if progress:
+        from dask.diagnostics import ProgressBar
+
+        with ProgressBar():
+            return dask.persist(x)[0]
+    return dask.persist(x)[0]
+
+
+def _store(store, mode: str = "r+"):
+    """A RunStore from a RunStore or a URL (stage functions accept both, so flows pass URLs)."""
+    from mkdist.storage import RunStore
+
+    return store if isinstance(store, RunStore) else RunStore.open(store, mode=mode)
+
+
+def _config(store) -> RunConfig:
+    return RunConfig(**store.params)
+
+
+def stage_plan(store_or_config: Any) -> tuple[str, ...]:
+    """The stages a run executes, in order: its method's plan (an optional ``kernel_blocks``
+    stage is written with the embedding)."""
+    config = store_or_config if isinstance(store_or_config, RunConfig) else _config(_store(store_or_config, "r"))
+    return tuple(config.estimator_class.stage_plan)
+
+
+def _location(url: Any) -> tuple[str, str] | None:
+    """(protocol, normalised path) of a store or input location; None for in-memory objects."""
+    import os
+
+    if hasattr(url, "url"):  # a RunStore
+        url = url.url
+    if not isinstance(url, (str, os.PathLike)):
+        return None
+    raw = os.fspath(url)
+    if "://" not in raw or raw.startswith("file://"):
+        return "file", os.path.realpath(os.path.expanduser(raw.removeprefix("file://")))
+    protocol, _, path = raw.partition("://")
+    return protocol, "/" + path.strip("/")
+
+
+def refuse_overlap(output: Any, **inputs: Any) -> None:
+    """Refuse an output location that is, contains or lies inside one of the inputs.
+
+    Writing a store there (or overwriting it) could destroy the input, e.g. ``assign`` onto
+    its own model store.
+
+    Raises
+    ------
+    InputValidationError
+        Naming the output and the input it would overlap.
+    """
+    out = _location(output)
+    if out is None:
+        return
+    for what, given in inputs.items():
+        other = _location(given)
+        if other is None or other[0] != out[0]:
+            continue
+        if out[1] == other[1]:
+            relation = "is"
+        elif out[1].startswith(other[1].rstrip("/") + "/"):
+            relation = "lies inside"
+        elif other[1].startswith(out[1].rstrip("/") + "/"):
+            relation = "contains"
+        else:
+            continue
+        raise InputValidationError(
+            f"the output {output} {relation} the {what.replace('_', ' ')} {given}: writing it could destroy "
+            "that input; choose another output location.")
+
+
+def _int32(labels):
+    """Labels as int32, the store's label dtype (lazily on Dask arrays)."""
+    return labels.astype(np.int32)
+
+
+# ----------------------------------------------------------------------------- opening a run
+def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False):
+    """Validate the parameters and the input, then create or reopen the run store.
+
+    Checks, in this order and before anything is written: that the store does not overlap the
+    input (when the input is a location), every parameter against the input's metadata
+    (shapes, views), then one pass over the data (NaN/inf with view, chunk
+    and row; values whose squared distances overflow or underflow; constant views).  A
+    store that holds the same input (fingerprint) and parameters is reopened for resuming
+    (its stored input statistics are reused, no pass); one that holds a different run is
+    refused unless ``overwrite=True``.  ``config.random_state=None`` draws a seed, or adopts
+    the stored one when resuming.
+
+    Returns
+    -------
+    RunStore
+    """
+    from mkdist.storage import RunStore
+
+    refuse_overlap(store_url, input=views)
+    views = load_views(views)
+    config.validate(views)
+    fingerprint = views_fingerprint(views)
+    existing = None
+    try:
+        existing = RunStore.open(store_url, mode="r")
+    except FileNotFoundError:
+        pass
+    same_input = existing is not None and existing.fingerprint == fingerprint and not overwrite
+    if config.random_state is None:
+        stored = existing.params.get("random_state") if same_input else None
+        config.random_state = int(stored) if stored is not None else int(
+            np.random.SeedSequence().entropy % (2**31 - 1))
+    stats = existing.attrs.get("input_stats") if same_input else None
+    if stats is None:
+        stats = scan_views(views)
+    run = RunStore.create(store_url, fingerprint=fingerprint, params=config.to_json(), overwrite=overwrite)
+    if "input_stats" not in run.attrs:
+        run.update_attrs(input_stats=stats)
+    return run
+
+
+# ----------------------------------------------------------------------------- stages
+def stage_landmarks(store, views: Any) -> float:
+    """Sample the landmarks reproducibly and store their rows.  Returns seconds (0 if resumed
+    or not in the run's plan).
+
+    ``store`` is a RunStore or its URL; ``views`` anything :func:`mkdist.load_views` reads.
+    """
+    import xarray as xr
+
+    store = _store(store)
+    config = _config(store)
+    if "landmarks" not in stage_plan(config) or store.is_complete("landmarks"):
+        return 0.0
+    t0 = time.perf_counter()
+    views = load_views(views)
+    idx = config.make_estimator().sample_landmarks(views, config.random_state)
+    rows = gather_rows(views, idx)
+    ds = xr.Dataset({"landmark_index": (("landmark",), idx)})
+    for name, r in rows.items():
+        ds[f"X__{name}"] = (("landmark", f"feature__{name}"), r)
+    ds.attrs["view_names"] = list(rows)
+    ds.attrs["elapsed_s"] = time.perf_counter() - t0  # provenance: what this stage cost when it ran
+    store.write_stage("landmarks", ds)
+    return time.perf_counter() - t0
+
+
+def stage_model(store, views: Any = None) -> float:
+    """Fit the run's model: on the stored landmarks (on this process) when the plan has a
+    landmarks stage, else the estimator's own (distributed) ``fit`` on ``views``."""
+    store = _store(store)
+    if store.is_complete("model"):
+        return 0.0
+    t0 = time.perf_counter()
+    config = _config(store)
+    est = config.make_estimator()
+    if "landmarks" in stage_plan(config):
+        ds = store.read_stage("landmarks")
+        rows = {n: np.asarray(ds[f"X__{n}"].values) for n in ds.attrs["view_names"]}
+        est.fit_landmarks(rows, np.asarray(ds["landmark_index"].values), config.random_state)
+    else:
+        est.fit(load_views(views))
+    ds = state_to_dataset(est.model_state(), config.method)
+    ds.attrs["timings"] = to_jsonable(getattr(est, "diagnostics_", {}).get("timings", {}))
+    ds.attrs["elapsed_s"] = time.perf_counter() - t0
+    store.write_stage("model", ds)
+    return time.perf_counter() - t0
+
+
+def load_estimator(store):
+    """The fitted estimator of a run store, rebuilt from arrays + JSON (any method, no pickle).
+
+    For a landmark-embedding run the centroids come from the ``labels`` stage once it is
+    complete (before that the estimator transforms but does not predict).
+    """
+    store = _store(store, mode="r")
+    ds = store.read_stage("model")
+    cls = get_method(ds.attrs.get("method"))
+    state = dataset_to_state(ds)
+    if "embedding" in cls.stage_plan and store.is_complete("labels"):
+        labels = store.read_stage("labels")
+        state["arrays"]["cluster_centers"] = (("cluster", "component"), np.asarray(labels["cluster_centers"].values))
+    return cls.from_model_state(state)
+
+
+def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, float]:
+    """The embedding of every row across the cluster, written to the store (and the kernel
+    blocks if the run asked for them).  Returns ``{"embed_s", "write_s"}`` (zeros if resumed)."""
+    import xarray as xr
+
+    store = _store(store)
+    config = _config(store)
+    plan = stage_plan(config)
+    if "embedding" not in plan or (store.is_complete("embedding") and (
+            not config.write_kernel_blocks or store.is_complete("kernel_blocks"))):
+        return {"embed_s": 0.0, "write_s": 0.0}
+    views = load_views(views)
+    est = load_estimator(store)
+    t_embed = t_write = 0.0
+    if not store.is_complete("embedding"):
+        t0 = time.perf_counter()
+        H = _persist(est.transform(views), progress)
+        t_embed = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        store.write_stage("embedding", xr.Dataset({"embedding": (("sample", "component"), H)},
+                                                  attrs={"elapsed_s": t_embed}))
+        t_write = time.perf_counter() - t0
+        del H
+    if config.write_kernel_blocks and not store.is_complete("kernel_blocks"):
+        t0 = time.perf_counter()
+        P, names = est.kernel_blocks(views)
+        store.write_stage("kernel_blocks", xr.Dataset({"P": (("kernel", "sample", "landmark"), P)},
+                                                      attrs={"kernel_names": names}))
+        t_write += time.perf_counter() - t0
+    return {"embed_s": t_embed, "write_s": t_write}
+
+
+def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[str, float]:
+    """Label every row: k-means on the stored embedding (the centroids are stored with the
+    labels), or the fitted estimator's ``predict`` for fit-predict methods.
+
+    Returns ``{"kmeans_s", "write_s"}`` (zeros if resumed).
+    """
+    import xarray as xr
+
+    store = _store(store)
+    if store.is_complete("labels"):
+        return {"kmeans_s": 0.0, "write_s": 0.0}
+    config = _config(store)
+    est = load_estimator(store)
+    t0 = time.perf_counter()
+    attrs: dict[str, Any] = {}
+    if "embedding" in stage_plan(config):
+        H = _persist(store.read_stage("embedding")["embedding"].data, progress)
+        km = est.fit_centroids(H, config.random_state)  # None: the method keeps its landmark centroids
+        labels = _persist(_int32(est.assign_embedding(H)), progress)
+        variables = {"labels": (("sample",), labels),
+                     "cluster_centers": (("cluster", "component"), est.cluster_centers_)}
+        if km is not None:
+            attrs = {"inertia": float(km.inertia), "kmeans_n_iter": int(km.n_iter)}
+    else:
+        labels = _persist(_int32(est.predict(load_views(views))), progress)
+        variables = {"labels": (("sample",), labels)}
+    t_labels = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    store.write_stage("labels", xr.Dataset(variables, attrs={**attrs, "elapsed_s": t_labels}))
+    return {"kmeans_s": t_labels, "write_s": time.perf_counter() - t0}
+
+
+def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=None) -> dict[str, Any]:
+    """Cluster sizes, the model's summary, timings (and scores when ``y_true`` is given), stored."""
+    import dask.array as da
+    import xarray as xr
+
+    store = _store(store)
+    config = _config(store)
+    labels = store.read_stage("labels")
+    lab = labels["labels"].data
+    # Sizes by a distributed bincount; labels reach the client only to score them.
+    sizes = da.bincount(lab, minlength=config.n_clusters).compute()
+    scores = clustering_scores(np.asarray(y_true), np.asarray(lab.compute())) if y_true is not None else None
+    kmeans = ({"inertia": labels.attrs["inertia"], "n_iter": labels.attrs["kmeans_n_iter"]}
+              if "inertia" in labels.attrs else None)
+    summary = {
+        **load_estimator(store).summary(),
+        "N": int(lab.shape[0]),
+        "cluster_sizes": [int(s) for s in sizes],
+        "timings": dict(timings or {}),
+        "scores": scores,
+        "kmeans": kmeans,
+    }
+    summary = to_jsonable(summary)
+    ds = xr.Dataset({"cluster_sizes": (("cluster",), np.asarray(sizes, dtype=np.int64))})
+    ds.attrs["summary"] = json.dumps(summary)
+    store.write_stage("metrics", ds, overwrite=True)
+    store.update_attrs(summary=summary)
+    return summary
+
+
+#: The stage functions by stage name (the flows run the plan's stages through this table).
+_STAGE_FUNCTIONS = {
+    "landmarks": lambda store, views, progress: {"sample_s": stage_landmarks(store, views)},
+    "model": lambda store, views, progress: {"fit_s": stage_model(store, views)},
+    "embedding": lambda store, views, progress: stage_embedding(store, views, progress=progress),
+    "labels": lambda store, views, progress: stage_labels(store, views, progress=progress),
+}
+
+
+def run_stage(name: str, store, views: Any, *, progress: bool = False) -> dict[str, float]:
+    """Run one stage of the plan by name; returns its timings (seconds, zeros if resumed)."""
+    if name not in _STAGE_FUNCTIONS:
+        raise InputValidationError(f"unknown stage {name!r}; stages are {list(_STAGE_FUNCTIONS)}.")
+    return _STAGE_FUNCTIONS[name](store, views, progress)
+
+
+def merge_timings(parts: list[dict[str, float]]) -> dict[str, float]:
+    """The timings of several stages as one dict (seconds per kind, summed)."""
+    out: dict[str, float] = {"sample_s": 0.0, "fit_s": 0.0, "embed_s": 0.0, "kmeans_s": 0.0, "write_s": 0.0}
+    for part in parts:
+        for k, v in part.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+# ----------------------------------------------------------------------------- entry points
+def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_landmarks: int | None = None,
+            random_state: int | None = None, *, method: str = DEFAULT_METHOD, overwrite: bool = False,
+            progress: bool = False, y_true=None, chunk_rows: int | None = None, **params) -> ClusterResult:
+    """Run the staged pipeline of a method on the active Dask scheduler, persisting every stage.
+
+    Parameters
+    ----------
+    views : array, list/dict of arrays, xarray.Dataset or path/URL
+        Anything :func:`mkdist.load_views` reads (NumPy, Dask, xarray, Zarr, Parquet, .npy/.npz).
+    store : str or Path
+        Run store location (local directory or fsspec URL).  Reused for resuming when it
+        holds this input and these parameters; otherwise refused unless ``overwrite``.
+    n_clusters : int
+    kernels, n_landmarks
+        For the methods that have them (None: the method's default).
+    random_state : int, optional
+        One seed for the run (stored; drawn when None).
+    method : str, default=DEFAULT_METHOD ("mkc")
+        A registered method (``mkdist.available_methods()``).
+    overwrite : bool, default=False
+        Replace a store that holds a different run.
+    progress : bool, default=False
+        Show Dask progress bars for the passes over the data.
+    y_true : array-like of shape (N,), optional
+        Ground truth; adds ACC/NMI/ARI/purity to the stored metrics.
+    chunk_rows : int, optional
+        Row chunking for NumPy input (see :func:`mkdist.load_views`).
+    **params
+        Parameters of the method's estimator (e.g. ``weights="uniform"`` for ``mkc``),
+        ``method_params={...}``, or ``write_kernel_blocks=True``.
+
+    Returns
+    -------
+    ClusterResult
+
+    Examples
+    --------
+    >>> from distributed import Client, LocalCluster            # doctest: +SKIP
+    >>> client = Client(LocalCluster(n_workers=2))               # doctest: +SKIP
+    >>> result = mkdist.cluster([X1, X2], "runs/demo.zarr", 10)  # doctest: +SKIP
+    >>> result.labels[:10].compute(), result.timings             # doctest: +SKIP
+    """
+    config = RunConfig.from_options(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
+                                    random_state=random_state, method=method, **params)
+    refuse_overlap(store, input=views)  # here too: open_run sees the loaded views, not the location
+    vs = load_views(views, chunk_rows=chunk_rows)
+    run = open_run(store, vs, config, overwrite=overwrite)
+    run.clean_partials()
+    before = run.stage_status()
+    t_all = time.perf_counter()
+    plan = stage_plan(config)
+    timings = merge_timings([run_stage(s, run, vs, progress=progress) for s in plan])
+    timings["total_s"] = time.perf_counter() - t_all
+    metrics = stage_metrics(run, timings=timings, y_true=y_true)
+    skipped = [s for s in plan if before.get(s) == "complete"]
+    return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=load_estimator(run), store=run,
+                         timings=timings, skipped=skipped, metrics=metrics)
+
+
+def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
+           progress: bool = False, chunk_rows: int | None = None) -> Any:
+    """Label new points with a stored model, no refit; the labels go to a new store.
+
+    Parameters
+    ----------
+    model_store : str, Path or RunStore
+        A finished run store (its labels stage complete, so its centroids are known).
+    source : array, list/dict of arrays, xarray.Dataset or path/URL
+        The new points, with the same views and features as the training data.
+    output : str or Path
+        Store for the result: stage ``labels`` (sample,).
+
+    Returns
+    -------
+    RunStore
+        The output store.
+    """
+    import xarray as xr
+
+    from mkdist.storage import RunStore
+
+    refuse_overlap(output, model_store=model_store, input=source)
+    src = _store(model_store, mode="r")
+    if not src.is_complete("labels"):
+        raise InputValidationError(f"the run in {src.url} is not finished (its labels stage is not complete): "
+                                   "finish it first (re-run it to resume).")
+    est = load_estimator(src)
+    vs = load_views(source, chunk_rows=chunk_rows)
+    lazy = _int32(est.predict(vs))  # lazy: checks the views against the model, computes nothing
+    out = RunStore.create(output, fingerprint=views_fingerprint(vs),
+                          params={"model_store": str(src.url), "model_fingerprint": src.fingerprint},
+                          overwrite=overwrite)
+    if out.is_complete("labels"):
+        return out
+    labels = _persist(lazy, progress)
+    out.write_stage("labels", xr.Dataset({"labels": (("sample",), labels)}))
+    return out
