@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import posixpath
@@ -187,10 +188,9 @@ class RunStore:
                         f"{store.url} holds a different run: {'; '.join(diffs)}. Use another "
                         "location, or pass overwrite=True to delete the stored run.")
                 return store
-        from mkdist import __version__
-
         zarr.open_group(store.url, mode="w-", zarr_format=3, attributes={
-            "schema_version": SCHEMA_VERSION, "mkdist_version": __version__, "created": _now(),
+            "schema_version": SCHEMA_VERSION, "mkdist_version": _mkdist_version(),
+            "created": _now(),
             "fingerprint": fingerprint, "params": params,
         })
         return store
@@ -570,6 +570,15 @@ class PendingStage:
 
 
 # ---------------------------------------------------------------------- helpers
+def _mkdist_version() -> str:
+    """The installed mkdist's version, read without importing the package root (which imports
+    this module: a cycle)."""
+    try:
+        return importlib.metadata.version("mkdist")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown"
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -593,10 +602,8 @@ def _is_marked(meta: Mapping[str, Any] | None) -> bool:
 def _check_schema(attrs: Mapping[str, Any], url: str) -> None:
     version = attrs.get("schema_version")
     if not isinstance(version, int) or version > SCHEMA_VERSION:
-        from mkdist import __version__
-
         raise SchemaVersionError(
-            f"{url} has store schema_version={version!r}, but mkdist {__version__} reads "
+            f"{url} has store schema_version={version!r}, but mkdist {_mkdist_version()} reads "
             f"schema versions up to {SCHEMA_VERSION}: upgrade mkdist to read this store.")
 
 
