@@ -1,26 +1,35 @@
-"""Zarr v3 run stores: one clustering run per store, one atomically written group per stage."""
+"""Zarr v3 run stores: one clustering run per store, one atomically written, verified group
+per stage."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import os
 import posixpath
 import re
+import socket
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import dask
 import fsspec
 import numpy as np
 import xarray as xr
 import zarr
 from fsspec.implementations.local import LocalFileSystem
+# The function xarray's Zarr backend encodes each variable with (CF conventions, dtype
+# encoding): applied before writing so that the checksums cover exactly the stored values.
+from xarray.backends.zarr import encode_zarr_variable
 
 from mkdist.errors import (
+    DamagedStageError,
+    DamagedStoreError,
     IncompleteStageError,
     SchemaVersionError,
     StoreError,
@@ -28,27 +37,46 @@ from mkdist.errors import (
     StoreNotFoundError,
 )
 
+from . import _verify
+
 if TYPE_CHECKING:
     from dask.delayed import Delayed
 
 __all__ = ["SCHEMA_VERSION", "STANDARD_STAGES", "RunStore", "PendingStage"]
 
-#: Version of the on-disk layout; stores written with a higher version are refused.
-SCHEMA_VERSION = 1
+logger = logging.getLogger("mkdist.storage")
+
+#: Version of the on-disk layout; stores written with another version are refused.
+SCHEMA_VERSION = 2
 
 #: Stages every run may hold; ``stage_status`` always reports these.
 STANDARD_STAGES = ("landmarks", "model", "embedding", "labels", "kernel_blocks", "metrics")
 
-StageState = Literal["complete", "incomplete", "missing"]
+StageState = Literal["complete", "incomplete", "damaged", "missing"]
+Verify = Literal["quick", "full"] | None
 
 _MARKER = "mkdist_stage"
 _PROVENANCE = frozenset({"schema_version", "mkdist_version", "created", "fingerprint", "params"})
 _PARTIAL = re.compile(r"(?P<stage>.+)\.partial-[0-9a-f]{32}")
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
+# Written by the last task of a stage's computation into the group being written: the
+# checksums computed by the workers, read back by `PendingStage.finalize`.
+_MANIFEST = "mkdist-manifest.json"
 # Encoding a stage may carry over.  Chunk keys are dropped on purpose: the stored chunks are
 # the data's own (Dask) chunks, and stale ``chunks`` from a store the data was read from
 # would conflict with them.
 _ENCODING_KEYS = frozenset({"compressors", "filters", "serializer", "dtype", "_FillValue"})
+
+
+@dataclass
+class _Stage:
+    """Where one stage stands: its state, the group holding its data, its marker, problems."""
+
+    name: str
+    state: StageState
+    group: str | None = None
+    marker: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
 
 
 class RunStore:
@@ -57,6 +85,9 @@ class RunStore:
     The root group's attributes record the run's provenance; each pipeline stage is an
     xarray Dataset in its own group, written atomically (see :meth:`write_stage`), so a
     reader only ever sees complete stages and a crashed run resumes from its last one.
+    A stage's completion marker records what it holds (shapes, chunking, one checksum per
+    chunk), so a stage damaged after it was written is reported (:meth:`stage_status`,
+    :meth:`verify_stage`) and refused (:meth:`read_stage`) instead of read as data.
 
     Use :meth:`create` (new or resumed run) or :meth:`open` (existing run) rather than
     the constructor, which neither touches nor checks the location.
@@ -77,13 +108,24 @@ class RunStore:
 
     Notes
     -----
-    Layout (``schema_version`` 1)::
+    Layout (``schema_version`` 2)::
 
         <url>/zarr.json                  root group; attrs: schema_version, mkdist_version,
                                          created, fingerprint, params (+ update_attrs keys)
         <url>/<stage>/                   xarray Dataset (dimension_names set), attrs incl.
-                                         mkdist_stage = {"name", "complete": true, "completed"}
+                                         the completion marker mkdist_stage (below)
         <url>/<stage>.partial-<uuid>/    a write in progress, or left by a crashed writer
+
+    The completion marker, set last::
+
+        mkdist_stage = {"name", "complete": true, "completed", "writer": {"host", "pid"},
+                        "checksum": "crc32", "digest": "sha256:...",
+                        "arrays": {<array>: {"shape", "data_type", "chunk_shape", "n_chunks",
+                                             "crc32": [one per chunk, C order], "digest"}}}
+
+    ``crc32`` is ``zlib.crc32`` of a chunk's values as Zarr stores them (after xarray's
+    CF encoding), in C order and little-endian; an array's digest is the SHA-256 of its
+    entry, the stage's of its arrays' digests.
 
     A stage name may be nested (``"assignments/batch-2026-11-22"``).  Everything is JSON
     or numeric Zarr arrays: nothing is pickled.
@@ -252,27 +294,73 @@ class RunStore:
         zarr.open_group(self.url, mode="r+", zarr_format=3).attrs.update(_to_json(attrs, "attrs"))
 
     # ------------------------------------------------------------------- stages
-    def stage_status(self) -> dict[str, StageState]:
+    def stage_status(self, verify: Verify = "quick") -> dict[str, StageState]:
         """State of every standard stage and of every other stage found.
+
+        Parameters
+        ----------
+        verify : {"quick", "full"} or None, default="quick"
+            How complete stages are checked against their markers.  ``"quick"`` reads
+            metadata and lists each stage once (every array's ``zarr.json`` readable, shape,
+            data type and chunking as recorded, every recorded chunk object present and
+            nothing else); ``"full"`` also reads every chunk and compares its checksum;
+            None trusts the markers.
 
         Returns
         -------
-        dict of str to {"complete", "incomplete", "missing"}
+        dict of str to {"complete", "incomplete", "damaged", "missing"}
             The :data:`STANDARD_STAGES` first, in pipeline order, then the other stages
-            sorted by name.  ``"incomplete"`` means a writer started but did not finish
-            (it crashed, or is still running).
+            sorted by name.  ``"incomplete"`` means a writer started but did not finish (it
+            crashed, or is still running); ``"damaged"`` that a complete stage no longer
+            holds what its marker records (:meth:`verify_stage` says what is wrong).
         """
         found, _ = self._scan()
-        status: dict[str, StageState] = {n: found.pop(n, "missing") for n in STANDARD_STAGES}
-        status.update(sorted(found.items()))
+        for stage in found.values():
+            self._check_stage(stage, verify)
+        status: dict[str, StageState] = {n: found.pop(n).state if n in found else "missing"
+                                         for n in STANDARD_STAGES}
+        status.update(sorted((n, s.state) for n, s in found.items()))
         return status
 
-    def is_complete(self, name: str) -> bool:
-        """Whether stage ``name`` was written completely (one small metadata read)."""
-        return _is_marked(self._meta(_check_name(name)))
+    def is_complete(self, name: str, *, verify: Verify = "quick") -> bool:
+        """Whether stage ``name`` was written completely and is not damaged.
+
+        The default quick check costs a few small metadata reads and one listing of the
+        stage; ``verify`` is as in :meth:`stage_status`.
+        """
+        return self._stage(name, verify).state == "complete"
+
+    def verify_stage(self, name: str, *, full: bool = False) -> list[str]:
+        """What is wrong with complete stage ``name``.
+
+        Parameters
+        ----------
+        name : str
+        full : bool, default=False
+            Also read every chunk and compare its checksum (reads the whole stage);
+            otherwise the quick check of :meth:`stage_status`.
+
+        Returns
+        -------
+        list of str
+            One message per problem, naming the store, the stage, the array and the chunks;
+            empty if the stage holds what its marker records.
+
+        Raises
+        ------
+        StoreNotFoundError, IncompleteStageError
+            As :meth:`read_stage`: there is no complete stage to verify.
+        """
+        stage = self._stage(name, "full" if full else "quick")
+        self._refuse_unfinished(stage)
+        return [f"stage {name!r} in {self.url}: {p}" for p in stage.problems]
 
     def read_stage(self, name: str) -> xr.Dataset:
-        """Open a complete stage lazily (Dask-backed, chunked as stored).
+        """Open a complete stage lazily (Dask-backed, chunked as stored), checked as it is read.
+
+        The stage is quick-checked first (see :meth:`stage_status`); then each chunk's
+        checksum is compared when the returned Dask arrays compute it, in the same task
+        that reads it: verification costs no extra pass.
 
         Raises
         ------
@@ -280,26 +368,24 @@ class RunStore:
             No such stage; the message lists the stages that exist.
         IncompleteStageError
             The stage's writer did not finish.
+        DamagedStageError
+            The stage no longer holds what its marker records; the message names the store,
+            the stage and the array.  Also raised when computing the returned data finds a
+            chunk that cannot be decoded or whose checksum differs (naming the chunk too).
         """
-        if not self.is_complete(name):
-            found, _ = self._scan()
-            if found.get(name) == "incomplete":
-                raise IncompleteStageError(
-                    f"stage {name!r} in {self.url} is incomplete: its writer did not finish (it "
-                    "crashed or is still running). Re-running the pipeline resumes the run and "
-                    "rewrites this stage.")
-            listing = ", ".join(f"{n} ({s})" for n, s in sorted(found.items())) or "none"
-            raise StoreNotFoundError(
-                f"stage {name!r} does not exist in {self.url}; stages found: {listing}.")
-        ds = xr.open_zarr(self.url, group=name, consolidated=False, zarr_format=3)
-        ds.attrs.pop(_MARKER, None)
-        return ds
+        stage = self._stage(name, "quick")
+        self._refuse_unfinished(stage)
+        if stage.state == "damaged":
+            raise DamagedStageError(f"stage {name!r} in {self.url} is damaged: "
+                                    f"{'; '.join(stage.problems)}. {_damaged_fix(name)}")
+        return self._open_verified(stage)
 
     def write_stage(self, name: str, dataset: xr.Dataset, *, overwrite: bool = False) -> None:
-        """Write a Dataset as stage ``name``, atomically.
+        """Write a Dataset as stage ``name``, atomically, with its checksums.
 
         Dask-backed variables are computed on the active scheduler (the distributed client,
-        if any), their chunks written in parallel, and stored with the Dask chunks.
+        if any), their chunks written in parallel, and stored with the Dask chunks.  Their
+        checksums are computed in the same computation, on the same blocks.
 
         Parameters
         ----------
@@ -308,7 +394,8 @@ class RunStore:
         dataset : xarray.Dataset
             Numeric variables, JSON-able attrs.  Dimension names are stored.
         overwrite : bool, default=False
-            Replace a complete stage of that name.
+            Replace a complete stage of that name.  A damaged stage is replaced without it
+            (it holds nothing worth keeping), with a warning in the log.
 
         Raises
         ------
@@ -338,7 +425,9 @@ class RunStore:
         """Start writing stage ``name``; the Dask-backed data is written when computed.
 
         Lets several stages (or other outputs) be computed in one ``dask.compute`` call.
-        Metadata and numpy-backed variables are written now.
+        Metadata and numpy-backed variables (and their checksums) are written now; the
+        Dask-backed variables' checksum tasks are part of ``delayed``, built on the same
+        blocks as their write tasks, so each block is computed once for both.
 
         Returns
         -------
@@ -351,10 +440,27 @@ class RunStore:
         """
         self._check_writable()
         self._check_target(_check_name(name), overwrite)  # fail before any computation
+        ds = _encoded(_writable(dataset))
         partial = f"{name}.partial-{uuid.uuid4().hex}"
         try:
-            delayed = _writable(dataset).to_zarr(self.url, group=partial, mode="w",
-                                                 consolidated=False, zarr_format=3, compute=False)
+            # xarray writes the metadata and the numpy-backed variables now; its Delayed for
+            # the Dask-backed ones is dropped: they are written below, with their checksums.
+            ds.to_zarr(self.url, group=partial, mode="w", consolidated=False, zarr_format=3,
+                       compute=False,
+                       # Every chunk is stored, even one equal to the fill value, so that a
+                       # missing chunk object always means a lost chunk.
+                       write_empty_chunks=True)
+            group = zarr.open_group(self.url, path=partial, mode="r+", zarr_format=3)
+            specs, crcs, lazy_crcs = {}, {}, {}
+            for var_name, var in ds.variables.items():
+                specs[var_name] = spec = _verify.array_spec(self._meta(f"{partial}/{var_name}"))
+                if dask.is_dask_collection(var.data):
+                    array = group[var_name].with_config({"write_empty_chunks": True})
+                    lazy_crcs[var_name] = _verify.store_with_crcs(var.data, array, spec)
+                else:
+                    crcs[var_name] = _verify.numpy_crcs(np.asarray(var.values), spec)
+            delayed = dask.delayed(_put_manifest, pure=False)(
+                self._fs, self._abs(posixpath.join(partial, _MANIFEST)), specs, crcs, lazy_crcs)
         except BaseException:
             self._remove(partial)
             raise
@@ -395,19 +501,118 @@ class RunStore:
         return partials
 
     # ---------------------------------------------------------------- internals
+    def _locate(self, name: str) -> _Stage:
+        """Where stage ``name`` stands, from its marker alone (no verification)."""
+        stage = self._locate_group(name)
+        if stage.state == "missing" and (
+                self._partials_of(name)
+                or self._fs.isdir(self._abs(name)) and self._holds_arrays(name)):
+            stage.state = "incomplete"
+        return stage
+
+    def _locate_group(self, name: str) -> _Stage:
+        """Stage ``name`` if its group is committed (complete, or damaged), else "missing"."""
+        try:
+            meta = self._meta(name)
+        except ValueError as e:
+            return _Stage(name, "damaged", name,
+                          problems=[f"its group metadata zarr.json is unreadable ({e})"])
+        if _is_marked(meta):
+            return _Stage(name, "complete", name, meta["attributes"][_MARKER])
+        return _Stage(name, "missing")
+
+    def _stage(self, name: str, verify: Verify) -> _Stage:
+        return self._check_stage(self._locate(_check_name(name)), verify)
+
+    def _check_stage(self, stage: _Stage, verify: Verify) -> _Stage:
+        """Verify a complete stage (``verify`` as in stage_status); damaged if problems."""
+        if stage.state != "complete" or verify is None:
+            return stage
+        self._fs.invalidate_cache(self._path)  # zarr wrote through another fs instance
+        stage.problems = _verify.quick_problems(self._fs, self._abs(stage.group), stage.marker)
+        if not stage.problems and verify == "full":
+            try:
+                group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3)
+            except Exception as e:
+                stage.problems = [f"its group cannot be opened ({type(e).__name__}: {e})"]
+            else:
+                stage.problems = _verify.full_problems(group, stage.marker)
+        if stage.problems:
+            stage.state = "damaged"
+        return stage
+
+    def _refuse_unfinished(self, stage: _Stage) -> None:
+        """Raise unless ``stage`` is complete or damaged (something was committed)."""
+        if stage.state == "incomplete":
+            raise IncompleteStageError(
+                f"stage {stage.name!r} in {self.url} is incomplete: its writer did not finish "
+                "(it crashed or is still running). Re-running the pipeline resumes the run and "
+                "rewrites this stage.")
+        if stage.state == "missing":
+            found, _ = self._scan()
+            listing = ", ".join(f"{n} ({s.state})" for n, s in sorted(found.items())) or "none"
+            raise StoreNotFoundError(
+                f"stage {stage.name!r} does not exist in {self.url}; stages found: {listing}.")
+
+    def _open_verified(self, stage: _Stage) -> xr.Dataset:
+        """The Dataset of a quick-checked stage, its arrays read through checksum checks."""
+        where = f"stage {stage.name!r} in {self.url}"
+        try:
+            # Opened without CF decoding, so that its variables hold the stored values the
+            # checksums cover; decoded (lazily) once the checked arrays replace them.
+            raw = xr.open_zarr(self.url, group=stage.group, consolidated=False, zarr_format=3,
+                               chunks=None, decode_cf=False, create_default_indexes=False)
+            group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3)
+            arrays = {n: group[n] for n in raw.variables}
+        except Exception as e:
+            raise DamagedStageError(f"{where} cannot be opened ({type(e).__name__}: {e}). "
+                                    f"{_damaged_fix(stage.name)}") from e
+        variables = {}
+        for var_name, var in raw.variables.items():
+            spec = stage.marker["arrays"].get(var_name)
+            if spec is None:  # excluded by the quick check; kept as a guard
+                raise DamagedStageError(f"{where}: array {var_name!r} is not recorded in its "
+                                        f"marker. {_damaged_fix(stage.name)}")
+            data = _verify.verified_dask(arrays[var_name], spec, var.dtype,
+                                         where=f"{where}: array {var_name!r}",
+                                         fix=_damaged_fix(stage.name))
+            if var_name in raw.dims:  # an index: loaded now (as xarray does), in this process
+                data = data.compute(scheduler="synchronous")
+            variables[var_name] = xr.Variable(var.dims, data, var.attrs, var.encoding)
+        ds = xr.Dataset({n: v for n, v in variables.items() if n not in raw.coords},
+                        coords={n: variables[n] for n in raw.coords}, attrs=raw.attrs)
+        ds = xr.decode_cf(ds)
+        ds.attrs.pop(_MARKER, None)
+        return ds
+
     def _abs(self, rel: str) -> str:
         return posixpath.join(self._path, rel) if rel else self._path
 
-    def _meta(self, rel: str) -> dict[str, Any] | None:
-        """The parsed ``zarr.json`` of node ``rel``, or None if there is none."""
+    def _read_json(self, rel: str) -> dict[str, Any] | None:
+        """The JSON object in file ``rel``; None if there is none, ValueError if unreadable."""
         try:
-            return json.loads(self._fs.cat_file(posixpath.join(self._abs(rel), "zarr.json")))
-        except (FileNotFoundError, NotADirectoryError):
+            raw = self._fs.cat_file(self._abs(rel))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
+        value = json.loads(raw)  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        if not isinstance(value, dict):
+            raise ValueError(f"it holds a JSON {type(value).__name__}, not an object")
+        return value
+
+    def _meta(self, rel: str) -> dict[str, Any] | None:
+        """The parsed ``zarr.json`` of node ``rel``; None if there is none, ValueError if
+        it is unreadable."""
+        return self._read_json(posixpath.join(rel, "zarr.json"))
 
     def _root_attrs(self) -> dict[str, Any] | None:
         """Root attributes if the location is an mkdist store (v3 group with schema_version)."""
-        meta = self._meta("")
+        try:
+            meta = self._meta("")
+        except ValueError as e:
+            raise DamagedStoreError(
+                f"{self.url}/zarr.json, the run store's root metadata, is unreadable ({e}): the "
+                "store is damaged. Re-create the run with RunStore.create(..., overwrite=True) "
+                "(`mkdist run --overwrite`), or restore that file from a backup.") from None
         attrs = (meta or {}).get("attributes") or {}
         if meta is None or meta.get("node_type") != "group" or "schema_version" not in attrs:
             return None
@@ -419,31 +624,60 @@ class RunStore:
                              "to write to it.")
 
     def _check_target(self, name: str, overwrite: bool) -> None:
-        """Refuse replacing a complete stage (unless overwrite) or a group, or nesting in one."""
+        """Refuse replacing a complete stage (unless overwrite) or a group, or nesting in one.
+
+        A damaged stage may be replaced: it holds nothing worth keeping.
+        """
         parts = name.split("/")
         for i in range(1, len(parts)):
             parent = "/".join(parts[:i])
-            meta = self._meta(parent)
+            try:
+                meta = self._meta(parent)
+            except ValueError:  # a damaged stage, or a damaged group of stages
+                meta = {"node_type": "unreadable"}
             if meta is not None and (_is_marked(meta) or meta.get("node_type") != "group"):
                 raise StoreExistsError(f"cannot write stage {name!r} inside stage {parent!r}.")
-        meta = self._meta(name)
-        if meta is None:
+        stage = self._stage(name, "quick")
+        if stage.state == "damaged":
+            logger.warning("%s: replacing damaged stage %r (%s)", self.url, name,
+                           "; ".join(stage.problems))
             return
-        if not _is_marked(meta):
+        if self._meta(name) is not None and stage.state != "complete":
             raise StoreExistsError(
                 f"{name!r} in {self.url} is not a stage written by mkdist (a group of stages?); "
                 f"delete it with delete_stage({name!r}) first.")
-        if not overwrite:
+        if stage.state == "complete" and not overwrite:
             raise StoreExistsError(f"stage {name!r} is already complete in {self.url}; pass "
                                    "overwrite=True to replace it.")
 
     def _commit(self, partial: str, name: str, overwrite: bool) -> None:
-        """Mark the fully written ``partial`` complete and move it to ``name``."""
+        """Mark the fully written ``partial`` complete, with its manifest, and move it to
+        ``name``."""
+        try:
+            manifest = self._read_json(posixpath.join(partial, _MANIFEST))
+        except ValueError:
+            manifest = None
+        if manifest is None:
+            raise StoreError(f"stage {name!r} cannot be finalized: its data was not written. "
+                             "Compute PendingStage.delayed (e.g. dask.compute(pending.delayed)) "
+                             "before calling finalize().")
+        self._fs.rm_file(self._abs(posixpath.join(partial, _MANIFEST)))
+        marker = {"name": name, "complete": True, "completed": _now(),
+                  "writer": {"host": socket.gethostname(), "pid": os.getpid()}, **manifest}
+        # What the workers wrote must be what they checksummed: chunks lost on the way (a
+        # memory:// store written by worker processes, an object store that dropped a put)
+        # are caught here rather than by the next reader.
+        problems = _verify.quick_problems(self._fs, self._abs(partial), marker)
+        if problems:
+            raise DamagedStageError(
+                f"stage {name!r} was not stored as computed in {self.url}: {'; '.join(problems)}."
+                " Nothing was committed; write it again (a memory:// store must be written with "
+                "the threaded or synchronous scheduler, not by worker processes).")
         group = zarr.open_group(self.url, path=partial, mode="r+", zarr_format=3)
-        group.attrs[_MARKER] = {"name": name, "complete": True, "completed": _now()}
+        group.attrs[_MARKER] = marker
         self._check_target(name, overwrite)  # again: another writer may have finished first
         old = None
-        if self._meta(name) is not None:
+        if self._fs.exists(self._abs(name)):
             # Move the old stage aside and delete it only once the new one is in place: a
             # crash in between leaves two partial groups (the stage reads as incomplete and a
             # re-run rewrites it), never a half-deleted stage; and data read lazily from the
@@ -485,6 +719,17 @@ class RunStore:
         if self._fs.exists(path):
             self._fs.rm(path, recursive=True)
 
+    def _holds_arrays(self, rel: str) -> bool:
+        """Whether group ``rel`` directly holds arrays (data with no marker above it)."""
+        for child in self._fs.ls(self._abs(rel), detail=False):
+            try:
+                meta = self._meta(posixpath.join(rel, posixpath.basename(child.rstrip("/"))))
+            except ValueError:
+                continue
+            if (meta or {}).get("node_type") == "array":
+                return True
+        return False
+
     def _partials_of(self, name: str) -> list[str]:
         parent = posixpath.dirname(name)
         if not self._fs.isdir(self._abs(parent)):
@@ -493,15 +738,15 @@ class RunStore:
                     for p in self._fs.ls(self._abs(parent), detail=False))
         return [c for c in children if (m := _PARTIAL.fullmatch(c)) and m["stage"] == name]
 
-    def _scan(self) -> tuple[dict[str, StageState], list[str]]:
-        """States of the stages in the store, and its partial groups.
+    def _scan(self) -> tuple[dict[str, _Stage], list[str]]:
+        """The stages in the store (not verified), and its partial groups.
 
         Walks directories with fsspec rather than zarr so that partial groups whose
         metadata was never written (or already deleted) are found too; never lists
         inside arrays.
         """
         self._fs.invalidate_cache(self._path)  # zarr wrote through another fs instance
-        found: dict[str, StageState] = {}
+        found: dict[str, _Stage] = {}
         partials: list[str] = []
 
         def visit(rel: str) -> bool:
@@ -512,16 +757,18 @@ class RunStore:
                 child = posixpath.join(rel, posixpath.basename(entry["name"].rstrip("/")))
                 if m := _PARTIAL.fullmatch(child):
                     partials.append(child)
-                    found.setdefault(m["stage"], "incomplete")
+                    found.setdefault(m["stage"], _Stage(m["stage"], "incomplete"))
+                    continue
+                stage = self._locate_group(child)
+                if stage.state != "missing":
+                    found[child] = stage
                     continue
                 meta = self._meta(child) or {}
                 if meta.get("node_type") == "array":
                     holds_arrays = True
-                elif _is_marked(meta):
-                    found[child] = "complete"
                 elif meta.get("node_type") == "group" and visit(child):
                     # Data but no marker: not written by write_stage, or its marker was lost.
-                    found.setdefault(child, "incomplete")
+                    found.setdefault(child, _Stage(child, "incomplete"))
             return holds_arrays
 
         if self._fs.isdir(self._path):
@@ -601,6 +848,13 @@ def _is_marked(meta: Mapping[str, Any] | None) -> bool:
 
 def _check_schema(attrs: Mapping[str, Any], url: str) -> None:
     version = attrs.get("schema_version")
+    if isinstance(version, int) and version < SCHEMA_VERSION:
+        # No migration: version 1 stages carry no checksums to verify them by.
+        raise SchemaVersionError(
+            f"{url} has store schema_version={version}, written by an older mkdist; mkdist "
+            f"{_mkdist_version()} reads schema_version {SCHEMA_VERSION} only and cannot verify "
+            "its stages: re-create the run with RunStore.create(..., overwrite=True) "
+            "(`mkdist run --overwrite`), or use another location.")
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"{url} has store schema_version={version!r}, but mkdist {_mkdist_version()} reads "
@@ -659,3 +913,32 @@ def _writable(dataset: xr.Dataset) -> xr.Dataset:
     for var in ds.variables.values():
         var.encoding = {k: v for k, v in var.encoding.items() if k in _ENCODING_KEYS}
     return ds
+
+
+def _encoded(dataset: xr.Dataset) -> xr.Dataset:
+    """``dataset`` with every variable encoded as xarray's Zarr backend stores it.
+
+    Encoding is idempotent, so ``to_zarr`` stores these variables unchanged (the same Dask
+    arrays: the write and checksum tasks share their blocks) and the checksums computed on
+    them are those of the stored values.
+    """
+    variables = {k: encode_zarr_variable(v, name=k, zarr_format=3)
+                 for k, v in dataset.variables.items()}
+    return xr.Dataset({k: variables[k] for k in dataset.data_vars},
+                      coords={k: variables[k] for k in dataset.coords}, attrs=dataset.attrs)
+
+
+def _put_manifest(fs: Any, path: str, specs: Mapping[str, Any], crcs: Mapping[str, Any],
+                  lazy_crcs: Mapping[str, Any]) -> None:
+    """The last task of a stage's computation: store its manifest for ``finalize`` to read.
+
+    Runs after the writes (``lazy_crcs`` are computed by the tasks that write), on whichever
+    worker Dask chooses, so the checksums travel through the store rather than back to the
+    caller, who computes ``PendingStage.delayed`` for its side effects.
+    """
+    fs.pipe_file(path, json.dumps(_verify.manifest(specs, {**crcs, **lazy_crcs})).encode())
+
+
+def _damaged_fix(name: str) -> str:
+    return (f"Its data cannot be trusted: delete it with delete_stage({name!r}) and recompute it "
+            "(re-running the pipeline rewrites damaged stages).")

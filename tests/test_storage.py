@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
+import warnings
+import zlib
 from datetime import datetime
 
 import dask
@@ -15,6 +19,8 @@ import zarr
 
 import mkdist
 from mkdist.errors import (
+    DamagedStageError,
+    DamagedStoreError,
     IncompleteStageError,
     SchemaVersionError,
     StoreError,
@@ -65,7 +71,7 @@ class StoreSuite:
     # ----------------------------------------------------------- create / open
     def test_create_writes_provenance(self, store, url):
         attrs = store.attrs
-        assert attrs["schema_version"] == SCHEMA_VERSION == 1
+        assert attrs["schema_version"] == SCHEMA_VERSION == 2
         assert attrs["mkdist_version"] == mkdist.__version__
         assert datetime.fromisoformat(attrs["created"]).utcoffset().total_seconds() == 0
         assert store.fingerprint == FP and store.params == PARAMS
@@ -109,7 +115,7 @@ class StoreSuite:
         zarr.open_group(store.url, mode="r+").attrs["schema_version"] = SCHEMA_VERSION + 1
         for call in (lambda: RunStore.open(url),
                      lambda: RunStore.create(url, fingerprint=FP, params=PARAMS)):
-            with pytest.raises(SchemaVersionError, match="schema_version=2.*upgrade mkdist"):
+            with pytest.raises(SchemaVersionError, match="schema_version=3.*upgrade mkdist"):
                 call()
 
     def test_open_missing_store(self, url):
@@ -269,6 +275,153 @@ class StoreSuite:
             store.update_attrs(params={})
         with pytest.raises(TypeError, match="JSON-serialisable"):
             store.update_attrs(bad=object())
+
+    # -------------------------------------------------------- verified stages
+    @staticmethod
+    def _fs(store):
+        return fsspec.core.url_to_fs(store.url)
+
+    @classmethod
+    def _group(cls, store, name):
+        """Absolute path of the group holding stage ``name``'s committed data."""
+        fs, path = cls._fs(store)
+        pointer = f"{path}/{name}.gen-current.json"
+        if fs.exists(pointer):
+            return f"{path}/{json.loads(fs.cat_file(pointer))['generation']}"
+        return f"{path}/{name}"
+
+    def test_marker_records_what_the_stage_holds(self, store):
+        store.write_stage("embedding", _dataset(n=11, chunks=4))
+        fs, _ = self._fs(store)
+        marker = json.loads(fs.cat_file(self._group(store, "embedding") + "/zarr.json"))[
+            "attributes"]["mkdist_stage"]
+        emb = marker["arrays"]["embedding"]
+        assert (emb["shape"], emb["data_type"], emb["chunk_shape"], emb["n_chunks"]) == (
+            [11, 3], "float64", [4, 3], 3)
+        H = _dataset(n=11)["embedding"].values
+        assert emb["crc32"] == [zlib.crc32(np.ascontiguousarray(H[i:i + 4]).tobytes())
+                                for i in (0, 4, 8)]
+        assert marker["checksum"] == "crc32" and marker["digest"].startswith("sha256:")
+        assert set(marker["arrays"]) == {"embedding", "labels"}
+        assert store.verify_stage("embedding", full=True) == []
+
+    def test_checksums_cost_no_extra_pass(self, store):
+        calls = []
+
+        def block(x):
+            calls.append(x.shape)
+            return x
+
+        computes = []
+
+        def counting(dsk, keys, **kwargs):
+            computes.append(1)
+            return dask.threaded.get(dsk, keys, **kwargs)
+
+        ds = _dataset(n=12, chunks=4)
+        ds["embedding"] = ds["embedding"].copy(data=ds["embedding"].data.map_blocks(
+            block, meta=np.empty((0, 0))))
+        with dask.config.set(scheduler=counting):
+            store.write_stage("embedding", ds)
+        assert (len(computes), len(calls)) == (1, 3)  # one compute, each block computed once
+        assert store.verify_stage("embedding", full=True) == []
+
+    def test_roundtrip_of_encoded_variables(self, store):
+        # Variables xarray encodes (times, booleans, strings, a dtype encoding, a non-index
+        # coordinate): the checksums cover the stored values, and reading decodes them.
+        ds = xr.Dataset(
+            {"t": (("sample",), np.arange("2026-01-01", "2026-01-05", dtype="datetime64[D]")
+                   .astype("datetime64[ns]")),
+             "flag": (("sample",), da.from_array(np.array([True, False, True, True]), chunks=2)),
+             "x": (("sample",), np.array([1.0, np.nan, 3.0, 4.0]))},
+            coords={"kernel": ["rbf", "lin"], "row": (("sample",), np.arange(4) * 10)})
+        ds["x"].encoding = {"dtype": "float32"}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zarr: fixed-length strings are not in the v3 spec
+            store.write_stage("model", ds)
+            back = store.read_stage("model")
+            xr.testing.assert_identical(back.compute(), ds)
+            assert store.verify_stage("model", full=True) == []
+
+    def test_deleted_chunk(self, store):
+        store.write_stage("labels", _dataset(n=12, chunks=4))
+        fs, _ = self._fs(store)
+        fs.rm_file(self._group(store, "labels") + "/labels/c/1")
+        assert store.stage_status()["labels"] == "damaged"
+        assert store.stage_status(verify=None)["labels"] == "complete"
+        assert not store.is_complete("labels")
+        assert store.verify_stage("labels") == [
+            f"stage 'labels' in {store.url}: array 'labels': 1 of 3 chunks missing: (1,)"]
+        with pytest.raises(DamagedStageError, match=r"stage 'labels' in .* is damaged: array "
+                                                    r"'labels': 1 of 3 chunks missing: \(1,\)"):
+            store.read_stage("labels")
+        # A damaged stage holds nothing worth keeping: a re-run rewrites it without overwrite.
+        store.write_stage("labels", _dataset(n=12, chunks=4))
+        assert store.stage_status()["labels"] == "complete"
+        xr.testing.assert_identical(store.read_stage("labels").compute(), _dataset(n=12))
+
+    @pytest.mark.parametrize("compressed, problem", [
+        (True, "cannot be decoded (RuntimeError"),  # a zstd frame with a broken header
+        (False, "checksum mismatch"),  # raw little-endian bytes: a changed value
+    ], ids=["zstd-header", "raw-value"])
+    def test_flipped_byte_in_a_chunk(self, store, compressed, problem):
+        ds = _dataset(n=12, chunks=4)
+        if not compressed:
+            ds["embedding"].encoding["compressors"] = None
+        store.write_stage("embedding", ds)
+        fs, _ = self._fs(store)
+        chunk = self._group(store, "embedding") + "/embedding/c/2/0"
+        raw = bytearray(fs.cat_file(chunk))
+        raw[0 if compressed else len(raw) // 2] ^= 0xFF
+        fs.pipe_file(chunk, bytes(raw))
+        assert store.stage_status()["embedding"] == "complete"  # the quick check reads no chunk
+        assert store.stage_status(verify="full")["embedding"] == "damaged"
+        [found] = store.verify_stage("embedding", full=True)
+        assert found.startswith(f"stage 'embedding' in {store.url}: array 'embedding': "
+                                  "1 of 3 chunks damaged (")
+        assert found.endswith("): (2, 0)") and problem in found
+        back = store.read_stage("embedding")
+        np.testing.assert_array_equal(back["labels"].values, ds["labels"].values)
+        np.testing.assert_array_equal(back["embedding"][:8].values, ds["embedding"][:8].values)
+        with pytest.raises(DamagedStageError, match=r"stage 'embedding' in .*: array 'embedding'"
+                                                    r", chunk \(2, 0\): "):
+            back["embedding"].values
+
+    def test_missing_array_metadata(self, store):
+        store.write_stage("model", _dataset())
+        fs, _ = self._fs(store)
+        fs.rm_file(self._group(store, "model") + "/embedding/zarr.json")
+        assert store.stage_status()["model"] == "damaged"
+        with pytest.raises(DamagedStageError, match=r"stage 'model' in .* is damaged: array "
+                                                    r"'embedding': its zarr.json is missing"):
+            store.read_stage("model")
+
+    def test_truncated_stage_metadata(self, store):
+        store.write_stage("model", _dataset())
+        fs, _ = self._fs(store)
+        meta = self._group(store, "model") + "/labels/zarr.json"
+        fs.pipe_file(meta, fs.cat_file(meta)[:40])
+        with pytest.raises(DamagedStageError, match=r"stage 'model' in .*: array 'labels': its "
+                                                    r"zarr.json is unreadable \(JSONDecodeError"):
+            store.read_stage("model")
+
+    def test_truncated_root_metadata(self, store, url):
+        store.write_stage("model", _dataset())
+        fs, path = self._fs(store)
+        fs.pipe_file(f"{path}/zarr.json", fs.cat_file(f"{path}/zarr.json")[:30])
+        match = rf"{re.escape(store.url)}/zarr.json, the run store's root metadata, is unreadable"
+        for call in (lambda: RunStore.open(url),
+                     lambda: RunStore.create(url, fingerprint=FP, params=PARAMS)):
+            with pytest.raises(DamagedStoreError, match=match):
+                call()
+        fresh = RunStore.create(url, fingerprint=FP, params=PARAMS, overwrite=True)
+        assert fresh.stage_status()["model"] == "missing"
+
+    def test_older_schema_is_refused(self, store, url):
+        zarr.open_group(store.url, mode="r+").attrs["schema_version"] = 1
+        with pytest.raises(SchemaVersionError, match=r"schema_version=1, written by an older "
+                                                     r"mkdist.*overwrite=True"):
+            RunStore.open(url)
 
 
 class TestLocalStore(StoreSuite):
