@@ -38,6 +38,8 @@ from mkdist.errors import (
 )
 
 from . import _verify
+from ._lease import DEFAULT_TTL, LEASE_FILE, LeaseInfo, StoreLease, check_writer, held_here, \
+    read_lease
 
 if TYPE_CHECKING:
     from dask.delayed import Delayed
@@ -88,6 +90,8 @@ class RunStore:
     A stage's completion marker records what it holds (shapes, chunking, one checksum per
     chunk), so a stage damaged after it was written is reported (:meth:`stage_status`,
     :meth:`verify_stage`) and refused (:meth:`read_stage`) instead of read as data.
+    A run holds the store's writer lease (:meth:`lease`) while it writes; every write of
+    another process is refused until the lease is released or expires.
 
     Use :meth:`create` (new or resumed run) or :meth:`open` (existing run) rather than
     the constructor, which neither touches nor checks the location.
@@ -112,6 +116,8 @@ class RunStore:
 
         <url>/zarr.json                  root group; attrs: schema_version, mkdist_version,
                                          created, fingerprint, params (+ update_attrs keys)
+        <url>/.mkdist-lease.json         the writer lease while a run holds it: host, pid,
+                                         owner, command, token, started, heartbeat, ttl_s
         <url>/<stage>/                   xarray Dataset (dimension_names set), attrs incl.
                                          the completion marker mkdist_stage (below)
         <url>/<stage>.partial-<uuid>/    a write in progress, or left by a crashed writer
@@ -200,8 +206,13 @@ class RunStore:
         StoreExistsError
             The location holds a run with another fingerprint or other params (the message
             names the differences), or non-empty content that is no mkdist store.
+        StoreLockedError
+            ``overwrite=True`` (or the store is new) while another process's live lease
+            holds the location.
         SchemaVersionError
-            The location holds a run written by a newer mkdist.
+            The location holds a run written by another mkdist schema.
+        DamagedStoreError
+            The location's root metadata is unreadable (``overwrite=True`` replaces it).
         TypeError
             ``fingerprint`` is not a str, or ``params`` is not a JSON-able mapping.
         """
@@ -213,12 +224,13 @@ class RunStore:
         store = cls(url, mode="r+")
         fs, path = store._fs, store._path
         if overwrite:
-            if fs.exists(path):
-                fs.rm(path, recursive=True)
+            store._check_writer("RunStore.create(..., overwrite=True)")
+            store._wipe()
         elif fs.exists(path):
             attrs = store._root_attrs()
             if attrs is None:
-                if fs.isfile(path) or fs.ls(path, detail=False):
+                if fs.isfile(path) or any(not posixpath.basename(p).startswith(LEASE_FILE)
+                                          for p in fs.ls(path, detail=False)):
                     raise StoreExistsError(
                         f"{store.url} exists and is not an mkdist run store; choose another "
                         "location, or pass overwrite=True to delete its content.")
@@ -230,11 +242,19 @@ class RunStore:
                         f"{store.url} holds a different run: {'; '.join(diffs)}. Use another "
                         "location, or pass overwrite=True to delete the stored run.")
                 return store
-        zarr.open_group(store.url, mode="w-", zarr_format=3, attributes={
+        store._check_writer("RunStore.create(...)")
+        root = {"zarr_format": 3, "node_type": "group", "attributes": {
             "schema_version": SCHEMA_VERSION, "mkdist_version": _mkdist_version(),
-            "created": _now(),
-            "fingerprint": fingerprint, "params": params,
-        })
+            "created": _now(), "fingerprint": fingerprint, "params": params}}
+        # Written directly rather than with zarr.open_group(mode="w-"), which refuses a
+        # location holding anything, such as the lease of the run creating the store.
+        fs.makedirs(path, exist_ok=True)
+        try:
+            fs.pipe_file(store._abs("zarr.json"), json.dumps(root, indent=2).encode(),
+                         mode="create")
+        except FileExistsError:
+            raise StoreExistsError(f"{store.url} was created by another writer meanwhile; "
+                                   "retry to resume it.") from None
         return store
 
     @classmethod
@@ -286,12 +306,73 @@ class RunStore:
         Concurrent updaters may overwrite each other's keys (read-modify-write).
         """
         self._check_writable()
+        self._check_writer("update_attrs()")
         fixed = sorted(_PROVENANCE.intersection(attrs))
         if fixed:
             raise ValueError(f"update_attrs cannot change the run's provenance {fixed}; a "
                              "different run needs its own store (or RunStore.create(..., "
                              "overwrite=True)).")
         zarr.open_group(self.url, mode="r+", zarr_format=3).attrs.update(_to_json(attrs, "attrs"))
+
+    # -------------------------------------------------------------------- lease
+    def lease(self, owner: str | None = None, *, ttl: float = DEFAULT_TTL,
+              heartbeat: float | None = None) -> StoreLease:
+        """Take the store's writer lease: one run writes a store at a time.
+
+        Use it as a context manager around a run's writes::
+
+            with store.lease(owner="mkdist run"):
+                store.write_stage(...)
+
+        While held, this process's writes proceed (through any RunStore of this URL) and
+        every write of another process is refused with StoreLockedError: :meth:`create`
+        with ``overwrite=True``, :meth:`write_stage`, :meth:`delete_stage`,
+        :meth:`clean_partials`, :meth:`update_attrs`.  A store nobody holds may be written
+        by anyone (as before leases existed).
+
+        Parameters
+        ----------
+        owner : str, optional
+            Who holds the lease, shown to refused writers; default: this process's command.
+        ttl : float, default=60.0
+            Seconds without a heartbeat after which the lease is stale: a killed run's
+            lease expires after ``ttl`` and the next run takes it over (with a warning in
+            the ``mkdist.storage`` log).
+        heartbeat : float, optional
+            Seconds between heartbeats (a background thread); default ``ttl / 4``.
+
+        Returns
+        -------
+        StoreLease
+            Held already; released by ``with`` (or :meth:`StoreLease.release`).
+
+        Raises
+        ------
+        StoreLockedError
+            Another live run holds the lease; the message names its host, pid, owner, start
+            time and last heartbeat, and when its lease would expire.
+
+        Notes
+        -----
+        The lease object is ``<url>/.mkdist-lease.json``.  On local disk it is created with
+        a hard link (``O_EXCL`` where links are unsupported), which one creator wins; on other
+        fsspec stores with a conditional put where the backend has one, then read back to
+        check the token.  Each heartbeat checks the token too: a holder whose lease was
+        taken over (it stalled for longer than ``ttl``) logs an error and its writes are
+        refused from then on.  Staleness compares the holder's clock with the reader's:
+        hosts sharing a store need synchronised clocks (well within ``ttl``).
+        """
+        self._check_writable()
+        return StoreLease(self._fs, self._path, self.url, local=self._local, owner=owner,
+                          ttl=ttl, heartbeat=heartbeat).acquire()
+
+    def lease_holder(self) -> LeaseInfo | None:
+        """The live lease on the store (who writes it, since when), or None if none is live."""
+        try:
+            info = read_lease(self._fs, self._lease_path)
+        except ValueError:
+            return None
+        return None if info is None or info.stale() else info
 
     # ------------------------------------------------------------------- stages
     def stage_status(self, verify: Verify = "quick") -> dict[str, StageState]:
@@ -439,7 +520,8 @@ class RunStore:
         write_stage : the eager version, with the same checks and guarantees.
         """
         self._check_writable()
-        self._check_target(_check_name(name), overwrite)  # fail before any computation
+        self._check_writer(f"write_stage({_check_name(name)!r})")
+        self._check_target(name, overwrite)  # fail before any computation
         ds = _encoded(_writable(dataset))
         partial = f"{name}.partial-{uuid.uuid4().hex}"
         try:
@@ -475,7 +557,8 @@ class RunStore:
             Nothing of that name exists and ``missing_ok=False``.
         """
         self._check_writable()
-        targets = self._partials_of(_check_name(name))
+        self._check_writer(f"delete_stage({_check_name(name)!r})")
+        targets = self._partials_of(name)
         if self._fs.exists(self._abs(name)):
             targets.append(name)
         if not targets and not missing_ok:
@@ -486,8 +569,10 @@ class RunStore:
     def clean_partials(self) -> list[str]:
         """Remove every ``*.partial-*`` group left by crashed writers.
 
-        Call it when no writer is running (the pipeline does at the start of a run): it
-        also removes the partial group of a write in progress.
+        Refused while another process's live lease holds the store (its writes in progress
+        are never touched).  Within the lease holder, call it when none of its own writes
+        is running (the pipeline does at the start of a run): it also removes the partial
+        group of a write in progress.
 
         Returns
         -------
@@ -495,6 +580,7 @@ class RunStore:
             The removed groups, relative to the store root.
         """
         self._check_writable()
+        self._check_writer("clean_partials()")
         _, partials = self._scan()
         for partial in partials:
             self._remove(partial)
@@ -618,6 +704,37 @@ class RunStore:
             return None
         return attrs
 
+    @property
+    def _lease_path(self) -> str:
+        return self._abs(LEASE_FILE)
+
+    def _check_writer(self, what: str) -> None:
+        """Refuse ``what`` while a live lease of another process holds the store."""
+        check_writer(self._fs, self._lease_path, self.url, what)
+
+    def _wipe(self) -> None:
+        """Delete the location's content, root metadata first; keep this process's lease."""
+        fs, path = self._fs, self._path
+        if not fs.exists(path):
+            return
+        if fs.isfile(path):
+            fs.rm_file(path)
+            return
+        try:  # first: a crash while deleting leaves no half run that looks like a store
+            fs.rm_file(self._abs("zarr.json"))
+        except FileNotFoundError:
+            pass
+        try:
+            lease = read_lease(fs, self._lease_path)
+        except ValueError:
+            lease = None
+        if lease is None or not held_here(fs, self._lease_path, lease.token):
+            fs.rm(path, recursive=True)
+            return
+        for child in fs.ls(path, detail=False):
+            if child.rstrip("/") != self._lease_path:
+                fs.rm(child, recursive=True)
+
     def _check_writable(self) -> None:
         if self.mode == "r":
             raise StoreError(f"{self.url} was opened read-only; use RunStore.open(url, mode='r+') "
@@ -675,7 +792,9 @@ class RunStore:
                 "the threaded or synchronous scheduler, not by worker processes).")
         group = zarr.open_group(self.url, path=partial, mode="r+", zarr_format=3)
         group.attrs[_MARKER] = marker
-        self._check_target(name, overwrite)  # again: another writer may have finished first
+        # Again: another writer may have taken the store, or finished this stage, meanwhile.
+        self._check_writer(f"committing stage {name!r}")
+        self._check_target(name, overwrite)
         old = None
         if self._fs.exists(self._abs(name)):
             # Move the old stage aside and delete it only once the new one is in place: a

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
 import uuid
 import warnings
 import zlib
@@ -25,6 +33,7 @@ from mkdist.errors import (
     SchemaVersionError,
     StoreError,
     StoreExistsError,
+    StoreLockedError,
     StoreNotFoundError,
 )
 from mkdist.storage import SCHEMA_VERSION, STANDARD_STAGES, RunStore
@@ -50,6 +59,14 @@ def _failing(n=12, chunks=4, bad_block=1):
             raise RuntimeError("simulated worker crash")
         return x
     return da.zeros((n,), chunks=chunks).map_blocks(block, dtype=float)
+
+
+def _wait_for(condition, timeout=5.0):
+    """Poll ``condition`` until it holds (threads and processes act in the background)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
 
 
 class StoreSuite:
@@ -423,6 +440,79 @@ class StoreSuite:
                                                      r"mkdist.*overwrite=True"):
             RunStore.open(url)
 
+    # -------------------------------------------------------------------- lease
+    @classmethod
+    def _put_lease(cls, store, age, **fields):
+        """Write the lease of a run of another process, last heartbeat ``age`` seconds ago."""
+        fs, path = cls._fs(store)
+        lease = {"host": "elsewhere", "pid": 4242, "owner": "other run", "command": "mkdist run",
+                 "token": uuid.uuid4().hex, "started": "2026-11-23T10:00:00+00:00",
+                 "heartbeat_unix": time.time() - age, "ttl_s": 60.0, **fields}
+        fs.pipe_file(f"{path}/.mkdist-lease.json", json.dumps(lease).encode())
+
+    def test_lease_is_exclusive(self, store, url):
+        with store.lease(owner="run A") as lease:
+            assert lease.held and store.lease_holder().owner == "run A"
+            other = RunStore.open(url, mode="r+")
+            with pytest.raises(StoreLockedError, match=(
+                    rf"in use by another live run: 'run A' on host {re.escape(socket.gethostname())}"
+                    rf" \(pid {os.getpid()}\), running since \S+, last heartbeat 0 s ago\. Taking "
+                    r"its lease was refused.*Wait for that run to finish")):
+                other.lease(owner="run B")
+            other.write_stage("labels", _dataset())  # the holder's process writes, via any RunStore
+        assert store.lease_holder() is None and not lease.held
+        with store.lease(owner="run B"):  # released: free again
+            pass
+        assert ".mkdist-lease.json" not in self._files(store)
+
+    def test_live_lease_of_another_process_refuses_writes(self, store, url):
+        store.write_stage("labels", _dataset())
+        self._put_lease(store, age=5)
+        for what, call in [
+            (r"RunStore\.create\(\.\.\., overwrite=True\)",
+             lambda: RunStore.create(url, fingerprint=FP, params=PARAMS, overwrite=True)),
+            (r"write_stage\('model'\)", lambda: store.write_stage("model", _dataset())),
+            (r"delete_stage\('labels'\)", lambda: store.delete_stage("labels")),
+            (r"clean_partials\(\)", lambda: store.clean_partials()),
+            (r"update_attrs\(\)", lambda: store.update_attrs(note="x")),
+            ("Taking its lease", lambda: store.lease()),
+        ]:
+            with pytest.raises(StoreLockedError, match=(
+                    r"in use by another live run: 'other run' on host elsewhere \(pid 4242\), "
+                    r"running since 2026-11-23T10:00:00\+00:00, last heartbeat 5 s ago\. "
+                    rf"{what} was refused: one store has one writer\..*expires 55 s from now")):
+                call()
+        assert store.stage_status()["labels"] == "complete"
+        assert RunStore.create(url, fingerprint=FP, params=PARAMS).is_complete("labels")  # resume
+
+    def test_stale_lease_is_taken_over(self, store, url, caplog):
+        self._put_lease(store, age=120)
+        assert store.lease_holder() is None
+        with caplog.at_level(logging.WARNING, logger="mkdist.storage"), store.lease(owner="new"):
+            assert store.lease_holder().owner == "new"
+            RunStore.create(url, fingerprint=FP, params=PARAMS, overwrite=True)
+            assert store.lease_holder().owner == "new"  # overwrite keeps the holder's lease
+        assert re.search(r"taking over the stale lease of 'other run' on host elsewhere "
+                         r"\(pid 4242\), .*last heartbeat 120 s ago \(TTL 60 s\)", caplog.text)
+
+    def test_lease_heartbeat_and_loss(self, store):
+        with store.lease(ttl=30, heartbeat=0.05) as lease:
+            first = store.lease_holder().heartbeat
+            _wait_for(lambda: store.lease_holder().heartbeat > first)
+            # Another process took the lease over (this one stalled beyond the TTL): the next
+            # heartbeat notices, and this process's writes are refused from then on.
+            self._put_lease(store, age=0, owner="thief")
+            _wait_for(lambda: lease.lost is not None)
+            assert "taken over by 'thief' on host elsewhere" in lease.lost and not lease.held
+            with pytest.raises(StoreLockedError, match="'thief'"):
+                store.write_stage("labels", _dataset())
+        assert store.lease_holder().owner == "thief"  # releasing a lost lease leaves the new one
+
+    @pytest.mark.parametrize("ttl, heartbeat", [(0, None), (10, 10), (10, -1)])
+    def test_lease_timing_is_checked(self, store, ttl, heartbeat):
+        with pytest.raises(ValueError, match="0 < heartbeat < ttl"):
+            store.lease(ttl=ttl, heartbeat=heartbeat)
+
 
 class TestLocalStore(StoreSuite):
     @pytest.fixture
@@ -440,6 +530,35 @@ class TestLocalStore(StoreSuite):
     def test_empty_directory_is_usable(self, tmp_path):
         RunStore.create(tmp_path, fingerprint=FP, params=PARAMS)
         assert RunStore.open(tmp_path).fingerprint == FP
+
+    def test_lease_of_a_live_then_killed_process(self, store, url, caplog):
+        store.write_stage("labels", _dataset())
+        child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+            import time
+            from mkdist.storage import RunStore
+            lease = RunStore.open({str(url)!r}, mode="r+").lease("child run", ttl=2, heartbeat=0.2)
+            print("held", flush=True)
+            time.sleep(600)
+            """)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout.readline() == "held\n"
+            locked = rf"'child run' on host \S+ \(pid {child.pid}\), running since \S+"
+            for call in (lambda: RunStore.create(url, fingerprint=FP, params=PARAMS, overwrite=True),
+                         lambda: store.write_stage("labels", _dataset(seed=1), overwrite=True),
+                         lambda: store.clean_partials(), lambda: store.lease()):
+                with pytest.raises(StoreLockedError, match=locked):
+                    call()
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+            # No heartbeat any more: the lease is stale TTL (2 s) after the last one.
+            _wait_for(lambda: store.lease_holder() is None, timeout=10)
+            with caplog.at_level(logging.WARNING, logger="mkdist.storage"), store.lease():
+                store.write_stage("labels", _dataset(seed=1), overwrite=True)
+            assert "taking over the stale lease of 'child run'" in caplog.text
+            xr.testing.assert_identical(store.read_stage("labels").compute(), _dataset(seed=1))
+        finally:
+            child.kill()
+            child.wait()
 
     def test_write_on_distributed_cluster(self, dask_client, store):
         ds = _dataset(n=40, chunks=10)
