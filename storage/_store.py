@@ -56,10 +56,16 @@ STANDARD_STAGES = ("landmarks", "model", "embedding", "labels", "kernel_blocks",
 
 StageState = Literal["complete", "incomplete", "damaged", "missing"]
 Verify = Literal["quick", "full"] | None
+#: How stages are committed: renamed into place (local disk), or as generations named by a
+#: pointer object (elsewhere, where a rename is a copy + delete).
+Layout = Literal["directories", "generations"]
 
 _MARKER = "mkdist_stage"
-_PROVENANCE = frozenset({"schema_version", "mkdist_version", "created", "fingerprint", "params"})
+_PROVENANCE = frozenset({"schema_version", "mkdist_version", "created", "fingerprint", "params",
+                         "layout"})
 _PARTIAL = re.compile(r"(?P<stage>.+)\.partial-[0-9a-f]{32}")
+_GENERATION = re.compile(r"(?P<stage>.+)\.gen-[0-9a-f]{32}")
+_POINTER = ".gen-current.json"  # <stage>.gen-current.json names the stage's generation
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
 # Written by the last task of a stage's computation into the group being written: the
 # checksums computed by the workers, read back by `PendingStage.finalize`.
@@ -115,12 +121,27 @@ class RunStore:
     Layout (``schema_version`` 2)::
 
         <url>/zarr.json                  root group; attrs: schema_version, mkdist_version,
-                                         created, fingerprint, params (+ update_attrs keys)
+                                         created, fingerprint, params, layout
+                                         (+ update_attrs keys)
         <url>/.mkdist-lease.json         the writer lease while a run holds it: host, pid,
                                          owner, command, token, started, heartbeat, ttl_s
+
+    On local disk (``layout="directories"``) a stage is committed by an atomic rename::
+
         <url>/<stage>/                   xarray Dataset (dimension_names set), attrs incl.
                                          the completion marker mkdist_stage (below)
         <url>/<stage>.partial-<uuid>/    a write in progress, or left by a crashed writer
+
+    On other fsspec stores (``layout="generations"``), where a rename is a copy + delete
+    that could mix two writers' chunks, each write is a new generation, and a stage is
+    committed by one put of its pointer::
+
+        <url>/<stage>.gen-<uuid>/        one write of the stage: xarray Dataset + marker
+        <url>/<stage>.gen-current.json   {"stage", "generation", "digest", "committed"}:
+                                         names the generation readers open
+
+    A failed commit leaves the pointer, and so the previous generation, as they were;
+    generations no pointer names are left by unfinished writes (see :meth:`clean_partials`).
 
     The completion marker, set last::
 
@@ -174,6 +195,7 @@ class RunStore:
         self.url = path if self._local else raw.rstrip("/")
         self._path = path.rstrip("/") or "/"
         self.mode = mode
+        self._layout_of_root: Layout | None = None
 
     def __repr__(self) -> str:
         return f"RunStore({self.url!r}, mode={self.mode!r})"
@@ -245,7 +267,8 @@ class RunStore:
         store._check_writer("RunStore.create(...)")
         root = {"zarr_format": 3, "node_type": "group", "attributes": {
             "schema_version": SCHEMA_VERSION, "mkdist_version": _mkdist_version(),
-            "created": _now(), "fingerprint": fingerprint, "params": params}}
+            "created": _now(), "fingerprint": fingerprint, "params": params,
+            "layout": "directories" if store._local else "generations"}}
         # Written directly rather than with zarr.open_group(mode="w-"), which refuses a
         # location holding anything, such as the lease of the run creating the store.
         fs.makedirs(path, exist_ok=True)
@@ -302,8 +325,9 @@ class RunStore:
         """Merge JSON-able values into the root attributes (e.g. a run summary).
 
         The provenance keys (``schema_version``, ``mkdist_version``, ``created``,
-        ``fingerprint``, ``params``) cannot be changed: another run needs another store.
-        Concurrent updaters may overwrite each other's keys (read-modify-write).
+        ``fingerprint``, ``params``, ``layout``) cannot be changed: another run needs
+        another store.  Concurrent updaters may overwrite each other's keys
+        (read-modify-write).
         """
         self._check_writable()
         self._check_writer("update_attrs()")
@@ -465,8 +489,8 @@ class RunStore:
         """Write a Dataset as stage ``name``, atomically, with its checksums.
 
         Dask-backed variables are computed on the active scheduler (the distributed client,
-        if any), their chunks written in parallel, and stored with the Dask chunks.  Their
-        checksums are computed in the same computation, on the same blocks.
+        if any), their chunks written in parallel, and stored with the Dask chunks; the task
+        that writes a chunk also computes its checksum, so checksums cost no extra pass.
 
         Parameters
         ----------
@@ -482,16 +506,23 @@ class RunStore:
         ------
         StoreExistsError
             The stage is already complete and ``overwrite=False``, or ``name`` is a group of
-            other stages.
+            other stages, or another writer committed the stage meanwhile.
+        StoreLockedError
+            Another process's live lease holds the store (see :meth:`lease`).
+        DamagedStageError
+            The written group does not hold what was computed (chunk writes were lost);
+            nothing was committed.
 
         Notes
         -----
-        The data goes to ``<name>.partial-<uuid>``; then the completion marker is set on
-        that group, last; then the group is renamed to ``<name>``.  On any error the partial
-        group is removed and the error re-raised.  With a parallel scheduler, tasks already
+        The data goes to a group of its own, ``<name>.partial-<uuid>`` (local disk) or
+        ``<name>.gen-<uuid>`` (other stores); then the completion marker is set on that
+        group, last; then the group is renamed to ``<name>`` (local disk), or the stage's
+        pointer is set to name it (other stores: one put, so two writers' chunks never mix
+        in one stage).  On any error the group is removed and the error re-raised, and the
+        previous stage, if any, stays as it was.  With a parallel scheduler, tasks already
         running when another one fails may still write chunks after that cleanup; such
-        leftovers are ``*.partial-*`` groups, never read as a stage, and removed by
-        :meth:`clean_partials`.
+        leftovers are never read as a stage and are removed by :meth:`clean_partials`.
         """
         pending = self.write_stage_lazy(name, dataset, overwrite=overwrite)
         try:
@@ -506,9 +537,8 @@ class RunStore:
         """Start writing stage ``name``; the Dask-backed data is written when computed.
 
         Lets several stages (or other outputs) be computed in one ``dask.compute`` call.
-        Metadata and numpy-backed variables (and their checksums) are written now; the
-        Dask-backed variables' checksum tasks are part of ``delayed``, built on the same
-        blocks as their write tasks, so each block is computed once for both.
+        Metadata and numpy-backed variables (and their checksums) are written now; each
+        Dask-backed block is written and checksummed by one task of ``delayed``.
 
         Returns
         -------
@@ -521,9 +551,13 @@ class RunStore:
         """
         self._check_writable()
         self._check_writer(f"write_stage({_check_name(name)!r})")
+        if self._layout == "directories" and not self._local:
+            raise StoreError(f"{self.url} holds a local-disk run store (stages committed by "
+                             "renames); write it through its local path.")
         self._check_target(name, overwrite)  # fail before any computation
         ds = _encoded(_writable(dataset))
-        partial = f"{name}.partial-{uuid.uuid4().hex}"
+        kind = "partial" if self._layout == "directories" else "gen"
+        partial = f"{name}.{kind}-{uuid.uuid4().hex}"
         try:
             # xarray writes the metadata and the numpy-backed variables now; its Delayed for
             # the Dask-backed ones is dropped: they are written below, with their checksums.
@@ -544,12 +578,13 @@ class RunStore:
             delayed = dask.delayed(_put_manifest, pure=False)(
                 self._fs, self._abs(posixpath.join(partial, _MANIFEST)), specs, crcs, lazy_crcs)
         except BaseException:
-            self._remove(partial)
+            self._discard(name, partial)
             raise
         return PendingStage(self, name, partial, delayed, overwrite)
 
     def delete_stage(self, name: str, *, missing_ok: bool = False) -> None:
-        """Delete stage ``name`` and its partial groups (do not call while it is written).
+        """Delete stage ``name`` and its partial groups or generations (do not call while it
+        is written).
 
         Raises
         ------
@@ -558,53 +593,86 @@ class RunStore:
         """
         self._check_writable()
         self._check_writer(f"delete_stage({_check_name(name)!r})")
-        targets = self._partials_of(name)
-        if self._fs.exists(self._abs(name)):
-            targets.append(name)
+        # The pointer (or the stage's group, its marker first) goes first: the stage is gone
+        # at once, and what a crash leaves behind is a leftover for clean_partials.
+        targets = [t for t in (name + _POINTER, name) if self._fs.exists(self._abs(t))]
+        targets += self._partials_of(name)
         if not targets and not missing_ok:
             raise StoreNotFoundError(f"stage {name!r} does not exist in {self.url}.")
         for target in targets:
             self._remove(target)
 
     def clean_partials(self) -> list[str]:
-        """Remove every ``*.partial-*`` group left by crashed writers.
+        """Remove what unfinished writes left: everything outside the committed stages.
 
-        Refused while another process's live lease holds the store (its writes in progress
-        are never touched).  Within the lease holder, call it when none of its own writes
-        is running (the pipeline does at the start of a run): it also removes the partial
+        That is ``*.partial-*`` groups, generations no pointer names, and stray arrays,
+        groups or objects outside any stage (data whose marker was lost, chunks of a
+        failed move).  Committed stages, damaged ones included, are kept: see
+        :meth:`delete_stage`.
+
+        Refused while another process's live lease holds the store, so its writes in
+        progress are never touched.  Within the lease holder, call it when none of its own
+        writes is running (the pipeline does at the start of a run): it also removes the
         group of a write in progress.
 
         Returns
         -------
         list of str
-            The removed groups, relative to the store root.
+            The removed groups and objects, relative to the store root, sorted.
         """
         self._check_writable()
         self._check_writer("clean_partials()")
-        _, partials = self._scan()
-        for partial in partials:
-            self._remove(partial)
-        return partials
+        _, leftovers = self._scan()
+        for rel in leftovers:
+            self._remove(rel)
+        return leftovers
 
     # ---------------------------------------------------------------- internals
+    @property
+    def _layout(self) -> Layout:
+        """How this store commits stages: as its root records, else as its location suits."""
+        if self._layout_of_root is None:
+            layout = (self._root_attrs() or {}).get("layout")
+            self._layout_of_root = layout if layout in ("directories", "generations") else (
+                "directories" if self._local else "generations")
+        return self._layout_of_root
+
     def _locate(self, name: str) -> _Stage:
         """Where stage ``name`` stands, from its marker alone (no verification)."""
         stage = self._locate_group(name)
         if stage.state == "missing" and (
                 self._partials_of(name)
-                or self._fs.isdir(self._abs(name)) and self._holds_arrays(name)):
+                or self._layout == "directories" and self._fs.isdir(self._abs(name))
+                and self._holds_arrays(name)):
             stage.state = "incomplete"
         return stage
 
     def _locate_group(self, name: str) -> _Stage:
-        """Stage ``name`` if its group is committed (complete, or damaged), else "missing"."""
+        """Stage ``name`` if it was committed (complete, or damaged), else "missing"."""
+        group = name
+        if self._layout == "generations":
+            try:
+                pointer = self._read_json(name + _POINTER)
+            except ValueError as e:
+                return _Stage(name, "damaged", problems=[
+                    f"its pointer {name}{_POINTER} is unreadable ({e})"])
+            if pointer is None:
+                return _Stage(name, "missing")
+            group = pointer.get("generation")
+            m = _GENERATION.fullmatch(group) if isinstance(group, str) else None
+            if m is None or m["stage"] != name:
+                return _Stage(name, "damaged", problems=[
+                    f"its pointer {name}{_POINTER} names {group!r}, no generation of it"])
         try:
-            meta = self._meta(name)
+            meta = self._meta(group)
         except ValueError as e:
-            return _Stage(name, "damaged", name,
-                          problems=[f"its group metadata zarr.json is unreadable ({e})"])
+            return _Stage(name, "damaged", group,
+                          problems=[f"its group metadata {group}/zarr.json is unreadable ({e})"])
         if _is_marked(meta):
-            return _Stage(name, "complete", name, meta["attributes"][_MARKER])
+            return _Stage(name, "complete", group, meta["attributes"][_MARKER])
+        if group != name:
+            return _Stage(name, "damaged", group, problems=[
+                f"the generation its pointer names, {group}, is missing or has no marker"])
         return _Stage(name, "missing")
 
     def _stage(self, name: str, verify: Verify) -> _Stage:
@@ -740,36 +808,40 @@ class RunStore:
             raise StoreError(f"{self.url} was opened read-only; use RunStore.open(url, mode='r+') "
                              "to write to it.")
 
-    def _check_target(self, name: str, overwrite: bool) -> None:
+    def _check_target(self, name: str, overwrite: bool) -> _Stage:
         """Refuse replacing a complete stage (unless overwrite) or a group, or nesting in one.
 
-        A damaged stage may be replaced: it holds nothing worth keeping.
+        A damaged stage may be replaced: it holds nothing worth keeping.  Returns the stage
+        as it stands.
         """
         parts = name.split("/")
         for i in range(1, len(parts)):
             parent = "/".join(parts[:i])
             try:
-                meta = self._meta(parent)
-            except ValueError:  # a damaged stage, or a damaged group of stages
-                meta = {"node_type": "unreadable"}
-            if meta is not None and (_is_marked(meta) or meta.get("node_type") != "group"):
+                meta = self._meta(parent) or {}
+            except ValueError:
+                meta = {}
+            if self._locate_group(parent).state != "missing" or meta.get("node_type") == "array":
                 raise StoreExistsError(f"cannot write stage {name!r} inside stage {parent!r}.")
         stage = self._stage(name, "quick")
         if stage.state == "damaged":
             logger.warning("%s: replacing damaged stage %r (%s)", self.url, name,
                            "; ".join(stage.problems))
-            return
-        if self._meta(name) is not None and stage.state != "complete":
+            return stage
+        if stage.state != "complete" and (self._fs.isdir(self._abs(name))
+                                          if self._layout == "generations"
+                                          else self._meta(name) is not None):
             raise StoreExistsError(
                 f"{name!r} in {self.url} is not a stage written by mkdist (a group of stages?); "
                 f"delete it with delete_stage({name!r}) first.")
         if stage.state == "complete" and not overwrite:
             raise StoreExistsError(f"stage {name!r} is already complete in {self.url}; pass "
                                    "overwrite=True to replace it.")
+        return stage
 
     def _commit(self, partial: str, name: str, overwrite: bool) -> None:
-        """Mark the fully written ``partial`` complete, with its manifest, and move it to
-        ``name``."""
+        """Mark the fully written ``partial`` complete, with its manifest, and put it in
+        place as stage ``name``."""
         try:
             manifest = self._read_json(posixpath.join(partial, _MANIFEST))
         except ValueError:
@@ -794,7 +866,14 @@ class RunStore:
         group.attrs[_MARKER] = marker
         # Again: another writer may have taken the store, or finished this stage, meanwhile.
         self._check_writer(f"committing stage {name!r}")
-        self._check_target(name, overwrite)
+        current = self._check_target(name, overwrite)
+        if self._layout == "generations":
+            self._point(name, partial, marker, current)
+        else:
+            self._rename(name, partial)
+
+    def _rename(self, name: str, partial: str) -> None:
+        """Rename the marked group ``partial`` to ``name``, replacing what is there."""
         old = None
         if self._fs.exists(self._abs(name)):
             # Move the old stage aside and delete it only once the new one is in place: a
@@ -802,34 +881,66 @@ class RunStore:
             # re-run rewrites it), never a half-deleted stage; and data read lazily from the
             # old stage has already been written into the new one.
             old = f"{name}.partial-{uuid.uuid4().hex}"
-            self._move(name, old)
+            os.rename(self._abs(name), self._abs(old))
         try:
-            self._move(partial, name)
+            # Atomic, and refuses to merge into a non-empty directory another writer created.
+            os.rename(self._abs(partial), self._abs(name))
         except BaseException:
             if old is not None:
-                self._move(old, name)
+                os.rename(self._abs(old), self._abs(name))
             raise
         if old is not None:
             self._remove(old)
 
-    def _move(self, src: str, dst: str) -> None:
-        """Rename group ``src`` to ``dst`` (which must not exist)."""
-        s, d = self._abs(src), self._abs(dst)
-        if self._local:
-            os.rename(s, d)  # atomic, and refuses to merge into a non-empty directory
-            return
-        # Elsewhere a move is copy + delete.  The group's zarr.json (which holds the marker)
-        # is copied last and deleted first, so `dst` never looks complete with chunks
-        # missing and `src` is no longer complete while its chunks are being deleted.
-        head = posixpath.join(s, "zarr.json")
-        rest = [f for f in self._fs.find(s) if f != head]
-        if rest:
-            self._fs.copy(rest, [d + f[len(s):] for f in rest])
-        self._fs.copy(head, posixpath.join(d, "zarr.json"))
-        self._remove(src)
+    def _point(self, name: str, generation: str, marker: Mapping[str, Any],
+               current: _Stage) -> None:
+        """Make the marked ``generation`` stage ``name`` with one put of its pointer, then
+        delete the generation it replaces."""
+        pointer = name + _POINTER
+        body = json.dumps({"stage": name, "generation": generation, "digest": marker["digest"],
+                           "committed": _now()}, indent=1).encode()
+        raced = (f"stage {name!r} was committed to {self.url} by another writer while this one "
+                 "wrote it; this write was discarded (run one writer per store: "
+                 "RunStore.lease).")
+        try:
+            # A conditional put where the backend has one: of two writers creating the stage,
+            # one wins and the other is told, instead of silently replacing the first.
+            self._fs.pipe_file(self._abs(pointer), body,
+                               mode="overwrite" if current.group else "create")
+        except FileExistsError:
+            raise StoreExistsError(raced) from None
+        try:
+            back = self._read_json(pointer)
+        except (OSError, ValueError):  # cannot tell: the put succeeded, so assume it stands
+            back = None
+        if back is not None and back.get("generation") != generation:
+            raise StoreExistsError(raced)
+        if current.group not in (None, generation):
+            try:
+                self._remove(current.group)
+            except Exception as e:  # the stage is committed; the old generation is a leftover
+                logger.warning("%s: could not delete the replaced generation %s (%s); "
+                               "clean_partials() will.", self.url, current.group, e)
+
+    def _discard(self, name: str, group: str) -> None:
+        """Remove the group of a failed write of stage ``name``, unless it was committed.
+
+        Best effort: what cannot be removed (the store is unreachable) is a leftover for
+        clean_partials; the error that failed the write is the one worth raising.
+        """
+        try:
+            if self._layout == "generations":
+                pointer = self._read_json(name + _POINTER)
+                if pointer is not None and pointer.get("generation") == group:
+                    return  # the pointer was put before the failure: the stage is committed
+            self._remove(group)
+        except Exception as e:
+            logger.warning("%s: could not remove %s after a failed write (%s); clean_partials() "
+                           "will.", self.url, group, e)
 
     def _remove(self, rel: str) -> None:
-        """Delete node ``rel`` if it exists, its zarr.json (and so any marker) first."""
+        """Delete node (or object) ``rel`` if it exists, its zarr.json (and so any marker)
+        first."""
         path = self._abs(rel)
         try:
             self._fs.rm_file(posixpath.join(path, "zarr.json"))
@@ -850,49 +961,81 @@ class RunStore:
         return False
 
     def _partials_of(self, name: str) -> list[str]:
+        """The groups of unfinished (or uncommitted) writes of stage ``name``."""
         parent = posixpath.dirname(name)
         if not self._fs.isdir(self._abs(parent)):
             return []
         children = (posixpath.join(parent, posixpath.basename(p.rstrip("/")))
                     for p in self._fs.ls(self._abs(parent), detail=False))
-        return [c for c in children if (m := _PARTIAL.fullmatch(c)) and m["stage"] == name]
+        return [c for c in children if _write_of(c) == name]
 
     def _scan(self) -> tuple[dict[str, _Stage], list[str]]:
-        """The stages in the store (not verified), and its partial groups.
+        """The stages in the store (not verified), and what unfinished writes left.
 
-        Walks directories with fsspec rather than zarr so that partial groups whose
-        metadata was never written (or already deleted) are found too; never lists
-        inside arrays.
+        Leftovers are partial groups, generations no pointer names, and anything else
+        outside the stages: arrays, groups holding no stage, unknown objects.  Walks with
+        fsspec rather than zarr so that groups whose metadata was never written (or was
+        already deleted) are found too; never lists inside a stage's group.
         """
         self._fs.invalidate_cache(self._path)  # zarr wrote through another fs instance
-        found: dict[str, _Stage] = {}
-        partials: list[str] = []
+        gens = self._layout == "generations"
+        stages: dict[str, _Stage] = {}
+        writes: dict[str, list[str]] = {}  # stage -> its partial groups / generations
+        strays: list[str] = []
 
-        def visit(rel: str) -> bool:
-            holds_arrays = False
+        def visit(rel: str) -> tuple[bool, bool]:
+            """Walk group ``rel``: whether it holds anything to keep, whether it holds arrays."""
+            keep = arrays = False
             for entry in self._fs.ls(self._abs(rel), detail=True):
+                base = posixpath.basename(entry["name"].rstrip("/"))
+                child = posixpath.join(rel, base)
                 if entry["type"] != "directory":
+                    stage = child[:-len(_POINTER)] if child.endswith(_POINTER) else None
+                    if base == "zarr.json" or (not rel and base == LEASE_FILE):
+                        continue
+                    if gens and stage and _valid_name(stage):
+                        stages[stage] = self._locate_group(stage)
+                        keep = True
+                    else:
+                        strays.append(child)
                     continue
-                child = posixpath.join(rel, posixpath.basename(entry["name"].rstrip("/")))
-                if m := _PARTIAL.fullmatch(child):
-                    partials.append(child)
-                    found.setdefault(m["stage"], _Stage(m["stage"], "incomplete"))
+                if stage := _write_of(child):
+                    writes.setdefault(stage, []).append(child)
+                    keep = True
                     continue
-                stage = self._locate_group(child)
-                if stage.state != "missing":
-                    found[child] = stage
+                if not gens and (found := self._locate_group(child)).state != "missing":
+                    stages[child] = found
+                    keep = True
                     continue
-                meta = self._meta(child) or {}
-                if meta.get("node_type") == "array":
-                    holds_arrays = True
-                elif meta.get("node_type") == "group" and visit(child):
+                try:
+                    is_array = (self._meta(child) or {}).get("node_type") == "array"
+                except ValueError:
+                    is_array = False
+                if is_array:
+                    strays.append(child)
+                    arrays = True
+                    continue
+                n = len(strays)
+                below, holds_arrays = visit(child)
+                if below:
+                    keep = True
+                    continue
+                del strays[n:]  # nothing to keep below: the group goes as a whole
+                strays.append(child)
+                if holds_arrays and not gens:
                     # Data but no marker: not written by write_stage, or its marker was lost.
-                    found.setdefault(child, _Stage(child, "incomplete"))
-            return holds_arrays
+                    stages.setdefault(child, _Stage(child, "incomplete"))
+            return keep, arrays
 
         if self._fs.isdir(self._path):
             visit("")
-        return found, sorted(partials)
+        leftovers = strays
+        for name, groups in writes.items():
+            stage = stages.setdefault(name, _Stage(name, "incomplete"))
+            if stage.state == "damaged" and stage.group is None:
+                continue  # its pointer is unreadable: which generation it names is unknown
+            leftovers += [g for g in groups if g != stage.group]
+        return stages, sorted(leftovers)
 
 
 @dataclass(frozen=True, eq=False)
@@ -931,8 +1074,12 @@ class PendingStage:
             raise
 
     def abort(self) -> None:
-        """Remove the partial group (the stage stays as it was)."""
-        self.store._remove(self.partial)
+        """Remove the group being written (the stage stays as it was).
+
+        Best effort: a group it cannot remove is a leftover for
+        :meth:`RunStore.clean_partials`; the group of a committed stage is never removed.
+        """
+        self.store._discard(self.name, self.partial)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -949,14 +1096,24 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _valid_name(name: Any) -> bool:
+    return (isinstance(name, str) and all(_SEGMENT.fullmatch(s) for s in name.split("/"))
+            and ".partial-" not in name and ".gen-" not in name)
+
+
 def _check_name(name: str) -> str:
     """``name`` if it is a valid stage name, else ValueError."""
-    if not (isinstance(name, str) and all(_SEGMENT.fullmatch(s) for s in name.split("/"))
-            and ".partial-" not in name):
+    if not _valid_name(name):
         raise ValueError(f"invalid stage name {name!r}: use '/'-separated segments of letters, "
                          "digits and '_.=+-' (not starting with '.', '=', '+' or '-', and without "
-                         "'.partial-'), e.g. 'assignments/batch-2026-11-22'.")
+                         "'.partial-' or '.gen-'), e.g. 'assignments/batch-2026-11-22'.")
     return name
+
+
+def _write_of(rel: str) -> str | None:
+    """The stage whose write group ``rel`` is (a partial group or a generation), or None."""
+    m = _PARTIAL.fullmatch(rel) or _GENERATION.fullmatch(rel)
+    return m["stage"] if m else None
 
 
 def _is_marked(meta: Mapping[str, Any] | None) -> bool:

@@ -169,7 +169,8 @@ def quick_problems(fs: Any, root: str, marker: Mapping[str, Any]) -> list[str]:
     nothing else; the marker's digests must match its checksums.  No chunk is read.
     """
     arrays = marker.get("arrays")
-    if marker.get("checksum") != CHECKSUM or not isinstance(arrays, Mapping):
+    if (marker.get("checksum") != CHECKSUM or not isinstance(arrays, Mapping)
+            or not all(isinstance(a, Mapping) for a in arrays.values())):
         return ["its completion marker records no checksums (not written by this mkdist)"]
     problems: list[str] = []
     if _digest({n: a.get("digest") for n, a in arrays.items()}) != marker.get("digest"):
@@ -179,52 +180,57 @@ def quick_problems(fs: Any, root: str, marker: Mapping[str, Any]) -> list[str]:
         files = fs.find(root)
     except FileNotFoundError:
         files = []
-    keys: dict[str, set[str]] = defaultdict(set)
+    keys: dict[str, set[str]] = defaultdict(set)  # array -> its objects' keys
     strays = []
     for path in files:
         rel = path[len(root):].lstrip("/")
         head, _, key = rel.partition("/")
-        if rel == "zarr.json":
-            continue
         if head in arrays and key:
             keys[head].add(key)
-        else:
+        elif rel != "zarr.json":
             strays.append(rel)
     for name, spec in sorted(arrays.items()):
-        present = keys.get(name, set())
-        where = f"array {name!r}"
-        if "zarr.json" not in present:
-            problems.append(f"{where}: its zarr.json is missing")
-            continue
-        present.discard("zarr.json")
         try:
-            meta = json.loads(fs.cat_file(f"{root}/{name}/zarr.json"))
-            stored = array_spec(meta)
-        except (ValueError, UnicodeDecodeError) as e:
-            problems.append(f"{where}: its zarr.json is unreadable ({type(e).__name__}: {e})")
-            continue
-        if array_digest(spec) != spec.get("digest"):
-            problems.append(f"{where}: its marker entry does not match its digest (edited)")
-        mismatched = [f"{key} is {stored[key]}, the marker recorded {spec.get(key)}"
-                      for key in ("shape", "data_type", "chunk_shape") if stored[key] != spec.get(key)]
-        if mismatched:
-            problems.append(f"{where}: {'; '.join(mismatched)}")
-            continue
-        grid = grid_shape(spec["shape"], spec["chunk_shape"])
-        expected = {chunk_key(idx, meta.get("chunk_key_encoding")): idx for idx in np.ndindex(*grid)}
-        if None in expected:  # an unknown key encoding: only the count can be compared
-            if len(present) != spec["n_chunks"]:
-                problems.append(f"{where}: {len(present)} chunk objects stored, "
-                                f"{spec['n_chunks']} recorded")
-            continue
-        missing = [idx for key, idx in expected.items() if key not in present]
-        if missing:
-            problems.append(f"{where}: " + _listed("chunks missing", missing, spec["n_chunks"]))
-        extra = sorted(present - expected.keys())
-        if extra:
-            problems.append(f"{where}: " + _listed("unexpected objects", extra))
+            problems += [f"array {name!r}: {p}"
+                         for p in _array_problems(fs, f"{root}/{name}", spec, keys[name])]
+        except (KeyError, TypeError, ValueError) as e:
+            problems.append(f"array {name!r}: its marker entry is malformed "
+                            f"({type(e).__name__}: {e})")
     if strays:
         problems.append(_listed("objects outside the recorded arrays", sorted(strays)))
+    return problems
+
+
+def _array_problems(fs: Any, root: str, spec: Mapping[str, Any], present: set[str]) -> list[str]:
+    """What is wrong with one array, given the keys of the objects stored under it."""
+    if "zarr.json" not in present:
+        return ["its zarr.json is missing"]
+    present = present - {"zarr.json"}
+    try:
+        meta = json.loads(fs.cat_file(f"{root}/zarr.json"))
+        stored = array_spec(meta)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, not an array
+        return [f"its zarr.json is unreadable ({type(e).__name__}: {e})"]
+    problems = []
+    if array_digest(spec) != spec["digest"]:
+        problems.append("its marker entry does not match its digest (the marker was edited)")
+    mismatched = [f"{key} is {stored[key]}, the marker recorded {spec[key]}"
+                  for key in ("shape", "data_type", "chunk_shape") if stored[key] != spec[key]]
+    if mismatched:
+        return problems + ["; ".join(mismatched)]
+    grid = grid_shape(spec["shape"], spec["chunk_shape"])
+    encoding = meta.get("chunk_key_encoding")
+    expected = {chunk_key(idx, encoding): idx for idx in np.ndindex(*grid)}
+    if None in expected:  # an unknown key encoding: only the count can be compared
+        if len(present) != spec["n_chunks"]:
+            problems.append(f"{len(present)} chunk objects stored, {spec['n_chunks']} recorded")
+        return problems
+    missing = [idx for key, idx in expected.items() if key not in present]
+    if missing:
+        problems.append(_listed("chunks missing", missing, spec["n_chunks"]))
+    extra = sorted(present - expected.keys())
+    if extra:
+        problems.append(_listed("unexpected objects", extra))
     return problems
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import os
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 import warnings
@@ -24,6 +26,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from fsspec.implementations.memory import MemoryFileSystem
 
 import mkdist
 from mkdist.errors import (
@@ -59,6 +62,16 @@ def _failing(n=12, chunks=4, bad_block=1):
             raise RuntimeError("simulated worker crash")
         return x
     return da.zeros((n,), chunks=chunks).map_blocks(block, dtype=float)
+
+
+def _stage_group(store, name):
+    """The group holding stage ``name``: the stage's own (local disk), or the generation its
+    pointer names (other stores)."""
+    fs, path = fsspec.core.url_to_fs(store.url)
+    pointer = f"{path}/{name}.gen-current.json"
+    if fs.exists(pointer):
+        return json.loads(fs.cat_file(pointer))["generation"]
+    return name
 
 
 def _wait_for(condition, timeout=5.0):
@@ -156,7 +169,7 @@ class StoreSuite:
         xr.testing.assert_identical(back.compute(), ds.compute())
         assert back["embedding"].dtype == dtype and back["labels"].dtype == np.int32
         # What other tools see: named dimensions, no mkdist bookkeeping besides the marker.
-        raw = xr.open_zarr(store.url, group="embedding", consolidated=False)
+        raw = xr.open_zarr(store.url, group=_stage_group(store, "embedding"), consolidated=False)
         assert raw["embedding"].dims == ("sample", "component")
         assert raw["labels"].dims == ("sample",)
 
@@ -164,7 +177,8 @@ class StoreSuite:
         ds = _dataset(n=11, chunks=4)
         ds["embedding"].encoding["chunks"] = (5, 3)  # stale encoding must not win
         store.write_stage("embedding", ds)
-        arr = zarr.open_array(store.url, path="embedding/embedding", mode="r")
+        arr = zarr.open_array(store.url, path=f"{_stage_group(store, 'embedding')}/embedding",
+                              mode="r")
         assert arr.chunks == (4, 3)
         assert arr.metadata.dimension_names == ("sample", "component")
         assert store.read_stage("embedding")["embedding"].chunks == ((4, 4, 3), (3,))
@@ -271,6 +285,27 @@ class StoreSuite:
         assert store.clean_partials() == []
         assert store.is_complete("model")
 
+    def test_clean_removes_leftovers_outside_stages(self, store):
+        store.write_stage("model", _dataset())
+        store.write_stage("assignments/b1", _dataset())
+        kind = "gen" if any(".gen-" in f for f in self._files(store)) else "partial"
+        fs, path = self._fs(store)
+        leftovers = [f"labels.{kind}-{uuid.uuid4().hex}", "orphan",  # a group whose marker is lost
+                     "stray", "assignments/junk.bin", f"model.{kind}-{uuid.uuid4().hex}"]
+        for group in (leftovers[0], leftovers[1], leftovers[4]):
+            _dataset().to_zarr(store.url, group=group, mode="w", consolidated=False,
+                               zarr_format=3)
+        zarr.create_array(f"{store.url}/stray", shape=(3,), dtype="i4", zarr_format=3)[:] = 1
+        fs.pipe_file(f"{path}/assignments/junk.bin", b"x")
+        assert store.stage_status()["labels"] == "incomplete"
+        assert store.clean_partials() == sorted(leftovers)
+        assert store.stage_status() == dict(
+            dict.fromkeys(STANDARD_STAGES, "missing"), model="complete",
+            **{"assignments/b1": "complete"})
+        assert store.clean_partials() == []
+        assert store.verify_stage("model", full=True) == []
+        assert store.verify_stage("assignments/b1", full=True) == []
+
     def test_write_stage_lazy(self, store):
         a = store.write_stage_lazy("embedding", _dataset(chunks=4, seed=0))
         b = store.write_stage_lazy("assignments/x", _dataset(chunks=5, seed=1))
@@ -301,11 +336,7 @@ class StoreSuite:
     @classmethod
     def _group(cls, store, name):
         """Absolute path of the group holding stage ``name``'s committed data."""
-        fs, path = cls._fs(store)
-        pointer = f"{path}/{name}.gen-current.json"
-        if fs.exists(pointer):
-            return f"{path}/{json.loads(fs.cat_file(pointer))['generation']}"
-        return f"{path}/{name}"
+        return f"{cls._fs(store)[1]}/{_stage_group(store, name)}"
 
     def test_marker_records_what_the_stage_holds(self, store):
         store.write_stage("embedding", _dataset(n=11, chunks=4))
@@ -455,7 +486,8 @@ class StoreSuite:
             assert lease.held and store.lease_holder().owner == "run A"
             other = RunStore.open(url, mode="r+")
             with pytest.raises(StoreLockedError, match=(
-                    rf"in use by another live run: 'run A' on host {re.escape(socket.gethostname())}"
+                    rf"in use by another live run: 'run A' on host "
+                    rf"{re.escape(socket.gethostname())}"
                     rf" \(pid {os.getpid()}\), running since \S+, last heartbeat 0 s ago\. Taking "
                     r"its lease was refused.*Wait for that run to finish")):
                 other.lease(owner="run B")
@@ -543,7 +575,8 @@ class TestLocalStore(StoreSuite):
         try:
             assert child.stdout.readline() == "held\n"
             locked = rf"'child run' on host \S+ \(pid {child.pid}\), running since \S+"
-            for call in (lambda: RunStore.create(url, fingerprint=FP, params=PARAMS, overwrite=True),
+            for call in (lambda: RunStore.create(url, fingerprint=FP, params=PARAMS,
+                                                 overwrite=True),
                          lambda: store.write_stage("labels", _dataset(seed=1), overwrite=True),
                          lambda: store.clean_partials(), lambda: store.lease()):
                 with pytest.raises(StoreLockedError, match=locked):
@@ -577,3 +610,106 @@ class TestMemoryStore(StoreSuite):
         fs, path = fsspec.core.url_to_fs(url)
         if fs.exists(path):
             fs.rm(path, recursive=True)
+
+    @pytest.fixture
+    def flaky_url(self):
+        fsspec.register_implementation("flakymem", _FlakyMemoryFileSystem, clobber=True)
+        url = f"flakymem://mkdist-tests/{uuid.uuid4().hex}/run.zarr"
+        with dask.config.set(scheduler="threads"):
+            yield url
+        _FlakyMemoryFileSystem.budget = None
+        fs, path = fsspec.core.url_to_fs(url)
+        fs.rm(path, recursive=True)
+
+    def test_failure_at_any_point_of_a_commit_keeps_the_previous_generation(self, flaky_url):
+        store = RunStore.create(flaky_url, fingerprint=FP, params=PARAMS)
+        old, new = _dataset(n=12, chunks=4, seed=0), _dataset(n=12, chunks=4, seed=1)
+        store.write_stage("model", old)
+        committed = self._files(store)
+        # The store goes down after `budget` more writes (deletes fail too, as they would on
+        # an unreachable store), then comes back: at every point of an overwrite.
+        for budget in range(40):
+            _FlakyMemoryFileSystem.budget = budget
+            try:
+                store.write_stage("model", new, overwrite=True)
+            except OSError as e:
+                assert "injected failure" in str(e)
+            else:
+                break
+            finally:
+                _FlakyMemoryFileSystem.budget = None
+            assert store.stage_status(verify="full")["model"] == "complete"
+            xr.testing.assert_identical(store.read_stage("model").compute(), old)
+            store.clean_partials()
+            assert self._files(store) == committed  # leftovers gone, old generation untouched
+        else:
+            pytest.fail("the write never succeeded")
+        assert budget > 10  # the loop went through the data writes, the marker and the pointer
+        xr.testing.assert_identical(store.read_stage("model").compute(), new)
+        store.clean_partials()  # the old generation, if the store went down deleting it
+        top = [f for f in self._files(store) if "/" not in f]
+        assert top == [_stage_group(store, "model"), "model.gen-current.json", "zarr.json"]
+
+    @pytest.mark.parametrize("overwrite", [True, False])
+    def test_concurrent_commits_never_mix_writers(self, store, overwrite):
+        if overwrite:
+            store.write_stage("labels", _dataset(n=12, chunks=4, seed=9))
+        both_writing = threading.Barrier(2, timeout=10)
+
+        def writer(seed):
+            def block(x):
+                both_writing.wait()  # each writer's first block waits for the other's
+                return x
+            ds = _dataset(n=12, chunks=12, seed=seed)
+            ds["labels"] = ds["labels"].copy(data=ds["labels"].data.map_blocks(
+                block, meta=np.empty((0,), np.int32)))
+            try:
+                RunStore.open(store.url, mode="r+").write_stage("labels", ds, overwrite=overwrite)
+                return seed
+            except StoreExistsError as e:
+                return e
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(writer, [1, 2]))
+        winners = [r for r in results if isinstance(r, int)]
+        if not overwrite:  # creating a stage: one writer wins, the other is told
+            [loser] = [r for r in results if isinstance(r, Exception)]
+            assert re.search("committed .* by another writer|already complete", str(loser))
+        back = store.read_stage("labels").compute()
+        assert any(back.identical(_dataset(n=12, seed=s)) for s in winners)
+        assert store.verify_stage("labels", full=True) == []
+        store.clean_partials()
+        top = [f for f in self._files(store) if "/" not in f]
+        assert top == [_stage_group(store, "labels"), "labels.gen-current.json", "zarr.json"]
+
+
+class _FlakyMemoryFileSystem(MemoryFileSystem):
+    """memory:// that goes down after ``budget`` more writes: every write and delete fails
+    until ``budget`` is reset to None.  Shares memory://'s storage."""
+
+    protocol = "flakymem"
+    budget: int | None = None
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        return super()._strip_protocol(str(path).removeprefix("flakymem://"))
+
+    @classmethod
+    def _check(cls, writing):
+        if cls.budget is not None:
+            if cls.budget <= 0:
+                raise OSError("injected failure: the store is unreachable")
+            cls.budget -= writing
+
+    def _open(self, path, mode="rb", **kwargs):
+        if set(mode) & set("wxa"):
+            self._check(True)
+        return super()._open(path, mode, **kwargs)
+
+    def rm_file(self, path):
+        self._check(False)
+        return super().rm_file(path)
+
+    def rm(self, path, recursive=False, maxdepth=None):
+        self._check(False)
+        return super().rm(path, recursive, maxdepth)
