@@ -435,7 +435,7 @@ class RunStore:
         """
         return self._stage(name, verify).state == "complete"
 
-    def verify_stage(self, name: str, *, full: bool = False) -> list[str]:
+    def verify_stage(self, name: str, full: bool = False) -> list[str]:
         """What is wrong with complete stage ``name``.
 
         Parameters

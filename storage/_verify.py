@@ -14,6 +14,7 @@ import math
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dask.array as da
@@ -246,19 +247,19 @@ def full_problems(group: Any, marker: Mapping[str, Any]) -> list[str]:
         except Exception as e:  # the codec configuration itself is unusable
             problems.append(f"array {name!r}: cannot be opened ({type(e).__name__}: {e})")
             continue
-        bad: list[tuple[int, ...]] = []
-        reasons: list[str] = []
-        grid = grid_shape(spec["shape"], spec["chunk_shape"])
-        for idx, expected in zip(np.ndindex(*grid), spec[CHECKSUM]):
+        def check(idx: tuple[int, ...], expected: int) -> str | None:
             try:
                 crc = chunk_crc(array[chunk_slices(idx, spec["shape"], spec["chunk_shape"])])
             except Exception as e:
-                bad.append(idx)
-                reasons.append(f"cannot be decoded ({type(e).__name__}: {e})")
-                continue
-            if crc != expected:
-                bad.append(idx)
-                reasons.append("checksum mismatch")
+                return f"cannot be decoded ({type(e).__name__}: {e})"
+            return "checksum mismatch" if crc != expected else None
+
+        grid = list(np.ndindex(*grid_shape(spec["shape"], spec["chunk_shape"])))
+        # Chunk reads wait on storage: a few threads overlap them.
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            found = list(pool.map(check, grid, spec[CHECKSUM]))
+        bad = [idx for idx, reason in zip(grid, found) if reason]
+        reasons = [reason for reason in found if reason]
         if bad:
             kinds = "; ".join(sorted(set(reasons)))
             problems.append(f"array {name!r}: " + _listed(f"chunks damaged ({kinds})", bad,
@@ -288,11 +289,11 @@ def verified_dask(array: Any, spec: Mapping[str, Any], dtype: np.dtype, *, where
 
     One task per stored chunk reads and checks it, so verification costs no extra pass.
 
-    Raises (when computed)
-    ----------------------
+    Raises
+    ------
     DamagedStageError
-        A chunk cannot be decoded or its CRC differs from ``spec``'s; the message starts
-        with ``where`` and names the chunk, then says ``fix``.
+        When computed: a chunk cannot be decoded or its CRC differs from ``spec``'s; the
+        message starts with ``where`` and names the chunk, then says ``fix``.
     """
     shape, chunk_shape = tuple(spec["shape"]), tuple(spec["chunk_shape"])
     if math.prod(shape) == 0:
@@ -302,7 +303,9 @@ def verified_dask(array: Any, spec: Mapping[str, Any], dtype: np.dtype, *, where
     return da.map_blocks(
         _read_chunk, expected, dtype=dtype, meta=np.empty((0,) * len(shape), dtype=dtype),
         chunks=da.core.normalize_chunks(chunk_shape, shape),
-        name="mkdist-read-" + tokenize(where, spec["digest"]),
+        # Named by what is read, where from: reading the same stage twice shares keys, and a
+        # rewritten stage (another group, or other data) gets new ones.
+        name="mkdist-read-" + tokenize(where, array.path, spec["digest"]),
         # The checksums reach each task through `expected`, one per block, rather than as a
         # keyword argument, which every task would carry in full.
         array=array, shape=shape, chunk_shape=chunk_shape, where=where, fix=fix)
