@@ -14,6 +14,9 @@ __all__ = [
     "StoreNotFoundError",
     "IncompleteStageError",
     "SchemaVersionError",
+    "DamagedStoreError",
+    "DamagedStageError",
+    "StoreLockedError",
     "EmbeddingStabilityWarning",
     "DegenerateKernelWarning",
 ]
@@ -47,7 +50,23 @@ class IncompleteStageError(StoreError):
 
 
 class SchemaVersionError(StoreError):
-    """The store was written by a newer mkdist whose schema this version cannot read."""
+    """The store was written with another on-disk schema than this mkdist reads."""
+
+
+class DamagedStoreError(StoreError):
+    """The store's own metadata (its root ``zarr.json``) is unreadable or malformed."""
+
+
+class DamagedStageError(DamagedStoreError):
+    """A complete stage no longer holds what its completion marker records.
+
+    A chunk or an array's metadata is missing, unreadable, or its checksum differs; the
+    message names the store, the stage, the array and (when known) the chunk.
+    """
+
+
+class StoreLockedError(StoreError):
+    """Another live run holds the store's writer lease; the message says who and since when."""
 
 
 class EmbeddingStabilityWarning(RuntimeWarning):

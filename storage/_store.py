@@ -1,25 +1,35 @@
-"""Zarr v3 run stores: one clustering run per store, one atomically written group per stage."""
+"""Zarr v3 run stores: one clustering run per store, one atomically written, verified group
+per stage."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import logging
 import os
 import posixpath
 import re
+import socket
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import dask
 import fsspec
 import numpy as np
 import xarray as xr
 import zarr
 from fsspec.implementations.local import LocalFileSystem
+# The function xarray's Zarr backend encodes each variable with (CF conventions, dtype
+# encoding): applied before writing so that the checksums cover exactly the stored values.
+from xarray.backends.zarr import encode_zarr_variable
 
 from mkdist.errors import (
+    DamagedStageError,
+    DamagedStoreError,
     IncompleteStageError,
     SchemaVersionError,
     StoreError,
@@ -27,27 +37,54 @@ from mkdist.errors import (
     StoreNotFoundError,
 )
 
+from . import _verify
+from ._lease import DEFAULT_TTL, LEASE_FILE, LeaseInfo, StoreLease, check_writer, held_here, \
+    read_lease
+
 if TYPE_CHECKING:
     from dask.delayed import Delayed
 
 __all__ = ["SCHEMA_VERSION", "STANDARD_STAGES", "RunStore", "PendingStage"]
 
-#: Version of the on-disk layout; stores written with a higher version are refused.
-SCHEMA_VERSION = 1
+logger = logging.getLogger("mkdist.storage")
+
+#: Version of the on-disk layout; stores written with another version are refused.
+SCHEMA_VERSION = 2
 
 #: Stages every run may hold; ``stage_status`` always reports these.
 STANDARD_STAGES = ("landmarks", "model", "embedding", "labels", "kernel_blocks", "metrics")
 
-StageState = Literal["complete", "incomplete", "missing"]
+StageState = Literal["complete", "incomplete", "damaged", "missing"]
+Verify = Literal["quick", "full"] | None
+#: How stages are committed: renamed into place (local disk), or as generations named by a
+#: pointer object (elsewhere, where a rename is a copy + delete).
+Layout = Literal["directories", "generations"]
 
 _MARKER = "mkdist_stage"
-_PROVENANCE = frozenset({"schema_version", "mkdist_version", "created", "fingerprint", "params"})
+_PROVENANCE = frozenset({"schema_version", "mkdist_version", "created", "fingerprint", "params",
+                         "layout"})
 _PARTIAL = re.compile(r"(?P<stage>.+)\.partial-[0-9a-f]{32}")
+_GENERATION = re.compile(r"(?P<stage>.+)\.gen-[0-9a-f]{32}")
+_POINTER = ".gen-current.json"  # <stage>.gen-current.json names the stage's generation
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
+# Written by the last task of a stage's computation into the group being written: the
+# checksums computed by the workers, read back by `PendingStage.finalize`.
+_MANIFEST = "mkdist-manifest.json"
 # Encoding a stage may carry over.  Chunk keys are dropped on purpose: the stored chunks are
 # the data's own (Dask) chunks, and stale ``chunks`` from a store the data was read from
 # would conflict with them.
 _ENCODING_KEYS = frozenset({"compressors", "filters", "serializer", "dtype", "_FillValue"})
+
+
+@dataclass
+class _Stage:
+    """Where one stage stands: its state, the group holding its data, its marker, problems."""
+
+    name: str
+    state: StageState
+    group: str | None = None
+    marker: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
 
 
 class RunStore:
@@ -56,6 +93,11 @@ class RunStore:
     The root group's attributes record the run's provenance; each pipeline stage is an
     xarray Dataset in its own group, written atomically (see :meth:`write_stage`), so a
     reader only ever sees complete stages and a crashed run resumes from its last one.
+    A stage's completion marker records what it holds (shapes, chunking, one checksum per
+    chunk), so a stage damaged after it was written is reported (:meth:`stage_status`,
+    :meth:`verify_stage`) and refused (:meth:`read_stage`) instead of read as data.
+    A run holds the store's writer lease (:meth:`lease`) while it writes; every write of
+    another process is refused until the lease is released or expires.
 
     Use :meth:`create` (new or resumed run) or :meth:`open` (existing run) rather than
     the constructor, which neither touches nor checks the location.
@@ -76,13 +118,41 @@ class RunStore:
 
     Notes
     -----
-    Layout (``schema_version`` 1)::
+    Layout (``schema_version`` 2)::
 
         <url>/zarr.json                  root group; attrs: schema_version, mkdist_version,
-                                         created, fingerprint, params (+ update_attrs keys)
+                                         created, fingerprint, params, layout
+                                         (+ update_attrs keys)
+        <url>/.mkdist-lease.json         the writer lease while a run holds it: host, pid,
+                                         owner, command, token, started, heartbeat, ttl_s
+
+    On local disk (``layout="directories"``) a stage is committed by an atomic rename::
+
         <url>/<stage>/                   xarray Dataset (dimension_names set), attrs incl.
-                                         mkdist_stage = {"name", "complete": true, "completed"}
+                                         the completion marker mkdist_stage (below)
         <url>/<stage>.partial-<uuid>/    a write in progress, or left by a crashed writer
+
+    On other fsspec stores (``layout="generations"``), where a rename is a copy + delete
+    that could mix two writers' chunks, each write is a new generation, and a stage is
+    committed by one put of its pointer::
+
+        <url>/<stage>.gen-<uuid>/        one write of the stage: xarray Dataset + marker
+        <url>/<stage>.gen-current.json   {"stage", "generation", "digest", "committed"}:
+                                         names the generation readers open
+
+    A failed commit leaves the pointer, and so the previous generation, as they were;
+    generations no pointer names are left by unfinished writes (see :meth:`clean_partials`).
+
+    The completion marker, set last::
+
+        mkdist_stage = {"name", "complete": true, "completed", "writer": {"host", "pid"},
+                        "checksum": "crc32", "digest": "sha256:...",
+                        "arrays": {<array>: {"shape", "data_type", "chunk_shape", "n_chunks",
+                                             "crc32": [one per chunk, C order], "digest"}}}
+
+    ``crc32`` is ``zlib.crc32`` of a chunk's values as Zarr stores them (after xarray's
+    CF encoding), in C order and little-endian; an array's digest is the SHA-256 of its
+    entry, the stage's of its arrays' digests.
 
     A stage name may be nested (``"assignments/batch-2026-11-22"``).  Everything is JSON
     or numeric Zarr arrays: nothing is pickled.
@@ -125,6 +195,7 @@ class RunStore:
         self.url = path if self._local else raw.rstrip("/")
         self._path = path.rstrip("/") or "/"
         self.mode = mode
+        self._layout_of_root: Layout | None = None
 
     def __repr__(self) -> str:
         return f"RunStore({self.url!r}, mode={self.mode!r})"
@@ -157,8 +228,13 @@ class RunStore:
         StoreExistsError
             The location holds a run with another fingerprint or other params (the message
             names the differences), or non-empty content that is no mkdist store.
+        StoreLockedError
+            ``overwrite=True`` (or the store is new) while another process's live lease
+            holds the location.
         SchemaVersionError
-            The location holds a run written by a newer mkdist.
+            The location holds a run written by another mkdist schema.
+        DamagedStoreError
+            The location's root metadata is unreadable (``overwrite=True`` replaces it).
         TypeError
             ``fingerprint`` is not a str, or ``params`` is not a JSON-able mapping.
         """
@@ -170,12 +246,13 @@ class RunStore:
         store = cls(url, mode="r+")
         fs, path = store._fs, store._path
         if overwrite:
-            if fs.exists(path):
-                fs.rm(path, recursive=True)
+            store._check_writer("RunStore.create(..., overwrite=True)")
+            store._wipe()
         elif fs.exists(path):
             attrs = store._root_attrs()
             if attrs is None:
-                if fs.isfile(path) or fs.ls(path, detail=False):
+                if fs.isfile(path) or any(not posixpath.basename(p).startswith(LEASE_FILE)
+                                          for p in fs.ls(path, detail=False)):
                     raise StoreExistsError(
                         f"{store.url} exists and is not an mkdist run store; choose another "
                         "location, or pass overwrite=True to delete its content.")
@@ -187,12 +264,20 @@ class RunStore:
                         f"{store.url} holds a different run: {'; '.join(diffs)}. Use another "
                         "location, or pass overwrite=True to delete the stored run.")
                 return store
-        from mkdist import __version__
-
-        zarr.open_group(store.url, mode="w-", zarr_format=3, attributes={
-            "schema_version": SCHEMA_VERSION, "mkdist_version": __version__, "created": _now(),
-            "fingerprint": fingerprint, "params": params,
-        })
+        store._check_writer("RunStore.create(...)")
+        root = {"zarr_format": 3, "node_type": "group", "attributes": {
+            "schema_version": SCHEMA_VERSION, "mkdist_version": _mkdist_version(),
+            "created": _now(), "fingerprint": fingerprint, "params": params,
+            "layout": "directories" if store._local else "generations"}}
+        # Written directly rather than with zarr.open_group(mode="w-"), which refuses a
+        # location holding anything, such as the lease of the run creating the store.
+        fs.makedirs(path, exist_ok=True)
+        try:
+            fs.pipe_file(store._abs("zarr.json"), json.dumps(root, indent=2).encode(),
+                         mode="create")
+        except FileExistsError:
+            raise StoreExistsError(f"{store.url} was created by another writer meanwhile; "
+                                   "retry to resume it.") from None
         return store
 
     @classmethod
@@ -240,10 +325,12 @@ class RunStore:
         """Merge JSON-able values into the root attributes (e.g. a run summary).
 
         The provenance keys (``schema_version``, ``mkdist_version``, ``created``,
-        ``fingerprint``, ``params``) cannot be changed: another run needs another store.
-        Concurrent updaters may overwrite each other's keys (read-modify-write).
+        ``fingerprint``, ``params``, ``layout``) cannot be changed: another run needs
+        another store.  Concurrent updaters may overwrite each other's keys
+        (read-modify-write).
         """
         self._check_writable()
+        self._check_writer("update_attrs()")
         fixed = sorted(_PROVENANCE.intersection(attrs))
         if fixed:
             raise ValueError(f"update_attrs cannot change the run's provenance {fixed}; a "
@@ -251,28 +338,134 @@ class RunStore:
                              "overwrite=True)).")
         zarr.open_group(self.url, mode="r+", zarr_format=3).attrs.update(_to_json(attrs, "attrs"))
 
-    # ------------------------------------------------------------------- stages
-    def stage_status(self) -> dict[str, StageState]:
-        """State of every standard stage and of every other stage found.
+    # -------------------------------------------------------------------- lease
+    def lease(self, owner: str | None = None, *, ttl: float = DEFAULT_TTL,
+              heartbeat: float | None = None) -> StoreLease:
+        """Take the store's writer lease: one run writes a store at a time.
+
+        Use it as a context manager around a run's writes::
+
+            with store.lease(owner="mkdist run"):
+                store.write_stage(...)
+
+        While held, this process's writes proceed (through any RunStore of this URL) and
+        every write of another process is refused with StoreLockedError: :meth:`create`
+        with ``overwrite=True``, :meth:`write_stage`, :meth:`delete_stage`,
+        :meth:`clean_partials`, :meth:`update_attrs`.  A store nobody holds may be written
+        by anyone (as before leases existed).
+
+        Parameters
+        ----------
+        owner : str, optional
+            Who holds the lease, shown to refused writers; default: this process's command.
+        ttl : float, default=60.0
+            Seconds without a heartbeat after which the lease is stale: a killed run's
+            lease expires after ``ttl`` and the next run takes it over (with a warning in
+            the ``mkdist.storage`` log).
+        heartbeat : float, optional
+            Seconds between heartbeats (a background thread); default ``ttl / 4``.
 
         Returns
         -------
-        dict of str to {"complete", "incomplete", "missing"}
+        StoreLease
+            Held already; released by ``with`` (or :meth:`StoreLease.release`).
+
+        Raises
+        ------
+        StoreLockedError
+            Another live run holds the lease; the message names its host, pid, owner, start
+            time and last heartbeat, and when its lease would expire.
+
+        Notes
+        -----
+        The lease object is ``<url>/.mkdist-lease.json``.  On local disk it is created with
+        a hard link (``O_EXCL`` where links are unsupported), which one creator wins; on other
+        fsspec stores with a conditional put where the backend has one, then read back to
+        check the token.  Each heartbeat checks the token too: a holder whose lease was
+        taken over (it stalled for longer than ``ttl``) logs an error and its writes are
+        refused from then on.  Staleness compares the holder's clock with the reader's:
+        hosts sharing a store need synchronised clocks (well within ``ttl``).
+        """
+        self._check_writable()
+        return StoreLease(self._fs, self._path, self.url, local=self._local, owner=owner,
+                          ttl=ttl, heartbeat=heartbeat).acquire()
+
+    def lease_holder(self) -> LeaseInfo | None:
+        """The live lease on the store (who writes it, since when), or None if none is live."""
+        try:
+            info = read_lease(self._fs, self._lease_path)
+        except ValueError:
+            return None
+        return None if info is None or info.stale() else info
+
+    # ------------------------------------------------------------------- stages
+    def stage_status(self, verify: Verify = "quick") -> dict[str, StageState]:
+        """State of every standard stage and of every other stage found.
+
+        Parameters
+        ----------
+        verify : {"quick", "full"} or None, default="quick"
+            How complete stages are checked against their markers.  ``"quick"`` reads
+            metadata and lists each stage once (every array's ``zarr.json`` readable, shape,
+            data type and chunking as recorded, every recorded chunk object present and
+            nothing else); ``"full"`` also reads every chunk and compares its checksum;
+            None trusts the markers.
+
+        Returns
+        -------
+        dict of str to {"complete", "incomplete", "damaged", "missing"}
             The :data:`STANDARD_STAGES` first, in pipeline order, then the other stages
-            sorted by name.  ``"incomplete"`` means a writer started but did not finish
-            (it crashed, or is still running).
+            sorted by name.  ``"incomplete"`` means a writer started but did not finish (it
+            crashed, or is still running); ``"damaged"`` that a complete stage no longer
+            holds what its marker records (:meth:`verify_stage` says what is wrong).
         """
         found, _ = self._scan()
-        status: dict[str, StageState] = {n: found.pop(n, "missing") for n in STANDARD_STAGES}
-        status.update(sorted(found.items()))
+        for stage in found.values():
+            self._check_stage(stage, verify)
+        status: dict[str, StageState] = {n: found.pop(n).state if n in found else "missing"
+                                         for n in STANDARD_STAGES}
+        status.update(sorted((n, s.state) for n, s in found.items()))
         return status
 
-    def is_complete(self, name: str) -> bool:
-        """Whether stage ``name`` was written completely (one small metadata read)."""
-        return _is_marked(self._meta(_check_name(name)))
+    def is_complete(self, name: str, *, verify: Verify = "quick") -> bool:
+        """Whether stage ``name`` was written completely and is not damaged.
+
+        The default quick check costs a few small metadata reads and one listing of the
+        stage; ``verify`` is as in :meth:`stage_status`.
+        """
+        return self._stage(name, verify).state == "complete"
+
+    def verify_stage(self, name: str, full: bool = False) -> list[str]:
+        """What is wrong with complete stage ``name``.
+
+        Parameters
+        ----------
+        name : str
+        full : bool, default=False
+            Also read every chunk and compare its checksum (reads the whole stage);
+            otherwise the quick check of :meth:`stage_status`.
+
+        Returns
+        -------
+        list of str
+            One message per problem, naming the store, the stage, the array and the chunks;
+            empty if the stage holds what its marker records.
+
+        Raises
+        ------
+        StoreNotFoundError, IncompleteStageError
+            As :meth:`read_stage`: there is no complete stage to verify.
+        """
+        stage = self._stage(name, "full" if full else "quick")
+        self._refuse_unfinished(stage)
+        return [f"stage {name!r} in {self.url}: {p}" for p in stage.problems]
 
     def read_stage(self, name: str) -> xr.Dataset:
-        """Open a complete stage lazily (Dask-backed, chunked as stored).
+        """Open a complete stage lazily (Dask-backed, chunked as stored), checked as it is read.
+
+        The stage is quick-checked first (see :meth:`stage_status`); then each chunk's
+        checksum is compared when the returned Dask arrays compute it, in the same task
+        that reads it: verification costs no extra pass.
 
         Raises
         ------
@@ -280,26 +473,24 @@ class RunStore:
             No such stage; the message lists the stages that exist.
         IncompleteStageError
             The stage's writer did not finish.
+        DamagedStageError
+            The stage no longer holds what its marker records; the message names the store,
+            the stage and the array.  Also raised when computing the returned data finds a
+            chunk that cannot be decoded or whose checksum differs (naming the chunk too).
         """
-        if not self.is_complete(name):
-            found, _ = self._scan()
-            if found.get(name) == "incomplete":
-                raise IncompleteStageError(
-                    f"stage {name!r} in {self.url} is incomplete: its writer did not finish (it "
-                    "crashed or is still running). Re-running the pipeline resumes the run and "
-                    "rewrites this stage.")
-            listing = ", ".join(f"{n} ({s})" for n, s in sorted(found.items())) or "none"
-            raise StoreNotFoundError(
-                f"stage {name!r} does not exist in {self.url}; stages found: {listing}.")
-        ds = xr.open_zarr(self.url, group=name, consolidated=False, zarr_format=3)
-        ds.attrs.pop(_MARKER, None)
-        return ds
+        stage = self._stage(name, "quick")
+        self._refuse_unfinished(stage)
+        if stage.state == "damaged":
+            raise DamagedStageError(f"stage {name!r} in {self.url} is damaged: "
+                                    f"{'; '.join(stage.problems)}. {_damaged_fix(name)}")
+        return self._open_verified(stage)
 
     def write_stage(self, name: str, dataset: xr.Dataset, *, overwrite: bool = False) -> None:
-        """Write a Dataset as stage ``name``, atomically.
+        """Write a Dataset as stage ``name``, atomically, with its checksums.
 
         Dask-backed variables are computed on the active scheduler (the distributed client,
-        if any), their chunks written in parallel, and stored with the Dask chunks.
+        if any), their chunks written in parallel, and stored with the Dask chunks; the task
+        that writes a chunk also computes its checksum, so checksums cost no extra pass.
 
         Parameters
         ----------
@@ -308,22 +499,30 @@ class RunStore:
         dataset : xarray.Dataset
             Numeric variables, JSON-able attrs.  Dimension names are stored.
         overwrite : bool, default=False
-            Replace a complete stage of that name.
+            Replace a complete stage of that name.  A damaged stage is replaced without it
+            (it holds nothing worth keeping), with a warning in the log.
 
         Raises
         ------
         StoreExistsError
             The stage is already complete and ``overwrite=False``, or ``name`` is a group of
-            other stages.
+            other stages, or another writer committed the stage meanwhile.
+        StoreLockedError
+            Another process's live lease holds the store (see :meth:`lease`).
+        DamagedStageError
+            The written group does not hold what was computed (chunk writes were lost);
+            nothing was committed.
 
         Notes
         -----
-        The data goes to ``<name>.partial-<uuid>``; then the completion marker is set on
-        that group, last; then the group is renamed to ``<name>``.  On any error the partial
-        group is removed and the error re-raised.  With a parallel scheduler, tasks already
+        The data goes to a group of its own, ``<name>.partial-<uuid>`` (local disk) or
+        ``<name>.gen-<uuid>`` (other stores); then the completion marker is set on that
+        group, last; then the group is renamed to ``<name>`` (local disk), or the stage's
+        pointer is set to name it (other stores: one put, so two writers' chunks never mix
+        in one stage).  On any error the group is removed and the error re-raised, and the
+        previous stage, if any, stays as it was.  With a parallel scheduler, tasks already
         running when another one fails may still write chunks after that cleanup; such
-        leftovers are ``*.partial-*`` groups, never read as a stage, and removed by
-        :meth:`clean_partials`.
+        leftovers are never read as a stage and are removed by :meth:`clean_partials`.
         """
         pending = self.write_stage_lazy(name, dataset, overwrite=overwrite)
         try:
@@ -338,7 +537,8 @@ class RunStore:
         """Start writing stage ``name``; the Dask-backed data is written when computed.
 
         Lets several stages (or other outputs) be computed in one ``dask.compute`` call.
-        Metadata and numpy-backed variables are written now.
+        Metadata and numpy-backed variables (and their checksums) are written now; each
+        Dask-backed block is written and checksummed by one task of ``delayed``.
 
         Returns
         -------
@@ -350,18 +550,41 @@ class RunStore:
         write_stage : the eager version, with the same checks and guarantees.
         """
         self._check_writable()
-        self._check_target(_check_name(name), overwrite)  # fail before any computation
-        partial = f"{name}.partial-{uuid.uuid4().hex}"
+        self._check_writer(f"write_stage({_check_name(name)!r})")
+        if self._layout == "directories" and not self._local:
+            raise StoreError(f"{self.url} holds a local-disk run store (stages committed by "
+                             "renames); write it through its local path.")
+        self._check_target(name, overwrite)  # fail before any computation
+        ds = _encoded(_writable(dataset))
+        kind = "partial" if self._layout == "directories" else "gen"
+        partial = f"{name}.{kind}-{uuid.uuid4().hex}"
         try:
-            delayed = _writable(dataset).to_zarr(self.url, group=partial, mode="w",
-                                                 consolidated=False, zarr_format=3, compute=False)
+            # xarray writes the metadata and the numpy-backed variables now; its Delayed for
+            # the Dask-backed ones is dropped: they are written below, with their checksums.
+            ds.to_zarr(self.url, group=partial, mode="w", consolidated=False, zarr_format=3,
+                       compute=False,
+                       # Every chunk is stored, even one equal to the fill value, so that a
+                       # missing chunk object always means a lost chunk.
+                       write_empty_chunks=True)
+            group = zarr.open_group(self.url, path=partial, mode="r+", zarr_format=3)
+            specs, crcs, lazy_crcs = {}, {}, {}
+            for var_name, var in ds.variables.items():
+                specs[var_name] = spec = _verify.array_spec(self._meta(f"{partial}/{var_name}"))
+                if dask.is_dask_collection(var.data):
+                    array = group[var_name].with_config({"write_empty_chunks": True})
+                    lazy_crcs[var_name] = _verify.store_with_crcs(var.data, array, spec)
+                else:
+                    crcs[var_name] = _verify.numpy_crcs(np.asarray(var.values), spec)
+            delayed = dask.delayed(_put_manifest, pure=False)(
+                self._fs, self._abs(posixpath.join(partial, _MANIFEST)), specs, crcs, lazy_crcs)
         except BaseException:
-            self._remove(partial)
+            self._discard(name, partial)
             raise
         return PendingStage(self, name, partial, delayed, overwrite)
 
     def delete_stage(self, name: str, *, missing_ok: bool = False) -> None:
-        """Delete stage ``name`` and its partial groups (do not call while it is written).
+        """Delete stage ``name`` and its partial groups or generations (do not call while it
+        is written).
 
         Raises
         ------
@@ -369,114 +592,355 @@ class RunStore:
             Nothing of that name exists and ``missing_ok=False``.
         """
         self._check_writable()
-        targets = self._partials_of(_check_name(name))
-        if self._fs.exists(self._abs(name)):
-            targets.append(name)
+        self._check_writer(f"delete_stage({_check_name(name)!r})")
+        # The pointer (or the stage's group, its marker first) goes first: the stage is gone
+        # at once, and what a crash leaves behind is a leftover for clean_partials.
+        targets = [t for t in (name + _POINTER, name) if self._fs.exists(self._abs(t))]
+        targets += self._partials_of(name)
         if not targets and not missing_ok:
             raise StoreNotFoundError(f"stage {name!r} does not exist in {self.url}.")
         for target in targets:
             self._remove(target)
 
     def clean_partials(self) -> list[str]:
-        """Remove every ``*.partial-*`` group left by crashed writers.
+        """Remove what unfinished writes left: everything outside the committed stages.
 
-        Call it when no writer is running (the pipeline does at the start of a run): it
-        also removes the partial group of a write in progress.
+        That is ``*.partial-*`` groups, generations no pointer names, and stray arrays,
+        groups or objects outside any stage (data whose marker was lost, chunks of a
+        failed move).  Committed stages, damaged ones included, are kept: see
+        :meth:`delete_stage`.
+
+        Refused while another process's live lease holds the store, so its writes in
+        progress are never touched.  Within the lease holder, call it when none of its own
+        writes is running (the pipeline does at the start of a run): it also removes the
+        group of a write in progress.
 
         Returns
         -------
         list of str
-            The removed groups, relative to the store root.
+            The removed groups and objects, relative to the store root, sorted.
         """
         self._check_writable()
-        _, partials = self._scan()
-        for partial in partials:
-            self._remove(partial)
-        return partials
+        self._check_writer("clean_partials()")
+        _, leftovers = self._scan()
+        for rel in leftovers:
+            self._remove(rel)
+        return leftovers
 
     # ---------------------------------------------------------------- internals
+    @property
+    def _layout(self) -> Layout:
+        """How this store commits stages: as its root records, else as its location suits."""
+        if self._layout_of_root is None:
+            layout = (self._root_attrs() or {}).get("layout")
+            self._layout_of_root = layout if layout in ("directories", "generations") else (
+                "directories" if self._local else "generations")
+        return self._layout_of_root
+
+    def _locate(self, name: str) -> _Stage:
+        """Where stage ``name`` stands, from its marker alone (no verification)."""
+        stage = self._locate_group(name)
+        if stage.state == "missing" and (
+                self._partials_of(name)
+                or self._layout == "directories" and self._fs.isdir(self._abs(name))
+                and self._holds_arrays(name)):
+            stage.state = "incomplete"
+        return stage
+
+    def _locate_group(self, name: str) -> _Stage:
+        """Stage ``name`` if it was committed (complete, or damaged), else "missing"."""
+        group = name
+        if self._layout == "generations":
+            try:
+                pointer = self._read_json(name + _POINTER)
+            except ValueError as e:
+                return _Stage(name, "damaged", problems=[
+                    f"its pointer {name}{_POINTER} is unreadable ({e})"])
+            if pointer is None:
+                return _Stage(name, "missing")
+            group = pointer.get("generation")
+            m = _GENERATION.fullmatch(group) if isinstance(group, str) else None
+            if m is None or m["stage"] != name:
+                return _Stage(name, "damaged", problems=[
+                    f"its pointer {name}{_POINTER} names {group!r}, no generation of it"])
+        try:
+            meta = self._meta(group)
+        except ValueError as e:
+            return _Stage(name, "damaged", group,
+                          problems=[f"its group metadata {group}/zarr.json is unreadable ({e})"])
+        if _is_marked(meta):
+            return _Stage(name, "complete", group, meta["attributes"][_MARKER])
+        if group != name:
+            return _Stage(name, "damaged", group, problems=[
+                f"the generation its pointer names, {group}, is missing or has no marker"])
+        return _Stage(name, "missing")
+
+    def _stage(self, name: str, verify: Verify) -> _Stage:
+        return self._check_stage(self._locate(_check_name(name)), verify)
+
+    def _check_stage(self, stage: _Stage, verify: Verify) -> _Stage:
+        """Verify a complete stage (``verify`` as in stage_status); damaged if problems."""
+        if stage.state != "complete" or verify is None:
+            return stage
+        self._fs.invalidate_cache(self._path)  # zarr wrote through another fs instance
+        stage.problems = _verify.quick_problems(self._fs, self._abs(stage.group), stage.marker)
+        if not stage.problems and verify == "full":
+            try:
+                group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3)
+            except Exception as e:
+                stage.problems = [f"its group cannot be opened ({type(e).__name__}: {e})"]
+            else:
+                stage.problems = _verify.full_problems(group, stage.marker)
+        if stage.problems:
+            stage.state = "damaged"
+        return stage
+
+    def _refuse_unfinished(self, stage: _Stage) -> None:
+        """Raise unless ``stage`` is complete or damaged (something was committed)."""
+        if stage.state == "incomplete":
+            raise IncompleteStageError(
+                f"stage {stage.name!r} in {self.url} is incomplete: its writer did not finish "
+                "(it crashed or is still running). Re-running the pipeline resumes the run and "
+                "rewrites this stage.")
+        if stage.state == "missing":
+            found, _ = self._scan()
+            listing = ", ".join(f"{n} ({s.state})" for n, s in sorted(found.items())) or "none"
+            raise StoreNotFoundError(
+                f"stage {stage.name!r} does not exist in {self.url}; stages found: {listing}.")
+
+    def _open_verified(self, stage: _Stage) -> xr.Dataset:
+        """The Dataset of a quick-checked stage, its arrays read through checksum checks."""
+        where = f"stage {stage.name!r} in {self.url}"
+        try:
+            # Opened without CF decoding, so that its variables hold the stored values the
+            # checksums cover; decoded (lazily) once the checked arrays replace them.
+            raw = xr.open_zarr(self.url, group=stage.group, consolidated=False, zarr_format=3,
+                               chunks=None, decode_cf=False, create_default_indexes=False)
+            group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3)
+            arrays = {n: group[n] for n in raw.variables}
+        except Exception as e:
+            raise DamagedStageError(f"{where} cannot be opened ({type(e).__name__}: {e}). "
+                                    f"{_damaged_fix(stage.name)}") from e
+        variables = {}
+        for var_name, var in raw.variables.items():
+            spec = stage.marker["arrays"].get(var_name)
+            if spec is None:  # excluded by the quick check; kept as a guard
+                raise DamagedStageError(f"{where}: array {var_name!r} is not recorded in its "
+                                        f"marker. {_damaged_fix(stage.name)}")
+            data = _verify.verified_dask(arrays[var_name], spec, var.dtype,
+                                         where=f"{where}: array {var_name!r}",
+                                         fix=_damaged_fix(stage.name))
+            if var_name in raw.dims:  # an index: loaded now (as xarray does), in this process
+                data = data.compute(scheduler="synchronous")
+            variables[var_name] = xr.Variable(var.dims, data, var.attrs, var.encoding)
+        ds = xr.Dataset({n: v for n, v in variables.items() if n not in raw.coords},
+                        coords={n: variables[n] for n in raw.coords}, attrs=raw.attrs)
+        ds = xr.decode_cf(ds)
+        ds.attrs.pop(_MARKER, None)
+        return ds
+
     def _abs(self, rel: str) -> str:
         return posixpath.join(self._path, rel) if rel else self._path
 
-    def _meta(self, rel: str) -> dict[str, Any] | None:
-        """The parsed ``zarr.json`` of node ``rel``, or None if there is none."""
+    def _read_json(self, rel: str) -> dict[str, Any] | None:
+        """The JSON object in file ``rel``; None if there is none, ValueError if unreadable."""
         try:
-            return json.loads(self._fs.cat_file(posixpath.join(self._abs(rel), "zarr.json")))
-        except (FileNotFoundError, NotADirectoryError):
+            raw = self._fs.cat_file(self._abs(rel))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
+        value = json.loads(raw)  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        if not isinstance(value, dict):
+            raise ValueError(f"it holds a JSON {type(value).__name__}, not an object")
+        return value
+
+    def _meta(self, rel: str) -> dict[str, Any] | None:
+        """The parsed ``zarr.json`` of node ``rel``; None if there is none, ValueError if
+        it is unreadable."""
+        return self._read_json(posixpath.join(rel, "zarr.json"))
 
     def _root_attrs(self) -> dict[str, Any] | None:
         """Root attributes if the location is an mkdist store (v3 group with schema_version)."""
-        meta = self._meta("")
+        try:
+            meta = self._meta("")
+        except ValueError as e:
+            raise DamagedStoreError(
+                f"{self.url}/zarr.json, the run store's root metadata, is unreadable ({e}): the "
+                "store is damaged. Re-create the run with RunStore.create(..., overwrite=True) "
+                "(`mkdist run --overwrite`), or restore that file from a backup.") from None
         attrs = (meta or {}).get("attributes") or {}
         if meta is None or meta.get("node_type") != "group" or "schema_version" not in attrs:
             return None
         return attrs
+
+    @property
+    def _lease_path(self) -> str:
+        return self._abs(LEASE_FILE)
+
+    def _check_writer(self, what: str) -> None:
+        """Refuse ``what`` while a live lease of another process holds the store."""
+        check_writer(self._fs, self._lease_path, self.url, what)
+
+    def _wipe(self) -> None:
+        """Delete the location's content, root metadata first; keep this process's lease."""
+        fs, path = self._fs, self._path
+        if not fs.exists(path):
+            return
+        if fs.isfile(path):
+            fs.rm_file(path)
+            return
+        try:  # first: a crash while deleting leaves no half run that looks like a store
+            fs.rm_file(self._abs("zarr.json"))
+        except FileNotFoundError:
+            pass
+        try:
+            lease = read_lease(fs, self._lease_path)
+        except ValueError:
+            lease = None
+        if lease is None or not held_here(fs, self._lease_path, lease.token):
+            fs.rm(path, recursive=True)
+            return
+        for child in fs.ls(path, detail=False):
+            if child.rstrip("/") != self._lease_path:
+                fs.rm(child, recursive=True)
 
     def _check_writable(self) -> None:
         if self.mode == "r":
             raise StoreError(f"{self.url} was opened read-only; use RunStore.open(url, mode='r+') "
                              "to write to it.")
 
-    def _check_target(self, name: str, overwrite: bool) -> None:
-        """Refuse replacing a complete stage (unless overwrite) or a group, or nesting in one."""
+    def _check_target(self, name: str, overwrite: bool) -> _Stage:
+        """Refuse replacing a complete stage (unless overwrite) or a group, or nesting in one.
+
+        A damaged stage may be replaced: it holds nothing worth keeping.  Returns the stage
+        as it stands.
+        """
         parts = name.split("/")
         for i in range(1, len(parts)):
             parent = "/".join(parts[:i])
-            meta = self._meta(parent)
-            if meta is not None and (_is_marked(meta) or meta.get("node_type") != "group"):
+            try:
+                meta = self._meta(parent) or {}
+            except ValueError:
+                meta = {}
+            if self._locate_group(parent).state != "missing" or meta.get("node_type") == "array":
                 raise StoreExistsError(f"cannot write stage {name!r} inside stage {parent!r}.")
-        meta = self._meta(name)
-        if meta is None:
-            return
-        if not _is_marked(meta):
+        stage = self._stage(name, "quick")
+        if stage.state == "damaged":
+            logger.warning("%s: replacing damaged stage %r (%s)", self.url, name,
+                           "; ".join(stage.problems))
+            return stage
+        if stage.state != "complete" and (self._fs.isdir(self._abs(name))
+                                          if self._layout == "generations"
+                                          else self._meta(name) is not None):
             raise StoreExistsError(
                 f"{name!r} in {self.url} is not a stage written by mkdist (a group of stages?); "
                 f"delete it with delete_stage({name!r}) first.")
-        if not overwrite:
+        if stage.state == "complete" and not overwrite:
             raise StoreExistsError(f"stage {name!r} is already complete in {self.url}; pass "
                                    "overwrite=True to replace it.")
+        return stage
 
     def _commit(self, partial: str, name: str, overwrite: bool) -> None:
-        """Mark the fully written ``partial`` complete and move it to ``name``."""
+        """Mark the fully written ``partial`` complete, with its manifest, and put it in
+        place as stage ``name``."""
+        try:
+            manifest = self._read_json(posixpath.join(partial, _MANIFEST))
+        except ValueError:
+            manifest = None
+        if manifest is None:
+            raise StoreError(f"stage {name!r} cannot be finalized: its data was not written. "
+                             "Compute PendingStage.delayed (e.g. dask.compute(pending.delayed)) "
+                             "before calling finalize().")
+        self._fs.rm_file(self._abs(posixpath.join(partial, _MANIFEST)))
+        marker = {"name": name, "complete": True, "completed": _now(),
+                  "writer": {"host": socket.gethostname(), "pid": os.getpid()}, **manifest}
+        # What the workers wrote must be what they checksummed: chunks lost on the way (a
+        # memory:// store written by worker processes, an object store that dropped a put)
+        # are caught here rather than by the next reader.
+        problems = _verify.quick_problems(self._fs, self._abs(partial), marker)
+        if problems:
+            raise DamagedStageError(
+                f"stage {name!r} was not stored as computed in {self.url}: {'; '.join(problems)}."
+                " Nothing was committed; write it again (a memory:// store must be written with "
+                "the threaded or synchronous scheduler, not by worker processes).")
         group = zarr.open_group(self.url, path=partial, mode="r+", zarr_format=3)
-        group.attrs[_MARKER] = {"name": name, "complete": True, "completed": _now()}
-        self._check_target(name, overwrite)  # again: another writer may have finished first
+        group.attrs[_MARKER] = marker
+        # Again: another writer may have taken the store, or finished this stage, meanwhile.
+        self._check_writer(f"committing stage {name!r}")
+        current = self._check_target(name, overwrite)
+        if self._layout == "generations":
+            self._point(name, partial, marker, current)
+        else:
+            self._rename(name, partial)
+
+    def _rename(self, name: str, partial: str) -> None:
+        """Rename the marked group ``partial`` to ``name``, replacing what is there."""
         old = None
-        if self._meta(name) is not None:
+        if self._fs.exists(self._abs(name)):
             # Move the old stage aside and delete it only once the new one is in place: a
             # crash in between leaves two partial groups (the stage reads as incomplete and a
             # re-run rewrites it), never a half-deleted stage; and data read lazily from the
             # old stage has already been written into the new one.
             old = f"{name}.partial-{uuid.uuid4().hex}"
-            self._move(name, old)
+            os.rename(self._abs(name), self._abs(old))
         try:
-            self._move(partial, name)
+            # Atomic, and refuses to merge into a non-empty directory another writer created.
+            os.rename(self._abs(partial), self._abs(name))
         except BaseException:
             if old is not None:
-                self._move(old, name)
+                os.rename(self._abs(old), self._abs(name))
             raise
         if old is not None:
             self._remove(old)
 
-    def _move(self, src: str, dst: str) -> None:
-        """Rename group ``src`` to ``dst`` (which must not exist)."""
-        s, d = self._abs(src), self._abs(dst)
-        if self._local:
-            os.rename(s, d)  # atomic, and refuses to merge into a non-empty directory
-            return
-        # Elsewhere a move is copy + delete.  The group's zarr.json (which holds the marker)
-        # is copied last and deleted first, so `dst` never looks complete with chunks
-        # missing and `src` is no longer complete while its chunks are being deleted.
-        head = posixpath.join(s, "zarr.json")
-        rest = [f for f in self._fs.find(s) if f != head]
-        if rest:
-            self._fs.copy(rest, [d + f[len(s):] for f in rest])
-        self._fs.copy(head, posixpath.join(d, "zarr.json"))
-        self._remove(src)
+    def _point(self, name: str, generation: str, marker: Mapping[str, Any],
+               current: _Stage) -> None:
+        """Make the marked ``generation`` stage ``name`` with one put of its pointer, then
+        delete the generation it replaces."""
+        pointer = name + _POINTER
+        body = json.dumps({"stage": name, "generation": generation, "digest": marker["digest"],
+                           "committed": _now()}, indent=1).encode()
+        raced = (f"stage {name!r} was committed to {self.url} by another writer while this one "
+                 "wrote it; this write was discarded (run one writer per store: "
+                 "RunStore.lease).")
+        try:
+            # A conditional put where the backend has one: of two writers creating the stage,
+            # one wins and the other is told, instead of silently replacing the first.
+            self._fs.pipe_file(self._abs(pointer), body,
+                               mode="overwrite" if current.group else "create")
+        except FileExistsError:
+            raise StoreExistsError(raced) from None
+        try:
+            back = self._read_json(pointer)
+        except (OSError, ValueError):  # cannot tell: the put succeeded, so assume it stands
+            back = None
+        if back is not None and back.get("generation") != generation:
+            raise StoreExistsError(raced)
+        if current.group not in (None, generation):
+            try:
+                self._remove(current.group)
+            except Exception as e:  # the stage is committed; the old generation is a leftover
+                logger.warning("%s: could not delete the replaced generation %s (%s); "
+                               "clean_partials() will.", self.url, current.group, e)
+
+    def _discard(self, name: str, group: str) -> None:
+        """Remove the group of a failed write of stage ``name``, unless it was committed.
+
+        Best effort: what cannot be removed (the store is unreachable) is a leftover for
+        clean_partials; the error that failed the write is the one worth raising.
+        """
+        try:
+            if self._layout == "generations":
+                pointer = self._read_json(name + _POINTER)
+                if pointer is not None and pointer.get("generation") == group:
+                    return  # the pointer was put before the failure: the stage is committed
+            self._remove(group)
+        except Exception as e:
+            logger.warning("%s: could not remove %s after a failed write (%s); clean_partials() "
+                           "will.", self.url, group, e)
 
     def _remove(self, rel: str) -> None:
-        """Delete node ``rel`` if it exists, its zarr.json (and so any marker) first."""
+        """Delete node (or object) ``rel`` if it exists, its zarr.json (and so any marker)
+        first."""
         path = self._abs(rel)
         try:
             self._fs.rm_file(posixpath.join(path, "zarr.json"))
@@ -485,48 +949,93 @@ class RunStore:
         if self._fs.exists(path):
             self._fs.rm(path, recursive=True)
 
+    def _holds_arrays(self, rel: str) -> bool:
+        """Whether group ``rel`` directly holds arrays (data with no marker above it)."""
+        for child in self._fs.ls(self._abs(rel), detail=False):
+            try:
+                meta = self._meta(posixpath.join(rel, posixpath.basename(child.rstrip("/"))))
+            except ValueError:
+                continue
+            if (meta or {}).get("node_type") == "array":
+                return True
+        return False
+
     def _partials_of(self, name: str) -> list[str]:
+        """The groups of unfinished (or uncommitted) writes of stage ``name``."""
         parent = posixpath.dirname(name)
         if not self._fs.isdir(self._abs(parent)):
             return []
         children = (posixpath.join(parent, posixpath.basename(p.rstrip("/")))
                     for p in self._fs.ls(self._abs(parent), detail=False))
-        return [c for c in children if (m := _PARTIAL.fullmatch(c)) and m["stage"] == name]
+        return [c for c in children if _write_of(c) == name]
 
-    def _scan(self) -> tuple[dict[str, StageState], list[str]]:
-        """States of the stages in the store, and its partial groups.
+    def _scan(self) -> tuple[dict[str, _Stage], list[str]]:
+        """The stages in the store (not verified), and what unfinished writes left.
 
-        Walks directories with fsspec rather than zarr so that partial groups whose
-        metadata was never written (or already deleted) are found too; never lists
-        inside arrays.
+        Leftovers are partial groups, generations no pointer names, and anything else
+        outside the stages: arrays, groups holding no stage, unknown objects.  Walks with
+        fsspec rather than zarr so that groups whose metadata was never written (or was
+        already deleted) are found too; never lists inside a stage's group.
         """
         self._fs.invalidate_cache(self._path)  # zarr wrote through another fs instance
-        found: dict[str, StageState] = {}
-        partials: list[str] = []
+        gens = self._layout == "generations"
+        stages: dict[str, _Stage] = {}
+        writes: dict[str, list[str]] = {}  # stage -> its partial groups / generations
+        strays: list[str] = []
 
-        def visit(rel: str) -> bool:
-            holds_arrays = False
+        def visit(rel: str) -> tuple[bool, bool]:
+            """Walk group ``rel``: whether it holds anything to keep, whether it holds arrays."""
+            keep = arrays = False
             for entry in self._fs.ls(self._abs(rel), detail=True):
+                base = posixpath.basename(entry["name"].rstrip("/"))
+                child = posixpath.join(rel, base)
                 if entry["type"] != "directory":
+                    stage = child[:-len(_POINTER)] if child.endswith(_POINTER) else None
+                    if base == "zarr.json" or (not rel and base == LEASE_FILE):
+                        continue
+                    if gens and stage and _valid_name(stage):
+                        stages[stage] = self._locate_group(stage)
+                        keep = True
+                    else:
+                        strays.append(child)
                     continue
-                child = posixpath.join(rel, posixpath.basename(entry["name"].rstrip("/")))
-                if m := _PARTIAL.fullmatch(child):
-                    partials.append(child)
-                    found.setdefault(m["stage"], "incomplete")
+                if stage := _write_of(child):
+                    writes.setdefault(stage, []).append(child)
+                    keep = True
                     continue
-                meta = self._meta(child) or {}
-                if meta.get("node_type") == "array":
-                    holds_arrays = True
-                elif _is_marked(meta):
-                    found[child] = "complete"
-                elif meta.get("node_type") == "group" and visit(child):
+                if not gens and (found := self._locate_group(child)).state != "missing":
+                    stages[child] = found
+                    keep = True
+                    continue
+                try:
+                    is_array = (self._meta(child) or {}).get("node_type") == "array"
+                except ValueError:
+                    is_array = False
+                if is_array:
+                    strays.append(child)
+                    arrays = True
+                    continue
+                n = len(strays)
+                below, holds_arrays = visit(child)
+                if below:
+                    keep = True
+                    continue
+                del strays[n:]  # nothing to keep below: the group goes as a whole
+                strays.append(child)
+                if holds_arrays and not gens:
                     # Data but no marker: not written by write_stage, or its marker was lost.
-                    found.setdefault(child, "incomplete")
-            return holds_arrays
+                    stages.setdefault(child, _Stage(child, "incomplete"))
+            return keep, arrays
 
         if self._fs.isdir(self._path):
             visit("")
-        return found, sorted(partials)
+        leftovers = strays
+        for name, groups in writes.items():
+            stage = stages.setdefault(name, _Stage(name, "incomplete"))
+            if stage.state == "damaged" and stage.group is None:
+                continue  # its pointer is unreadable: which generation it names is unknown
+            leftovers += [g for g in groups if g != stage.group]
+        return stages, sorted(leftovers)
 
 
 @dataclass(frozen=True, eq=False)
@@ -565,23 +1074,46 @@ class PendingStage:
             raise
 
     def abort(self) -> None:
-        """Remove the partial group (the stage stays as it was)."""
-        self.store._remove(self.partial)
+        """Remove the group being written (the stage stays as it was).
+
+        Best effort: a group it cannot remove is a leftover for
+        :meth:`RunStore.clean_partials`; the group of a committed stage is never removed.
+        """
+        self.store._discard(self.name, self.partial)
 
 
 # ---------------------------------------------------------------------- helpers
+def _mkdist_version() -> str:
+    """The installed mkdist's version, read without importing the package root (which imports
+    this module: a cycle)."""
+    try:
+        return importlib.metadata.version("mkdist")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown"
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _valid_name(name: Any) -> bool:
+    return (isinstance(name, str) and all(_SEGMENT.fullmatch(s) for s in name.split("/"))
+            and ".partial-" not in name and ".gen-" not in name)
+
+
 def _check_name(name: str) -> str:
     """``name`` if it is a valid stage name, else ValueError."""
-    if not (isinstance(name, str) and all(_SEGMENT.fullmatch(s) for s in name.split("/"))
-            and ".partial-" not in name):
+    if not _valid_name(name):
         raise ValueError(f"invalid stage name {name!r}: use '/'-separated segments of letters, "
                          "digits and '_.=+-' (not starting with '.', '=', '+' or '-', and without "
-                         "'.partial-'), e.g. 'assignments/batch-2026-11-22'.")
+                         "'.partial-' or '.gen-'), e.g. 'assignments/batch-2026-11-22'.")
     return name
+
+
+def _write_of(rel: str) -> str | None:
+    """The stage whose write group ``rel`` is (a partial group or a generation), or None."""
+    m = _PARTIAL.fullmatch(rel) or _GENERATION.fullmatch(rel)
+    return m["stage"] if m else None
 
 
 def _is_marked(meta: Mapping[str, Any] | None) -> bool:
@@ -592,11 +1124,16 @@ def _is_marked(meta: Mapping[str, Any] | None) -> bool:
 
 def _check_schema(attrs: Mapping[str, Any], url: str) -> None:
     version = attrs.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        from mkdist import __version__
-
+    if isinstance(version, int) and version < SCHEMA_VERSION:
+        # No migration: version 1 stages carry no checksums to verify them by.
         raise SchemaVersionError(
-            f"{url} has store schema_version={version!r}, but mkdist {__version__} reads "
+            f"{url} has store schema_version={version}, written by an older mkdist; mkdist "
+            f"{_mkdist_version()} reads schema_version {SCHEMA_VERSION} only and cannot verify "
+            "its stages: re-create the run with RunStore.create(..., overwrite=True) "
+            "(`mkdist run --overwrite`), or use another location.")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{url} has store schema_version={version!r}, but mkdist {_mkdist_version()} reads "
             f"schema versions up to {SCHEMA_VERSION}: upgrade mkdist to read this store.")
 
 
@@ -652,3 +1189,32 @@ def _writable(dataset: xr.Dataset) -> xr.Dataset:
     for var in ds.variables.values():
         var.encoding = {k: v for k, v in var.encoding.items() if k in _ENCODING_KEYS}
     return ds
+
+
+def _encoded(dataset: xr.Dataset) -> xr.Dataset:
+    """``dataset`` with every variable encoded as xarray's Zarr backend stores it.
+
+    Encoding is idempotent, so ``to_zarr`` stores these variables unchanged (the same Dask
+    arrays: the write and checksum tasks share their blocks) and the checksums computed on
+    them are those of the stored values.
+    """
+    variables = {k: encode_zarr_variable(v, name=k, zarr_format=3)
+                 for k, v in dataset.variables.items()}
+    return xr.Dataset({k: variables[k] for k in dataset.data_vars},
+                      coords={k: variables[k] for k in dataset.coords}, attrs=dataset.attrs)
+
+
+def _put_manifest(fs: Any, path: str, specs: Mapping[str, Any], crcs: Mapping[str, Any],
+                  lazy_crcs: Mapping[str, Any]) -> None:
+    """The last task of a stage's computation: store its manifest for ``finalize`` to read.
+
+    Runs after the writes (``lazy_crcs`` are computed by the tasks that write), on whichever
+    worker Dask chooses, so the checksums travel through the store rather than back to the
+    caller, who computes ``PendingStage.delayed`` for its side effects.
+    """
+    fs.pipe_file(path, json.dumps(_verify.manifest(specs, {**crcs, **lazy_crcs})).encode())
+
+
+def _damaged_fix(name: str) -> str:
+    return (f"Its data cannot be trusted: delete it with delete_stage({name!r}) and recompute it "
+            "(re-running the pipeline rewrites damaged stages).")

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
 import uuid
+import warnings
+import zlib
 from datetime import datetime
 
 import dask
@@ -12,13 +26,17 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from fsspec.implementations.memory import MemoryFileSystem
 
 import mkdist
 from mkdist.errors import (
+    DamagedStageError,
+    DamagedStoreError,
     IncompleteStageError,
     SchemaVersionError,
     StoreError,
     StoreExistsError,
+    StoreLockedError,
     StoreNotFoundError,
 )
 from mkdist.storage import SCHEMA_VERSION, STANDARD_STAGES, RunStore
@@ -46,6 +64,24 @@ def _failing(n=12, chunks=4, bad_block=1):
     return da.zeros((n,), chunks=chunks).map_blocks(block, dtype=float)
 
 
+def _stage_group(store, name):
+    """The group holding stage ``name``: the stage's own (local disk), or the generation its
+    pointer names (other stores)."""
+    fs, path = fsspec.core.url_to_fs(store.url)
+    pointer = f"{path}/{name}.gen-current.json"
+    if fs.exists(pointer):
+        return json.loads(fs.cat_file(pointer))["generation"]
+    return name
+
+
+def _wait_for(condition, timeout=5.0):
+    """Poll ``condition`` until it holds (threads and processes act in the background)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
 class StoreSuite:
     """Behaviour every location type must have; subclasses provide the ``url`` fixture."""
 
@@ -65,7 +101,7 @@ class StoreSuite:
     # ----------------------------------------------------------- create / open
     def test_create_writes_provenance(self, store, url):
         attrs = store.attrs
-        assert attrs["schema_version"] == SCHEMA_VERSION == 1
+        assert attrs["schema_version"] == SCHEMA_VERSION == 2
         assert attrs["mkdist_version"] == mkdist.__version__
         assert datetime.fromisoformat(attrs["created"]).utcoffset().total_seconds() == 0
         assert store.fingerprint == FP and store.params == PARAMS
@@ -109,7 +145,7 @@ class StoreSuite:
         zarr.open_group(store.url, mode="r+").attrs["schema_version"] = SCHEMA_VERSION + 1
         for call in (lambda: RunStore.open(url),
                      lambda: RunStore.create(url, fingerprint=FP, params=PARAMS)):
-            with pytest.raises(SchemaVersionError, match="schema_version=2.*upgrade mkdist"):
+            with pytest.raises(SchemaVersionError, match="schema_version=3.*upgrade mkdist"):
                 call()
 
     def test_open_missing_store(self, url):
@@ -133,7 +169,7 @@ class StoreSuite:
         xr.testing.assert_identical(back.compute(), ds.compute())
         assert back["embedding"].dtype == dtype and back["labels"].dtype == np.int32
         # What other tools see: named dimensions, no mkdist bookkeeping besides the marker.
-        raw = xr.open_zarr(store.url, group="embedding", consolidated=False)
+        raw = xr.open_zarr(store.url, group=_stage_group(store, "embedding"), consolidated=False)
         assert raw["embedding"].dims == ("sample", "component")
         assert raw["labels"].dims == ("sample",)
 
@@ -141,7 +177,8 @@ class StoreSuite:
         ds = _dataset(n=11, chunks=4)
         ds["embedding"].encoding["chunks"] = (5, 3)  # stale encoding must not win
         store.write_stage("embedding", ds)
-        arr = zarr.open_array(store.url, path="embedding/embedding", mode="r")
+        arr = zarr.open_array(store.url, path=f"{_stage_group(store, 'embedding')}/embedding",
+                              mode="r")
         assert arr.chunks == (4, 3)
         assert arr.metadata.dimension_names == ("sample", "component")
         assert store.read_stage("embedding")["embedding"].chunks == ((4, 4, 3), (3,))
@@ -248,6 +285,27 @@ class StoreSuite:
         assert store.clean_partials() == []
         assert store.is_complete("model")
 
+    def test_clean_removes_leftovers_outside_stages(self, store):
+        store.write_stage("model", _dataset())
+        store.write_stage("assignments/b1", _dataset())
+        kind = "gen" if any(".gen-" in f for f in self._files(store)) else "partial"
+        fs, path = self._fs(store)
+        leftovers = [f"labels.{kind}-{uuid.uuid4().hex}", "orphan",  # a group whose marker is lost
+                     "stray", "assignments/junk.bin", f"model.{kind}-{uuid.uuid4().hex}"]
+        for group in (leftovers[0], leftovers[1], leftovers[4]):
+            _dataset().to_zarr(store.url, group=group, mode="w", consolidated=False,
+                               zarr_format=3)
+        zarr.create_array(f"{store.url}/stray", shape=(3,), dtype="i4", zarr_format=3)[:] = 1
+        fs.pipe_file(f"{path}/assignments/junk.bin", b"x")
+        assert store.stage_status()["labels"] == "incomplete"
+        assert store.clean_partials() == sorted(leftovers)  # sorted as strings, like paths
+        assert store.stage_status() == dict(
+            dict.fromkeys(STANDARD_STAGES, "missing"), model="complete",
+            **{"assignments/b1": "complete"})
+        assert store.clean_partials() == []
+        assert store.verify_stage("model", full=True) == []
+        assert store.verify_stage("assignments/b1", full=True) == []
+
     def test_write_stage_lazy(self, store):
         a = store.write_stage_lazy("embedding", _dataset(chunks=4, seed=0))
         b = store.write_stage_lazy("assignments/x", _dataset(chunks=5, seed=1))
@@ -270,6 +328,223 @@ class StoreSuite:
         with pytest.raises(TypeError, match="JSON-serialisable"):
             store.update_attrs(bad=object())
 
+    # -------------------------------------------------------- verified stages
+    @staticmethod
+    def _fs(store):
+        return fsspec.core.url_to_fs(store.url)
+
+    @classmethod
+    def _group(cls, store, name):
+        """Absolute path of the group holding stage ``name``'s committed data."""
+        return f"{cls._fs(store)[1]}/{_stage_group(store, name)}"
+
+    def test_marker_records_what_the_stage_holds(self, store):
+        store.write_stage("embedding", _dataset(n=11, chunks=4))
+        fs, _ = self._fs(store)
+        marker = json.loads(fs.cat_file(self._group(store, "embedding") + "/zarr.json"))[
+            "attributes"]["mkdist_stage"]
+        emb = marker["arrays"]["embedding"]
+        assert (emb["shape"], emb["data_type"], emb["chunk_shape"], emb["n_chunks"]) == (
+            [11, 3], "float64", [4, 3], 3)
+        H = _dataset(n=11)["embedding"].values
+        assert emb["crc32"] == [zlib.crc32(np.ascontiguousarray(H[i:i + 4]).tobytes())
+                                for i in (0, 4, 8)]
+        assert marker["checksum"] == "crc32" and marker["digest"].startswith("sha256:")
+        assert set(marker["arrays"]) == {"embedding", "labels"}
+        assert store.verify_stage("embedding", full=True) == []
+
+    def test_checksums_cost_no_extra_pass(self, store):
+        calls = []
+
+        def block(x):
+            calls.append(x.shape)
+            return x
+
+        computes = []
+
+        def counting(dsk, keys, **kwargs):
+            computes.append(1)
+            return dask.threaded.get(dsk, keys, **kwargs)
+
+        ds = _dataset(n=12, chunks=4)
+        ds["embedding"] = ds["embedding"].copy(data=ds["embedding"].data.map_blocks(
+            block, meta=np.empty((0, 0))))
+        with dask.config.set(scheduler=counting):
+            store.write_stage("embedding", ds)
+        assert (len(computes), len(calls)) == (1, 3)  # one compute, each block computed once
+        assert store.verify_stage("embedding", full=True) == []
+
+    def test_roundtrip_of_encoded_variables(self, store):
+        # Variables xarray encodes (times, booleans, strings, a dtype encoding, a non-index
+        # coordinate): the checksums cover the stored values, and reading decodes them.
+        ds = xr.Dataset(
+            {"t": (("sample",), np.arange("2026-01-01", "2026-01-05", dtype="datetime64[D]")
+                   .astype("datetime64[ns]")),
+             "flag": (("sample",), da.from_array(np.array([True, False, True, True]), chunks=2)),
+             "x": (("sample",), np.array([1.0, np.nan, 3.0, 4.0]))},
+            coords={"kernel": ["rbf", "lin"], "row": (("sample",), np.arange(4) * 10)})
+        ds["x"].encoding = {"dtype": "float32"}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zarr: fixed-length strings are not in the v3 spec
+            store.write_stage("model", ds)
+            back = store.read_stage("model")
+            xr.testing.assert_identical(back.compute(), ds)
+            assert store.verify_stage("model", full=True) == []
+
+    def test_deleted_chunk(self, store):
+        store.write_stage("labels", _dataset(n=12, chunks=4))
+        fs, _ = self._fs(store)
+        fs.rm_file(self._group(store, "labels") + "/labels/c/1")
+        assert store.stage_status()["labels"] == "damaged"
+        assert store.stage_status(verify=None)["labels"] == "complete"
+        assert not store.is_complete("labels")
+        assert store.verify_stage("labels") == [
+            f"stage 'labels' in {store.url}: array 'labels': 1 of 3 chunks missing: (1,)"]
+        with pytest.raises(DamagedStageError, match=r"stage 'labels' in .* is damaged: array "
+                                                    r"'labels': 1 of 3 chunks missing: \(1,\)"):
+            store.read_stage("labels")
+        # A damaged stage holds nothing worth keeping: a re-run rewrites it without overwrite.
+        store.write_stage("labels", _dataset(n=12, chunks=4))
+        assert store.stage_status()["labels"] == "complete"
+        xr.testing.assert_identical(store.read_stage("labels").compute(), _dataset(n=12))
+
+    @pytest.mark.parametrize("compressed, problem", [
+        (True, "cannot be decoded (RuntimeError"),  # a zstd frame with a broken header
+        (False, "checksum mismatch"),  # raw little-endian bytes: a changed value
+    ], ids=["zstd-header", "raw-value"])
+    def test_flipped_byte_in_a_chunk(self, store, compressed, problem):
+        ds = _dataset(n=12, chunks=4)
+        if not compressed:
+            ds["embedding"].encoding["compressors"] = None
+        store.write_stage("embedding", ds)
+        fs, _ = self._fs(store)
+        chunk = self._group(store, "embedding") + "/embedding/c/2/0"
+        raw = bytearray(fs.cat_file(chunk))
+        raw[0 if compressed else len(raw) // 2] ^= 0xFF
+        fs.pipe_file(chunk, bytes(raw))
+        assert store.stage_status()["embedding"] == "complete"  # the quick check reads no chunk
+        assert store.stage_status(verify="full")["embedding"] == "damaged"
+        [found] = store.verify_stage("embedding", full=True)
+        assert found.startswith(f"stage 'embedding' in {store.url}: array 'embedding': "
+                                  "1 of 3 chunks damaged (")
+        assert found.endswith("): (2, 0)") and problem in found
+        back = store.read_stage("embedding")
+        np.testing.assert_array_equal(back["labels"].values, ds["labels"].values)
+        np.testing.assert_array_equal(back["embedding"][:8].values, ds["embedding"][:8].values)
+        with pytest.raises(DamagedStageError, match=r"stage 'embedding' in .*: array 'embedding'"
+                                                    r", chunk \(2, 0\): "):
+            back["embedding"].values
+
+    def test_missing_array_metadata(self, store):
+        store.write_stage("model", _dataset())
+        fs, _ = self._fs(store)
+        fs.rm_file(self._group(store, "model") + "/embedding/zarr.json")
+        assert store.stage_status()["model"] == "damaged"
+        with pytest.raises(DamagedStageError, match=r"stage 'model' in .* is damaged: array "
+                                                    r"'embedding': its zarr.json is missing"):
+            store.read_stage("model")
+
+    def test_truncated_stage_metadata(self, store):
+        store.write_stage("model", _dataset())
+        fs, _ = self._fs(store)
+        meta = self._group(store, "model") + "/labels/zarr.json"
+        fs.pipe_file(meta, fs.cat_file(meta)[:40])
+        with pytest.raises(DamagedStageError, match=r"stage 'model' in .*: array 'labels': its "
+                                                    r"zarr.json is unreadable \(JSONDecodeError"):
+            store.read_stage("model")
+
+    def test_truncated_root_metadata(self, store, url):
+        store.write_stage("model", _dataset())
+        fs, path = self._fs(store)
+        fs.pipe_file(f"{path}/zarr.json", fs.cat_file(f"{path}/zarr.json")[:30])
+        match = rf"{re.escape(store.url)}/zarr.json, the run store's root metadata, is unreadable"
+        for call in (lambda: RunStore.open(url),
+                     lambda: RunStore.create(url, fingerprint=FP, params=PARAMS)):
+            with pytest.raises(DamagedStoreError, match=match):
+                call()
+        fresh = RunStore.create(url, fingerprint=FP, params=PARAMS, overwrite=True)
+        assert fresh.stage_status()["model"] == "missing"
+
+    def test_older_schema_is_refused(self, store, url):
+        zarr.open_group(store.url, mode="r+").attrs["schema_version"] = 1
+        with pytest.raises(SchemaVersionError, match=r"schema_version=1, written by an older "
+                                                     r"mkdist.*overwrite=True"):
+            RunStore.open(url)
+
+    # -------------------------------------------------------------------- lease
+    @classmethod
+    def _put_lease(cls, store, age, **fields):
+        """Write the lease of a run of another process, last heartbeat ``age`` seconds ago."""
+        fs, path = cls._fs(store)
+        lease = {"host": "elsewhere", "pid": 4242, "owner": "other run", "command": "mkdist run",
+                 "token": uuid.uuid4().hex, "started": "2026-11-23T10:00:00+00:00",
+                 "heartbeat_unix": time.time() - age, "ttl_s": 60.0, **fields}
+        fs.pipe_file(f"{path}/.mkdist-lease.json", json.dumps(lease).encode())
+
+    def test_lease_is_exclusive(self, store, url):
+        with store.lease(owner="run A") as lease:
+            assert lease.held and store.lease_holder().owner == "run A"
+            other = RunStore.open(url, mode="r+")
+            with pytest.raises(StoreLockedError, match=(
+                    rf"in use by another live run: 'run A' on host "
+                    rf"{re.escape(socket.gethostname())}"
+                    rf" \(pid {os.getpid()}\), running since \S+, last heartbeat 0 s ago\. Taking "
+                    r"its lease was refused.*Wait for that run to finish")):
+                other.lease(owner="run B")
+            other.write_stage("labels", _dataset())  # the holder's process writes, via any RunStore
+        assert store.lease_holder() is None and not lease.held
+        with store.lease(owner="run B"):  # released: free again
+            pass
+        assert ".mkdist-lease.json" not in self._files(store)
+
+    def test_live_lease_of_another_process_refuses_writes(self, store, url):
+        store.write_stage("labels", _dataset())
+        self._put_lease(store, age=5)
+        for what, call in [
+            (r"RunStore\.create\(\.\.\., overwrite=True\)",
+             lambda: RunStore.create(url, fingerprint=FP, params=PARAMS, overwrite=True)),
+            (r"write_stage\('model'\)", lambda: store.write_stage("model", _dataset())),
+            (r"delete_stage\('labels'\)", lambda: store.delete_stage("labels")),
+            (r"clean_partials\(\)", lambda: store.clean_partials()),
+            (r"update_attrs\(\)", lambda: store.update_attrs(note="x")),
+            ("Taking its lease", lambda: store.lease()),
+        ]:
+            with pytest.raises(StoreLockedError, match=(
+                    r"in use by another live run: 'other run' on host elsewhere \(pid 4242\), "
+                    r"running since 2026-11-23T10:00:00\+00:00, last heartbeat 5 s ago\. "
+                    rf"{what} was refused: one store has one writer\..*expires 55 s from now")):
+                call()
+        assert store.stage_status()["labels"] == "complete"
+        assert RunStore.create(url, fingerprint=FP, params=PARAMS).is_complete("labels")  # resume
+
+    def test_stale_lease_is_taken_over(self, store, url, caplog):
+        self._put_lease(store, age=120)
+        assert store.lease_holder() is None
+        with caplog.at_level(logging.WARNING, logger="mkdist.storage"), store.lease(owner="new"):
+            assert store.lease_holder().owner == "new"
+            RunStore.create(url, fingerprint=FP, params=PARAMS, overwrite=True)
+            assert store.lease_holder().owner == "new"  # overwrite keeps the holder's lease
+        assert re.search(r"taking over the stale lease of 'other run' on host elsewhere "
+                         r"\(pid 4242\), .*last heartbeat 120 s ago \(TTL 60 s\)", caplog.text)
+
+    def test_lease_heartbeat_and_loss(self, store):
+        with store.lease(ttl=30, heartbeat=0.05) as lease:
+            first = store.lease_holder().heartbeat
+            _wait_for(lambda: store.lease_holder().heartbeat > first)
+            # Another process took the lease over (this one stalled beyond the TTL): the next
+            # heartbeat notices, and this process's writes are refused from then on.
+            self._put_lease(store, age=0, owner="thief")
+            _wait_for(lambda: lease.lost is not None)
+            assert "taken over by 'thief' on host elsewhere" in lease.lost and not lease.held
+            with pytest.raises(StoreLockedError, match="'thief'"):
+                store.write_stage("labels", _dataset())
+        assert store.lease_holder().owner == "thief"  # releasing a lost lease leaves the new one
+
+    @pytest.mark.parametrize("ttl, heartbeat", [(0, None), (10, 10), (10, -1)])
+    def test_lease_timing_is_checked(self, store, ttl, heartbeat):
+        with pytest.raises(ValueError, match="0 < heartbeat < ttl"):
+            store.lease(ttl=ttl, heartbeat=heartbeat)
+
 
 class TestLocalStore(StoreSuite):
     @pytest.fixture
@@ -288,6 +563,36 @@ class TestLocalStore(StoreSuite):
         RunStore.create(tmp_path, fingerprint=FP, params=PARAMS)
         assert RunStore.open(tmp_path).fingerprint == FP
 
+    def test_lease_of_a_live_then_killed_process(self, store, url, caplog):
+        store.write_stage("labels", _dataset())
+        child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+            import time
+            from mkdist.storage import RunStore
+            lease = RunStore.open({str(url)!r}, mode="r+").lease("child run", ttl=2, heartbeat=0.2)
+            print("held", flush=True)
+            time.sleep(600)
+            """)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout.readline() == "held\n"
+            locked = rf"'child run' on host \S+ \(pid {child.pid}\), running since \S+"
+            for call in (lambda: RunStore.create(url, fingerprint=FP, params=PARAMS,
+                                                 overwrite=True),
+                         lambda: store.write_stage("labels", _dataset(seed=1), overwrite=True),
+                         lambda: store.clean_partials(), lambda: store.lease()):
+                with pytest.raises(StoreLockedError, match=locked):
+                    call()
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+            # No heartbeat any more: the lease is stale TTL (2 s) after the last one.
+            _wait_for(lambda: store.lease_holder() is None, timeout=10)
+            with caplog.at_level(logging.WARNING, logger="mkdist.storage"), store.lease():
+                store.write_stage("labels", _dataset(seed=1), overwrite=True)
+            assert "taking over the stale lease of 'child run'" in caplog.text
+            xr.testing.assert_identical(store.read_stage("labels").compute(), _dataset(seed=1))
+        finally:
+            child.kill()
+            child.wait()
+
     def test_write_on_distributed_cluster(self, dask_client, store):
         ds = _dataset(n=40, chunks=10)
         store.write_stage("embedding", ds)
@@ -305,3 +610,108 @@ class TestMemoryStore(StoreSuite):
         fs, path = fsspec.core.url_to_fs(url)
         if fs.exists(path):
             fs.rm(path, recursive=True)
+
+    @pytest.fixture
+    def flaky_url(self):
+        fsspec.register_implementation("flakymem", _FlakyMemoryFileSystem, clobber=True)
+        url = f"flakymem://mkdist-tests/{uuid.uuid4().hex}/run.zarr"
+        with dask.config.set(scheduler="threads"):
+            yield url
+        _FlakyMemoryFileSystem.budget = None
+        fs, path = fsspec.core.url_to_fs(url)
+        fs.rm(path, recursive=True)
+
+    def test_failure_at_any_point_of_a_commit_keeps_the_previous_generation(self, flaky_url):
+        store = RunStore.create(flaky_url, fingerprint=FP, params=PARAMS)
+        old, new = _dataset(n=12, chunks=4, seed=0), _dataset(n=12, chunks=4, seed=1)
+        store.write_stage("model", old)
+        committed = self._files(store)
+        # The store goes down after `budget` more writes (deletes fail too, as they would on
+        # an unreachable store), then comes back: at every point of an overwrite.
+        for budget in range(40):
+            _FlakyMemoryFileSystem.budget = budget
+            try:
+                store.write_stage("model", new, overwrite=True)
+            except OSError as e:
+                assert "injected failure" in str(e)
+            else:
+                break
+            finally:
+                _FlakyMemoryFileSystem.budget = None
+            assert store.stage_status(verify="full")["model"] == "complete"
+            xr.testing.assert_identical(store.read_stage("model").compute(), old)
+            store.clean_partials()
+            assert self._files(store) == committed  # leftovers gone, old generation untouched
+        else:
+            pytest.fail("the write never succeeded")
+        assert budget > 10  # the loop went through the data writes, the marker and the pointer
+        xr.testing.assert_identical(store.read_stage("model").compute(), new)
+        store.clean_partials()  # the old generation, if the store went down deleting it
+        top = [f for f in self._files(store) if "/" not in f]
+        assert sorted(top) == sorted([_stage_group(store, "model"), "model.gen-current.json",
+                                      "zarr.json"])
+
+    @pytest.mark.parametrize("overwrite", [True, False])
+    def test_concurrent_commits_never_mix_writers(self, store, overwrite):
+        if overwrite:
+            store.write_stage("labels", _dataset(n=12, chunks=4, seed=9))
+        both_writing = threading.Barrier(2, timeout=10)
+
+        def writer(seed):
+            def block(x):
+                both_writing.wait()  # each writer's first block waits for the other's
+                return x
+            ds = _dataset(n=12, chunks=12, seed=seed)
+            ds["labels"] = ds["labels"].copy(data=ds["labels"].data.map_blocks(
+                block, meta=np.empty((0,), np.int32)))
+            try:
+                RunStore.open(store.url, mode="r+").write_stage("labels", ds, overwrite=overwrite)
+                return seed
+            except StoreExistsError as e:
+                return e
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(writer, [1, 2]))
+        winners = [r for r in results if isinstance(r, int)]
+        if not overwrite:  # creating a stage: one writer wins, the other is told
+            [loser] = [r for r in results if isinstance(r, Exception)]
+            assert re.search("committed .* by another writer|already complete", str(loser))
+        back = store.read_stage("labels").compute()
+        assert any(back.identical(_dataset(n=12, seed=s)) for s in winners)
+        assert store.verify_stage("labels", full=True) == []
+        store.clean_partials()
+        top = [f for f in self._files(store) if "/" not in f]
+        assert sorted(top) == sorted([_stage_group(store, "labels"), "labels.gen-current.json",
+                                      "zarr.json"])
+
+
+class _FlakyMemoryFileSystem(MemoryFileSystem):
+    """memory:// that goes down after ``budget`` more writes: every write and delete fails
+    until ``budget`` is reset to None.  Shares memory://'s storage."""
+
+    protocol = "flakymem"
+    budget: int | None = None
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        return super()._strip_protocol(str(path).removeprefix("flakymem://"))
+
+    @classmethod
+    def _check(cls, writing):
+        if cls.budget is not None:
+            if cls.budget <= 0:
+                raise OSError("injected failure: the store is unreachable")
+            cls.budget -= writing
+
+    def _open(self, path, mode="rb", **kwargs):
+        if set(mode) & set("wxa"):
+            self._check(True)
+        return super()._open(path, mode, **kwargs)
+
+    def rm_file(self, path):
+        self._check(False)
+        return super().rm_file(path)
+
+    def rm(self, path, recursive=False, maxdepth=None):
+        self._check(False)
+        return super().rm(path, recursive, maxdepth)
