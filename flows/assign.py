@@ -21,7 +21,8 @@ def assign_task(model_store: str, source: Any, output: str, overwrite: bool, pro
 
 @flow(name="mkdist-assign", log_prints=True)
 def assign_flow(model_store: str, source: Any, output: str, dask_address: str | None = None,
-                n_workers: int | None = None, overwrite: bool = False, progress: bool = False) -> dict:
+                n_workers: int | None = None, overwrite: bool = False, progress: bool = False,
+                connect_timeout: float | None = None) -> dict:
     """Embed and label the points of ``source`` with the model stored in ``model_store``.
 
     Parameters
@@ -35,7 +36,7 @@ def assign_flow(model_store: str, source: Any, output: str, dask_address: str | 
     dask_address : str, optional
         Existing scheduler; default a LocalCluster for the run.
     """
-    with dask_client(dask_address, n_workers):
+    with dask_client(dask_address, n_workers, connect_timeout=connect_timeout):
         summary = assign_task(model_store, source, output, overwrite, progress)
     get_run_logger().info("assigned %d points to %s", summary["N"], output)
     create_markdown_artifact(summary["markdown"], key="mkdist-assign-summary", description=f"assign {output}")

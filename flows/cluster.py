@@ -15,7 +15,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from mkdist.pipeline import (
-    DEFAULT_METHOD, RunConfig, load_labels, merge_timings, open_run, run_stage, stage_metrics, stage_plan, summary_markdown,
+    DEFAULT_METHOD, RunConfig, load_labels, merge_timings, open_run, prepare_resume, run_stage, stage_metrics,
+    stage_plan, summary_markdown, writer_lease,
 )
 
 from ._runtime import dask_client, retry_transient
@@ -33,8 +34,9 @@ STAGE_TASK_NAMES = {"landmarks": "sample-landmarks", "model": "fit-model", "embe
 @task(name="validate-and-open-store", **_TASK)
 def validate_task(source: Any, store: str, config: dict, overwrite: bool) -> dict:
     run = open_run(store, source, RunConfig(**config), overwrite=overwrite)
-    run.clean_partials()
-    return {"status": run.stage_status(), "plan": list(stage_plan(run))}
+    resume = prepare_resume(run)
+    return {"status": resume["status"], "plan": list(stage_plan(run)), "dropped": resume["dropped"],
+            "cleaned": resume["cleaned"]}
 
 
 @task(name="stage", **_TASK)
@@ -57,6 +59,7 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
                  n_landmarks: int | None = None, random_state: int | None = None,
                  dask_address: str | None = None, n_workers: int | None = None,
                  overwrite: bool = False, label_key: str | None = None, progress: bool = False,
+                 connect_timeout: float | None = None,
                  method: str = DEFAULT_METHOD, options: dict | None = None) -> dict:
     """Cluster every point of ``source`` with multiple kernel clustering; results in ``store``.
 
@@ -72,6 +75,8 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
     dask_address : str, optional
         Scheduler of an existing Dask cluster (``tcp://host:8786``); default: a LocalCluster
         with ``n_workers`` worker processes for this run.
+    connect_timeout : float, optional
+        Seconds to wait for ``dask_address`` (default 10, or ``MKDIST_CONNECT_TIMEOUT``).
     overwrite : bool, default=False
         Replace a store that holds a different run.
     label_key : str, optional
@@ -91,9 +96,13 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
     logger = get_run_logger()
     config = RunConfig.from_options(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
                                     random_state=random_state, method=method, **(options or {}))
-    with dask_client(dask_address, n_workers):
+    # The lease is held by this (the flow's) process, where every stage task runs.
+    with writer_lease(store, owner="mkdist cluster_flow"), \
+            dask_client(dask_address, n_workers, connect_timeout=connect_timeout):
         opened = validate_task(source, store, config.to_json(), overwrite)
         logger.info("store %s: %s; stages %s", store, opened["status"], opened["plan"])
+        if opened["dropped"]:
+            logger.warning("damaged stages are recomputed: %s", opened["dropped"])
         parts = [stage_task.with_options(name=STAGE_TASK_NAMES.get(name, name))(name, store, source, progress)
                  for name in opened["plan"]]
         timings = merge_timings(parts)

@@ -238,4 +238,8 @@ class RowBlocks:
                                  block_rows=self.block_rows, check=check_finite,
                                  chunks=((1,) * nb, (width,)), dtype=np.float64,
                                  meta=np.empty((0, width)), name=layer)
-        return np.asarray(partials.sum(axis=0, split_every=split_every).compute())
+        # A named tree sum: the per-chunk tasks (fused with the row function) keep the layer's
+        # name on the dashboard instead of a generic "sum".
+        total = da.reduction(partials, chunk=np.sum, aggregate=np.sum, combine=np.sum, axis=0,
+                             dtype=np.float64, split_every=split_every, name=layer.rsplit("-", 1)[0])
+        return np.asarray(total.compute())

@@ -10,7 +10,7 @@ from typing import Any
 
 from ._kernels import KernelSpec
 from ._methods import DEFAULT_METHOD, available_methods, get_method
-from ._validation import Interval, validate_params
+from ._validation import Interval, collect_constraints, validate_params
 from .errors import InputValidationError
 
 __all__ = ["RunConfig", "ClusterResult"]
@@ -109,6 +109,11 @@ class RunConfig:
         cls = self.estimator_class
         params = {**cls.run_defaults, **self.params}
         return cls(n_clusters=self.n_clusters, random_state=self.random_state, **params)
+
+    def check_params(self) -> None:
+        """Check the method's parameters against its constraint table (no input needed)."""
+        est = self.make_estimator()
+        validate_params(collect_constraints(type(est), "_param_constraints"), est.get_params(deep=False))
 
     def validate(self, views: Mapping[str, Any]) -> dict[str, Any]:
         """Check every parameter against the input's metadata (no data read).

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ._stages import _store, load_estimator
+from ._stages import as_store, load_estimator, writer_lease
 
 __all__ = ["summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "load_labels"]
 
@@ -73,15 +73,35 @@ def summary_markdown(summary: dict, store: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def inspect_store(url: str) -> dict:
-    """What a store holds: root attributes, stage status, model summary (JSON-able)."""
-    store = _store(url, mode="r")
-    info: dict[str, Any] = {"url": str(url), "attrs": {k: v for k, v in store.attrs.items() if k != "input_stats"},
-                            "stages": store.stage_status()}
-    if store.is_complete("model"):
+def inspect_store(url: str, *, verify: str = "quick", clean: bool = False) -> dict:
+    """What a store holds: root attributes, stage status, model summary (JSON-able).
+
+    Parameters
+    ----------
+    url : str
+    verify : {"quick", "full"}, default="quick"
+        "quick" checks every stage's arrays and chunk listing against its marker; "full" also
+        reads every chunk and compares its checksum.  Damaged stages are listed in
+        ``problems``, naming the array and chunks.
+    clean : bool, default=False
+        First remove what crashed writes left (taking the store's writer lease, so it is
+        refused while a run is live); the removed paths are in ``cleaned``.
+    """
+    info: dict[str, Any] = {"url": str(url)}
+    if clean:
+        with writer_lease(url, owner="mkdist inspect --clean"):
+            info["cleaned"] = as_store(url).clean_partials()
+    store = as_store(url, mode="r")
+    info["attrs"] = {k: v for k, v in store.attrs.items() if k != "input_stats"}
+    info["stages"] = store.stage_status(verify=verify)
+    info["problems"] = [p for name, state in info["stages"].items() if state == "damaged"
+                        for p in store.verify_stage(name, full=verify == "full")]
+    holder = store.lease_holder()
+    info["live_run"] = holder.describe() if holder is not None else None
+    if info["stages"].get("model") == "complete":
         summary = load_estimator(store).summary()
-        info["model"] = {**summary, "has_centroids": store.is_complete("labels")}
-    if store.is_complete("metrics"):
+        info["model"] = {**summary, "has_centroids": info["stages"].get("labels") == "complete"}
+    if info["stages"].get("metrics") == "complete":
         info["summary"] = json.loads(store.read_stage("metrics").attrs["summary"])
     return info
 
@@ -89,7 +109,15 @@ def inspect_store(url: str) -> dict:
 def inspect_markdown(info: dict) -> str:
     lines = [f"store: {info['url']}", f"schema_version: {info['attrs'].get('schema_version')}",
              f"mkdist_version: {info['attrs'].get('mkdist_version')}", "stages:"]
+    if info.get("live_run"):
+        lines.insert(1, f"live run: {info['live_run']}")
     lines += [f"  {name:<14} {status}" for name, status in info["stages"].items()]
+    if info.get("problems"):
+        lines.append("damaged (re-running the same run recomputes these stages and the ones after them):")
+        lines += [f"  {p}" for p in info["problems"]]
+    if info.get("cleaned") is not None:
+        lines.append(f"cleaned: {len(info['cleaned'])} leftover(s) of crashed writes removed")
+        lines += [f"  {p}" for p in info["cleaned"]]
     model = info.get("model")
     if model:
         lines.append("model:")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -28,15 +29,19 @@ from ._io import load_views, scan_views, views_fingerprint
 from ._methods import DEFAULT_METHOD, get_method
 from ._sampling import gather_rows
 from ._state import dataset_to_state, state_to_dataset, to_jsonable
-from .errors import InputValidationError
+from .errors import DamagedStoreError, InputValidationError
 from .metrics import clustering_scores
 
 __all__ = [
-    "open_run", "stage_plan", "run_stage", "merge_timings", "stage_landmarks", "stage_model", "stage_embedding", "stage_labels",
+    "check_run", "check_assign", "open_run", "writer_lease", "prepare_resume", "stage_plan", "run_stage", "merge_timings", "stage_landmarks", "stage_model", "stage_embedding", "stage_labels",
     "stage_metrics", "load_estimator", "cluster", "assign", "refuse_overlap",
 ]
 
 logger = logging.getLogger("mkdist")
+
+#: Seconds a run's writer lease lives without a heartbeat (it beats every TTL / 4): a run
+#: killed with SIGKILL blocks its store for at most this long (MKDIST_LEASE_TTL overrides).
+LEASE_TTL = 60.0
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -76,7 +81,7 @@ def _persist(x, progress: bool = False):
     return dask.persist(x)[0]
 
 
-def _store(store, mode: str = "r+"):
+def as_store(store, mode: str = "r+"):
     """A RunStore from a RunStore or a URL (stage functions accept both, so flows pass URLs)."""
     from mkdist.storage import RunStore
 
@@ -87,17 +92,60 @@ def _config(store) -> RunConfig:
     return RunConfig(**store.params)
 
 
+def writer_lease(store: Any, owner: str | None = None):
+    """The run's writer lease on ``store`` (a context manager; one writer per store).
+
+    Taken before the store is created or reopened, held for the whole run (heartbeated), so a
+    second run on the same store is refused with ``StoreLockedError`` naming the live one.
+    """
+    from mkdist.storage import RunStore
+
+    target = store if isinstance(store, RunStore) else RunStore(store, mode="r+")
+    # MKDIST_LEASE_TTL: seconds without a heartbeat after which a killed run's lease expires.
+    return target.lease(owner=owner, ttl=float(os.environ.get("MKDIST_LEASE_TTL", LEASE_TTL)))
+
+
+def prepare_resume(store, stages: list[str] | None = None) -> dict[str, Any]:
+    """Make a reopened run safe to resume: remove crash leftovers, drop damaged stages.
+
+    Every stored stage is verified in full (each chunk against its checksum); the first
+    damaged stage in the plan's order (or ``stages``, for stores that are not runs, such as
+    an assignment's output) and every stage after it are deleted, so they are recomputed
+    instead of trusted.  Call it while holding the writer lease.
+
+    Returns
+    -------
+    dict
+        ``{"cleaned": [leftovers removed], "dropped": [stages deleted], "problems": [...],
+        "status": stage status after the repair}``.
+    """
+    store = as_store(store)
+    cleaned = store.clean_partials()
+    order = list(stages) if stages is not None else list(stage_plan(store)) + ["kernel_blocks", "metrics"]
+    status = store.stage_status(verify="full")
+    damaged = [s for s in order if status.get(s) == "damaged"]
+    problems, dropped = [], []
+    if damaged:
+        problems = [p for s in damaged for p in store.verify_stage(s, full=True)]
+        first = min(order.index(s) for s in damaged)
+        dropped = [s for s in order[first:] if status.get(s) in ("complete", "damaged")]
+        for s in dropped:
+            store.delete_stage(s, missing_ok=True)
+        logger.warning("store %s: %s damaged (%s); recomputing %s", store.url, ", ".join(damaged),
+                       "; ".join(problems), ", ".join(dropped))
+        status = store.stage_status(verify=None)
+    return {"cleaned": cleaned, "dropped": dropped, "problems": problems, "status": status}
+
+
 def stage_plan(store_or_config: Any) -> tuple[str, ...]:
     """The stages a run executes, in order: its method's plan (an optional ``kernel_blocks``
     stage is written with the embedding)."""
-    config = store_or_config if isinstance(store_or_config, RunConfig) else _config(_store(store_or_config, "r"))
+    config = store_or_config if isinstance(store_or_config, RunConfig) else _config(as_store(store_or_config, "r"))
     return tuple(config.estimator_class.stage_plan)
 
 
 def _location(url: Any) -> tuple[str, str] | None:
     """(protocol, normalised path) of a store or input location; None for in-memory objects."""
-    import os
-
     if hasattr(url, "url"):  # a RunStore
         url = url.url
     if not isinstance(url, (str, os.PathLike)):
@@ -146,25 +194,30 @@ def _int32(labels):
 
 
 # ----------------------------------------------------------------------------- opening a run
-def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False):
-    """Validate the parameters and the input, then create or reopen the run store.
+def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False):
+    """Every check of a run that reads no data, and writes nothing.
 
-    Checks, in this order and before anything is written: that the store does not overlap the
-    input (when the input is a location), every parameter against the input's metadata
-    (shapes, views), then one pass over the data (NaN/inf with view, chunk
-    and row; values whose squared distances overflow or underflow; constant views).  A
-    store that holds the same input (fingerprint) and parameters is reopened for resuming
-    (its stored input statistics are reused, no pass); one that holds a different run is
-    refused unless ``overwrite=True``.  ``config.random_state=None`` draws a seed, or adopts
-    the stored one when resuming.
+    The store must not overlap the input (when the input is a location); every parameter is
+    checked against the input's metadata (shapes, views); a store that holds another run is
+    refused unless ``overwrite``, as is a store another live run is writing (even with
+    ``overwrite``).  ``config.random_state=None`` adopts the seed of a stored run of the same
+    input (to resume it).
 
     Returns
     -------
-    RunStore
+    views : dict of str to dask.array.Array
+    fingerprint : str
+    existing : RunStore or None
+        The store at the location, if there is one (opened read-only).
+
+    Raises
+    ------
+    InputValidationError, StoreExistsError, StoreLockedError, SchemaVersionError, DamagedStoreError
     """
+    config.check_params()  # first: a bad argument is refused before the input (or xarray) is opened
+    refuse_overlap(store_url, input=views)
     from mkdist.storage import RunStore
 
-    refuse_overlap(store_url, input=views)
     views = load_views(views)
     config.validate(views)
     fingerprint = views_fingerprint(views)
@@ -173,18 +226,87 @@ def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool =
         existing = RunStore.open(store_url, mode="r")
     except FileNotFoundError:
         pass
-    same_input = existing is not None and existing.fingerprint == fingerprint and not overwrite
+    except DamagedStoreError:
+        if not overwrite:
+            raise
+    if existing is not None:
+        existing.check_no_other_writer(f"a run of {config.method!r}")
+        stored_seed = existing.params.get("random_state")
+        if config.random_state is None and stored_seed is not None and existing.fingerprint == fingerprint:
+            config.random_state = int(stored_seed)
+        if not overwrite and config.random_state is not None:
+            existing.check_same_run(fingerprint, config.to_json())
+    return views, fingerprint, existing
+
+
+def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False):
+    """Check the run (:func:`check_run`), scan the input, then create or reopen the run store.
+
+    The scan is one pass over the data before anything is written: NaN/inf (with view,
+    chunk and row), values whose squared distances overflow or underflow, constant views.  A
+    store that holds the same run is reopened for resuming (its stored input statistics are
+    reused: no pass); a new seed is drawn when none is given or stored.
+
+    Returns
+    -------
+    RunStore
+    """
+    from mkdist.storage import RunStore
+
+    views, fingerprint, existing = check_run(store_url, views, config, overwrite=overwrite)
     if config.random_state is None:
-        stored = existing.params.get("random_state") if same_input else None
-        config.random_state = int(stored) if stored is not None else int(
-            np.random.SeedSequence().entropy % (2**31 - 1))
-    stats = existing.attrs.get("input_stats") if same_input else None
+        config.random_state = int(np.random.SeedSequence().entropy % (2**31 - 1))
+    same_run = existing is not None and not overwrite and existing.fingerprint == fingerprint
+    stats = existing.attrs.get("input_stats") if same_run else None
     if stats is None:
         stats = scan_views(views)
     run = RunStore.create(store_url, fingerprint=fingerprint, params=config.to_json(), overwrite=overwrite)
     if "input_stats" not in run.attrs:
         run.update_attrs(input_stats=stats)
     return run
+
+
+def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
+                 chunk_rows: int | None = None):
+    """Every check of an assignment that reads no data, and writes nothing.
+
+    The output must not overlap the model store or the input; the model store must hold a
+    finished run; the input's views and features must match the model; an output store that
+    holds another assignment (unless ``overwrite``), or that another live run writes, is
+    refused.
+
+    Returns
+    -------
+    estimator, views, fingerprint
+    """
+    from mkdist.storage import RunStore
+
+    refuse_overlap(output, model_store=model_store, input=source)
+    src = as_store(model_store, mode="r")
+    if not src.is_complete("labels"):
+        raise InputValidationError(f"the run in {src.url} is not finished (its labels stage is not complete): "
+                                   "finish it first (re-run it to resume).")
+    est = load_estimator(src)
+    views = load_views(source, chunk_rows=chunk_rows)
+    est.predict(views)  # lazy: checks the views against the model, computes nothing
+    fingerprint = views_fingerprint(views)
+    try:
+        out = RunStore.open(output, mode="r")
+    except FileNotFoundError:
+        out = None
+    except DamagedStoreError:
+        if not overwrite:
+            raise
+        out = None
+    if out is not None:
+        out.check_no_other_writer("an assignment")
+        if not overwrite:
+            out.check_same_run(fingerprint, _assign_params(src))
+    return est, views, fingerprint
+
+
+def _assign_params(src) -> dict[str, Any]:
+    return {"model_store": str(src.url), "model_fingerprint": src.fingerprint}
 
 
 # ----------------------------------------------------------------------------- stages
@@ -196,7 +318,7 @@ def stage_landmarks(store, views: Any) -> float:
     """
     import xarray as xr
 
-    store = _store(store)
+    store = as_store(store)
     config = _config(store)
     if "landmarks" not in stage_plan(config) or store.is_complete("landmarks"):
         return 0.0
@@ -216,7 +338,7 @@ def stage_landmarks(store, views: Any) -> float:
 def stage_model(store, views: Any = None) -> float:
     """Fit the run's model: on the stored landmarks (on this process) when the plan has a
     landmarks stage, else the estimator's own (distributed) ``fit`` on ``views``."""
-    store = _store(store)
+    store = as_store(store)
     if store.is_complete("model"):
         return 0.0
     t0 = time.perf_counter()
@@ -241,7 +363,7 @@ def load_estimator(store):
     For a landmark-embedding run the centroids come from the ``labels`` stage once it is
     complete (before that the estimator transforms but does not predict).
     """
-    store = _store(store, mode="r")
+    store = as_store(store, mode="r")
     ds = store.read_stage("model")
     cls = get_method(ds.attrs.get("method"))
     state = dataset_to_state(ds)
@@ -256,7 +378,7 @@ def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, f
     blocks if the run asked for them).  Returns ``{"embed_s", "write_s"}`` (zeros if resumed)."""
     import xarray as xr
 
-    store = _store(store)
+    store = as_store(store)
     config = _config(store)
     plan = stage_plan(config)
     if "embedding" not in plan or (store.is_complete("embedding") and (
@@ -291,7 +413,7 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     """
     import xarray as xr
 
-    store = _store(store)
+    store = as_store(store)
     if store.is_complete("labels"):
         return {"kmeans_s": 0.0, "write_s": 0.0}
     config = _config(store)
@@ -320,7 +442,7 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
     import dask.array as da
     import xarray as xr
 
-    store = _store(store)
+    store = as_store(store)
     config = _config(store)
     labels = store.read_stage("labels")
     lab = labels["labels"].data
@@ -417,14 +539,14 @@ def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_land
                                     random_state=random_state, method=method, **params)
     refuse_overlap(store, input=views)  # here too: open_run sees the loaded views, not the location
     vs = load_views(views, chunk_rows=chunk_rows)
-    run = open_run(store, vs, config, overwrite=overwrite)
-    run.clean_partials()
-    before = run.stage_status()
-    t_all = time.perf_counter()
-    plan = stage_plan(config)
-    timings = merge_timings([run_stage(s, run, vs, progress=progress) for s in plan])
-    timings["total_s"] = time.perf_counter() - t_all
-    metrics = stage_metrics(run, timings=timings, y_true=y_true)
+    with writer_lease(store, owner="mkdist.cluster"):
+        run = open_run(store, vs, config, overwrite=overwrite)
+        before = prepare_resume(run)["status"]
+        t_all = time.perf_counter()
+        plan = stage_plan(config)
+        timings = merge_timings([run_stage(s, run, vs, progress=progress) for s in plan])
+        timings["total_s"] = time.perf_counter() - t_all
+        metrics = stage_metrics(run, timings=timings, y_true=y_true)
     skipped = [s for s in plan if before.get(s) == "complete"]
     return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=load_estimator(run), store=run,
                          timings=timings, skipped=skipped, metrics=metrics)
@@ -452,19 +574,13 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
 
     from mkdist.storage import RunStore
 
-    refuse_overlap(output, model_store=model_store, input=source)
-    src = _store(model_store, mode="r")
-    if not src.is_complete("labels"):
-        raise InputValidationError(f"the run in {src.url} is not finished (its labels stage is not complete): "
-                                   "finish it first (re-run it to resume).")
-    est = load_estimator(src)
-    vs = load_views(source, chunk_rows=chunk_rows)
-    lazy = _int32(est.predict(vs))  # lazy: checks the views against the model, computes nothing
-    out = RunStore.create(output, fingerprint=views_fingerprint(vs),
-                          params={"model_store": str(src.url), "model_fingerprint": src.fingerprint},
-                          overwrite=overwrite)
-    if out.is_complete("labels"):
-        return out
-    labels = _persist(lazy, progress)
-    out.write_stage("labels", xr.Dataset({"labels": (("sample",), labels)}))
+    est, vs, fingerprint = check_assign(model_store, source, output, overwrite=overwrite, chunk_rows=chunk_rows)
+    src = as_store(model_store, mode="r")
+    lazy = _int32(est.predict(vs))
+    with writer_lease(output, owner="mkdist.assign"):
+        out = RunStore.create(output, fingerprint=fingerprint, params=_assign_params(src), overwrite=overwrite)
+        if prepare_resume(out, ["labels"])["status"].get("labels") == "complete":
+            return out
+        labels = _persist(lazy, progress)
+        out.write_stage("labels", xr.Dataset({"labels": (("sample",), labels)}))
     return out

@@ -17,6 +17,7 @@ __all__ = [
     "DamagedStoreError",
     "DamagedStageError",
     "StoreLockedError",
+    "SchedulerUnreachableError",
     "EmbeddingStabilityWarning",
     "DegenerateKernelWarning",
 ]
@@ -67,6 +68,10 @@ class DamagedStageError(DamagedStoreError):
 
 class StoreLockedError(StoreError):
     """Another live run holds the store's writer lease; the message says who and since when."""
+
+
+class SchedulerUnreachableError(MkdistError, ConnectionError):
+    """The Dask scheduler a run names does not answer within the connect timeout."""
 
 
 class EmbeddingStabilityWarning(RuntimeWarning):

@@ -258,11 +258,7 @@ class RunStore:
                         "location, or pass overwrite=True to delete its content.")
             else:
                 _check_schema(attrs, store.url)
-                diffs = _run_differences(attrs, fingerprint, params)
-                if diffs:
-                    raise StoreExistsError(
-                        f"{store.url} holds a different run: {'; '.join(diffs)}. Use another "
-                        "location, or pass overwrite=True to delete the stored run.")
+                store.check_same_run(fingerprint, params)
                 return store
         store._check_writer("RunStore.create(...)")
         root = {"zarr_format": 3, "node_type": "group", "attributes": {
@@ -389,6 +385,31 @@ class RunStore:
         self._check_writable()
         return StoreLease(self._fs, self._path, self.url, local=self._local, owner=owner,
                           ttl=ttl, heartbeat=heartbeat).acquire()
+
+    def check_same_run(self, fingerprint: str, params: Mapping[str, Any]) -> None:
+        """Refuse a run that is not the stored one, as :meth:`create` does (without writing).
+
+        Raises
+        ------
+        StoreExistsError
+            The store holds another input (fingerprint) or other parameters; the message
+            names the differences.
+        """
+        diffs = _run_differences(self.attrs, fingerprint, _to_json(dict(params), "params"))
+        if diffs:
+            raise StoreExistsError(
+                f"{self.url} holds a different run: {'; '.join(diffs)}. Use another "
+                "location, or pass overwrite=True to delete the stored run.")
+
+    def check_no_other_writer(self, what: str) -> None:
+        """Refuse ``what`` (e.g. "mkdist run") while another process's live lease holds the store.
+
+        Raises
+        ------
+        StoreLockedError
+            Naming the live run's host, pid, start time and last heartbeat.
+        """
+        self._check_writer(what)
 
     def lease_holder(self) -> LeaseInfo | None:
         """The live lease on the store (who writes it, since when), or None if none is live."""

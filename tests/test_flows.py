@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -21,57 +19,6 @@ from mkdist.storage import RunStore
 from .conftest import make_blobs_views
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def dask_address():
-    """`dask scheduler` + two `dask worker` processes, as a data engineer would start them."""
-    from distributed import Client
-
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
-                               str(port), "--no-dashboard"], env=env, stderr=subprocess.DEVNULL)]
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise RuntimeError("dask scheduler did not start")
-                time.sleep(0.3)
-        for _ in range(2):
-            procs.append(subprocess.Popen([sys.executable, "-m", "dask", "worker", address, "--nthreads", "1",
-                                           "--no-dashboard", "--memory-limit", "2GiB", "--host", "127.0.0.1"],
-                                          env=env, stderr=subprocess.DEVNULL))
-        with Client(address) as client:
-            client.wait_for_workers(2, timeout=60)
-        yield address
-    finally:
-        for p in procs[::-1]:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=30)
-
-
-@pytest.fixture(scope="session")
-def prefect_api():
-    """One temporary Prefect server for the whole session (it takes 20-40 s to start)."""
-    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield PREFECT_API_URL.value()
 
 
 @pytest.fixture(scope="module")
