@@ -191,7 +191,7 @@ def _moments(blocks: list, shifts: list) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def scan_views(views: Mapping[str, Any]) -> dict[str, dict]:
+def scan_views(views: Mapping[str, Any], gather: np.ndarray | None = None):
     """One pass over the input before anything is stored: refuse what no method can cluster.
 
     Raises (``InputValidationError``, naming the view) on NaN/inf (and its chunk and first
@@ -199,18 +199,33 @@ def scan_views(views: Mapping[str, Any]) -> dict[str, dict]:
     values that differ only at a scale where they underflow (around 1e-154), and on constant
     views (every row the same, which includes input of duplicate rows only).
 
+    Parameters
+    ----------
+    views : dict of str to array of shape (N, d_v)
+    gather : ndarray of shape (n,), optional
+        Sorted row indices to read in the same pass (e.g. the landmarks): each chunk is read
+        once for both.
+
     Returns
     -------
-    dict of str to dict
+    stats : dict of str to dict
         Per view: ``n_rows``, ``n_features``, per-feature ``mean`` and ``std`` (population),
         the statistics of the data a model was fitted on (kept in the run store).
+    rows : dict of str to ndarray of shape (n, d_v)
+        Only with ``gather``: those rows of every view.
     """
     check_finite(views)  # NumPy views; Dask views are checked inside the pass below
     rows = RowBlocks(views)
     # Deviations from a reference row keep the moments accurate for data far from 0.
     first = _first_rows(rows)
     widths = [int(a.shape[1]) for a in rows.arrays]
-    sums = rows.reduce(_moments, first, width=3 * sum(widths), name="scan-input")
+    lazy = rows.reduce(_moments, first, width=3 * sum(widths), name="scan-input", compute=False)
+    picked = {n: a[gather] for n, a in zip(rows.names, rows.arrays)} if gather is not None else {}
+    if rows.is_dask:
+        import dask
+
+        lazy, picked = dask.compute(lazy, picked)
+    sums = np.asarray(lazy)
     N = rows.n_samples
     out: dict[str, dict] = {}
     start = 0
@@ -234,6 +249,8 @@ def scan_views(views: Mapping[str, Any]) -> dict[str, dict]:
                 f"view {name!r} is constant: all {N} rows are the same, so it carries nothing to cluster; "
                 + ("drop it from the input." if len(views) > 1 else "there is nothing to cluster."))
         out[name] = {"n_rows": N, "n_features": d, "mean": mean.tolist(), "std": np.sqrt(var).tolist()}
+    if gather is not None:
+        return out, {n: np.asarray(v) for n, v in picked.items()}
     return out
 
 

@@ -1,12 +1,15 @@
 """k-means on the rows of an embedding, NumPy or Dask, through the one row engine.
 
-k-means++ with a few Lloyd steps on a uniform sample starts every restart; then every
-Lloyd iteration advances ALL ``n_init`` restarts in ONE pass over the rows, partial sums
-are tree-reduced and only n_init x k x (K + 2) numbers reach the client per iteration.
-NumPy and Dask input run the same code (the same sample, the same passes), so they give
-the same labels.  Written here rather than taken from dask-ml: dask-ml's KMeans runs one
-pass per restart and per iteration and sums partials linearly (``sum(to_delayed())``);
-``bench/bench_pipeline.py`` compares the two.
+The restarts run in memory on a uniform sample of the rows (scikit-learn's k-means++ and
+Lloyd, ``n_init`` times, to convergence); the best of them on the sample is then refined by
+Lloyd passes over all rows, each pass ONE tree-reduced map over the row chunks (only
+k x (K + 2) numbers reach the client).  Choosing the restart on a 50,000-row sample costs
+no pass over the data, where running every restart over all rows multiplied each pass's
+work by ``n_init`` (measured on W1 at 300k rows: 34 passes of 3 runs before, a handful of
+passes of one run after).  When the data fit in the sample this is exactly scikit-learn's
+``KMeans``.  NumPy and Dask input run the same code, so they give the same labels.
+Written here rather than taken from dask-ml, whose KMeans makes one pass per restart and
+per iteration and sums partials linearly (``bench/bench_pipeline.py`` compares the two).
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ class KMeansResult:
     centers : ndarray of shape (k, K)
     labels : ndarray or dask.array.Array of shape (N,), int64 (lazy for Dask input)
     inertia : float
-        Sum of squared distances to the nearest centre (of the best run, at its last pass).
+        Sum of squared distances to the nearest centre, at the last pass.
     n_iter : int
-        Lloyd passes of the best run.
+        Lloyd passes over all rows (after the restarts on the sample).
     """
 
     centers: np.ndarray
@@ -47,21 +50,20 @@ class KMeansResult:
 
 
 def _lloyd_partials(blocks, centers: np.ndarray) -> np.ndarray:
-    """Lloyd statistics of one row block for r runs at once, flat (r * k * (K + 2),).
+    """Lloyd statistics of one row block, flat (k * (K + 2),).
 
-    For every run and cluster: the sum of member rows, the member count and the sum of
-    squared distances (the inertia contribution).  ``centers`` has shape (r, k, K).
+    For every cluster: the sum of member rows, the member count and the sum of squared
+    distances (the inertia contribution).  ``centers`` has shape (k, K).
     """
     H = np.asarray(blocks[0], dtype=np.float64)
-    r, k, K = centers.shape
-    out = np.zeros((r, k, K + 2))
-    for run in range(r):
-        labels, dist = nearest_center(H, centers[run], return_distance=True)
-        onehot = np.zeros((H.shape[0], k))
-        onehot[np.arange(H.shape[0]), labels] = 1.0
-        out[run, :, :K] = onehot.T @ H
-        out[run, :, K] = onehot.sum(axis=0)
-        out[run, :, K + 1] = onehot.T @ dist
+    k, K = centers.shape
+    labels, dist = nearest_center(H, centers, return_distance=True)
+    onehot = np.zeros((H.shape[0], k))
+    onehot[np.arange(H.shape[0]), labels] = 1.0
+    out = np.empty((k, K + 2))
+    out[:, :K] = onehot.T @ H
+    out[:, K] = onehot.sum(axis=0)
+    out[:, K + 1] = onehot.T @ dist
     return out.ravel()
 
 
@@ -95,13 +97,15 @@ def kmeans(H, n_clusters: int, *, n_init: int = 3, max_iter: int = 100, tol: flo
         iteration is one pass over it.
     n_clusters : int
     n_init : int, default=3
-        Independent runs; the one with the lowest inertia wins.  All runs share each pass.
+        k-means++ restarts, run on the sample; the one with the lowest sample inertia is
+        refined over all rows.
     max_iter : int, default=100
+        Lloyd iterations (on the sample per restart, and over all rows).
     tol : float, default=1e-4
-        Stop a run when the squared centre shift is <= tol * (mean per-feature variance of
-        the sample), scikit-learn's rule.
+        Stop when the squared centre shift is <= tol * (mean per-feature variance of the
+        sample), scikit-learn's rule.
     init_sample_size : int, default=50000
-        Rows sampled uniformly for the k-means++ initialisation (each run a different seed).
+        Rows sampled uniformly for the restarts (all rows when N is smaller).
     random_state : int, RandomState or None
 
     Returns
@@ -112,39 +116,25 @@ def kmeans(H, n_clusters: int, *, n_init: int = 3, max_iter: int = 100, tol: flo
     rng = check_random_state(random_state)
     rows = RowBlocks({"embedding": H})
     sample = _sample_rows(H, init_sample_size, rng)
-    # k-means++ plus a few Lloyd steps on the sample: a far better start than k-means++
-    # alone, at the cost of one small in-memory fit per run.
     with warnings.catch_warnings():
         # Fewer distinct sample rows than clusters: duplicate centres are legal here.
         warnings.simplefilter("ignore", ConvergenceWarning)
-        centers = np.stack([
-            KMeans(n_clusters, n_init=1, max_iter=20, random_state=rng.randint(np.iinfo(np.int32).max))
-            .fit(sample).cluster_centers_ for _ in range(n_init)
-        ])
+        start = KMeans(n_clusters, n_init=n_init, max_iter=max_iter, tol=tol,
+                       random_state=rng.randint(np.iinfo(np.int32).max)).fit(sample)
+    centers = np.asarray(start.cluster_centers_, dtype=np.float64)
     threshold = tol * float(np.mean(np.var(sample, axis=0)))
-    active = np.ones(n_init, dtype=bool)
-    n_iter = np.zeros(n_init, dtype=int)
-    inertia = np.full(n_init, np.inf)
     K = H.shape[1]
+    inertia, n_iter = float(start.inertia_), 0
     for _ in range(max_iter):
-        current = centers[active]
-        stats = rows.reduce(_lloyd_partials, current, width=current.size // K * (K + 2),
-                            name="lloyd", check_finite=False)
-        stats = stats.reshape(current.shape[0], n_clusters, K + 2)
-        sums, counts, sse = stats[..., :K], stats[..., K], stats[..., K + 1]
+        stats = rows.reduce(_lloyd_partials, centers, width=n_clusters * (K + 2), name="lloyd",
+                            check_finite=False).reshape(n_clusters, K + 2)
+        sums, counts, sse = stats[:, :K], stats[:, K], stats[:, K + 1]
         # An empty cluster keeps its centre rather than becoming NaN.
-        new = np.where(counts[..., None] > 0, sums / np.maximum(counts, 1)[..., None], current)
-        shift = ((new - current) ** 2).sum(axis=(1, 2))
-        idx = np.flatnonzero(active)
-        inertia[idx] = sse.sum(axis=1)  # inertia w.r.t. the centres used in this pass
-        centers[idx] = new
-        n_iter[idx] += 1
-        active[idx[shift <= threshold]] = False
-        if not active.any():
+        new = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], centers)
+        shift = float(((new - centers) ** 2).sum())
+        inertia = float(sse.sum())  # w.r.t. the centres used in this pass
+        centers = new
+        n_iter += 1
+        if shift <= threshold:
             break
-    # Restarts that reach the same partition have inertias equal up to summation order, which
-    # differs between NumPy and Dask input: take the first run within rounding of the best, so
-    # both inputs pick the same run (and the same label order).
-    best = int(np.flatnonzero(inertia <= inertia.min() * (1.0 + 1e-9) + 1e-300)[0])
-    labels = assign_labels(H, centers[best])
-    return KMeansResult(centers[best], labels, float(inertia[best]), int(n_iter[best]))
+    return KMeansResult(centers, assign_labels(H, centers), inertia, n_iter)

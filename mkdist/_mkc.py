@@ -20,7 +20,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import LandmarkEmbeddingEstimator
-from ._blocks import RowBlocks
+from ._blocks import RowBlocks, cache_block_rows
 from ._kernels import (
     FeatureScaling, FittedKernel, KernelPreprocessing, KernelSpec, ProjectedKernels, SCALINGS, fit_kernels,
     fit_preprocessing, kernel_blocks, kernel_model_from_state, kernel_model_state, landmark_kernels,
@@ -213,8 +213,9 @@ def embed(views: Mapping[str, Any], model: MKCModel):
     missing = [n for n in model.view_names if n not in views]
     if missing:
         raise InputValidationError(f"views {missing} are missing; the model was fitted on {model.view_names}.")
-    return RowBlocks(views, model.view_names).map(_embed_rows, model, n_cols=model.n_components,
-                                                  dtype=np.dtype(model.dtype), name="embed")
+    rows = cache_block_rows(model.n_landmarks, np.dtype(model.dtype).itemsize)
+    return RowBlocks(views, model.view_names, block_rows=rows).map(
+        _embed_rows, model, n_cols=model.n_components, dtype=np.dtype(model.dtype), name="embed")
 
 
 def embed_chunk(model: MKCModel, *view_blocks: np.ndarray) -> np.ndarray:

@@ -32,7 +32,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from ._base import MkdistEstimator
-from ._blocks import RowBlocks
+from ._blocks import RowBlocks, cache_block_rows
 from ._kernels import bandwidth_statistic, check_bandwidth, sq_distances
 from ._kmeans import assign_labels, kmeans
 from ._methods import register
@@ -49,8 +49,8 @@ logger = logging.getLogger("mkdist")
 #: estimate is a mean over s^2 pairs; its relative standard error is about 1/sqrt(s), 1% at 10k rows.
 BANDWIDTH_SAMPLE_SIZE = 10_000
 
-#: Rows per kernel block (NumPy input, and inside every Dask task): a (block, m) float64
-#: kernel block is 8192 x 1000 x 8 B = 65 MB at m = 1000, large enough for efficient GEMMs.
+#: Most rows per kernel block (NumPy input, and inside every Dask task); fewer when m is large,
+#: so that a (block, m) float64 kernel block stays cache-sized (``mkdist._blocks.cache_block_rows``).
 BLOCK_ROWS = 8192
 
 #: Degrees below this fraction of the mean degree are raised to it (see ``_ModelArrays``).
@@ -390,9 +390,9 @@ class NystromSpectralClustering(MkdistEstimator):
 
     def _fit(self, X):
         views = self._fit_views(X)
-        rows = RowBlocks(views, block_rows=BLOCK_ROWS)
-        N = rows.n_samples
+        N = int(next(iter(views.values())).shape[0])
         m = self._check_params(N, views)["n_anchors"]
+        rows = RowBlocks(views, block_rows=min(BLOCK_ROWS, cache_block_rows(m, 8)))
         k = int(self.n_clusters)
         rng = check_random_state(self.random_state)
         timings: dict[str, float] = {}
@@ -509,7 +509,7 @@ class NystromSpectralClustering(MkdistEstimator):
         H : ndarray or lazy dask.array.Array of shape (n, n_clusters), float64
             At training points this is Algorithm 1's H = D^-1/2 F (see Notes of the class).
         """
-        rows = RowBlocks(self._predict_views(X), block_rows=BLOCK_ROWS)
+        rows = RowBlocks(self._predict_views(X), block_rows=min(BLOCK_ROWS, cache_block_rows(self.n_anchors_, 8)))
         return rows.map(_embed_rows, self._model_arrays(), n_cols=int(self.n_clusters), dtype=np.float64,
                         name="nystrom-embed")
 

@@ -4,13 +4,16 @@ Algorithm 1 (RFF-KPKM) and Algorithm 2 (IP-RFF-MKPKM, eq. 20-31) of the RFF powe
 seed (``seeds/rff-kernel-power-kmeans.txt``; see ``docs/algorithms.md`` section 4).
 
 Every iteration is one pass over the rows through the row engine (:class:`RowBlocks`).  A
-row block recomputes its random Fourier features from the stored frequencies (they are
-never stored for Dask input), evaluates the power-mean weights and returns k x (L 2D + ...)
-partial sums; NumPy input walks the row function over ``chunk_size`` row blocks, Dask
+row block's random Fourier features are computed once and kept between passes when they fit
+a memory budget: NumPy input within ``FEATURE_CACHE_BYTES``; Dask input as a persisted Dask
+array of features on the workers, up to ``FEATURE_PERSIST_FRACTION`` of the cluster's worker
+memory (chunks beyond it are recomputed from the stored frequencies in every pass).  The row
+function evaluates the power-mean weights and returns k x (L 2D + ...) partial sums; Dask
 input runs it as one task per row chunk and adds the partials with a tree reduction (one
 ``compute`` per iteration).  So NumPy and Dask input give the same numbers up to summation
-order.  NumPy input whose features fit in ``FEATURE_CACHE_BYTES`` computes them once: the
-iterations then walk the features instead of the raw rows (a state without a feature map).
+order.  The passes hold the features in ``FEATURE_DTYPE`` (float32: the feature products and
+distances in single precision, the weights and every sum across blocks in float64); the
+k-means start, the typicality and s0 use float64 features of the init sample.
 
 Notation: N points, L views (view l has d_l features), k clusters, D frequencies per
 view (2D features: a sine and a cosine per frequency), phi_l the feature map of view l,
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -59,9 +63,31 @@ DISTANCE_FLOOR = 1e-12
 #: and the subnormal floats that smaller weights become made the BLAS products ~100x slower.
 LOG_WEIGHT_FLOOR = -600.0
 
-#: NumPy input: the RFF features of all rows are kept between iterations when they take at
-#: most this many bytes (float64); above it every iteration recomputes them block by block.
+#: Precision of the RFF features in the passes over the rows.  float32 halves the memory of
+#: the kept features and the GEMM time, and NumPy's float32 sin / cos are ~7x faster than
+#: float64 (8192 x 108: 2.0 vs 14 ms).  Rounding (~1e-7) is far below the RFF approximation
+#: error (~1/sqrt(D) = 0.1) and the fit's tolerances: on mfeat and W1 the labels and the
+#: objective match float64 within noise (bench/RESULTS.md).  Products whose result leaves
+#: the block (the weights, their logs, every partial sum) stay float64.
+FEATURE_DTYPE = np.float32
+
+#: NumPy input (and Dask input on a local scheduler): the RFF features of all rows are kept
+#: between iterations when they take at most this many bytes; above it every iteration
+#: recomputes them block by block.
 FEATURE_CACHE_BYTES = 256 * 2**20
+
+#: Dask input on a distributed cluster: the features of the first row chunks are persisted on
+#: the workers while they take at most this fraction of the cluster's worker memory
+#: (n_workers x the smallest worker's ``memory_limit``), the rest recomputed in every pass.
+#: 0.25 stays far below Dask's spill threshold (0.6 of the limit) and leaves the tasks'
+#: temporaries room; W1 at N = 1M (2 x 216 float32 features, 1.7 GB) fits on 2 workers of
+#: 8 GiB, with a peak worker RSS of about 1.3 GiB (bench/RESULTS.md).
+FEATURE_PERSIST_FRACTION = 0.25
+
+#: s_t = s_{t-1} (a pass that did not anneal) and f_s fell by at most this fraction of |f_s|:
+#: the MM iterations at this s have converged, so the fit stops (unless centroids coincide
+#: or a cluster vanished).  See ``_fit_loop``.
+OBJECTIVE_RTOL = 1e-5
 
 #: s0="auto" is -S0_GAP_FACTOR / median_i(log C_i(2) - log C_i(1)), with C_i(1) <= C_i(2)
 #: the two smallest assignment costs of point i at the k-means start (see Notes).
@@ -108,28 +134,32 @@ class _FeatureMap:
 
     ``projections[l]`` (d_l, D) is W_l / scale_l (scaling folded into the frequencies) and
     ``offsets[l]`` (D,) is -(center_l / scale_l) @ W_l, so no scaled copy of X is made.
+    z is computed in float64; sin and cos in ``dtype``.
     """
 
     projections: tuple[np.ndarray, ...]
     offsets: tuple[np.ndarray, ...]
+    dtype: Any = FEATURE_DTYPE
 
-    def __call__(self, blocks: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Features of one row block of every view, each (b, 2D) float64."""
+    def __call__(self, blocks: Sequence[np.ndarray], dtype=None) -> list[np.ndarray]:
+        """Features of one row block of every view, each (b, 2D), in ``dtype`` (default: the map's)."""
+        dtype = np.dtype(self.dtype if dtype is None else dtype)
         out = []
         for X, P, b in zip(blocks, self.projections, self.offsets):
             z = np.asarray(X, dtype=np.float64) @ P
             z += b
+            z = z.astype(dtype, copy=False)
             D = P.shape[1]
-            phi = np.empty((z.shape[0], 2 * D))
+            phi = np.empty((z.shape[0], 2 * D), dtype=dtype)
             np.sin(z, out=phi[:, :D])
             np.cos(z, out=phi[:, D:])
-            phi *= math.sqrt(1.0 / D)
+            phi *= dtype.type(math.sqrt(1.0 / D))
             out.append(phi)
         return out
 
     def select(self, view: int) -> _FeatureMap:
         """The feature map of view ``view`` alone."""
-        return _FeatureMap((self.projections[view],), (self.offsets[view],))
+        return _FeatureMap((self.projections[view],), (self.offsets[view],), self.dtype)
 
     def width(self, view: int) -> int:
         """2D, the number of features of view ``view``."""
@@ -157,12 +187,15 @@ class _Model:
 
 
 def _sq_distances(phis: Sequence[np.ndarray], centroids: np.ndarray) -> np.ndarray:
-    """||phi_l(x_i) - theta_{j,l}||^2 for every point, cluster and view, (b, k, L), >= 0."""
+    """||phi_l(x_i) - theta_{j,l}||^2 for every point, cluster and view, (b, k, L), >= 0, float64.
+
+    The GEMM runs in the features' precision (the centroids are rounded to it).
+    """
     b = phis[0].shape[0] if phis else 0
     L, k, _ = centroids.shape
     d = np.empty((b, k, L))
     for v, (phi, theta) in enumerate(zip(phis, centroids)):
-        d[:, :, v] = sq_distances(phi, theta)
+        d[:, :, v] = sq_distances(phi, theta.astype(phi.dtype, copy=False))
     return d
 
 
@@ -235,7 +268,8 @@ def _iteration_stats(blocks: list, model: _Model) -> np.ndarray:
     costs, d_tilde, u_m, A = _costs(phis, model)
     w, log_mean = _power_mean_weights(costs, model.s)
     g = w if u_m is None else w * u_m
-    out[layout["sums"]] = np.stack([g.T @ phi for phi in phis]).ravel()
+    gt = g.T.astype(phis[0].dtype) if phis else g.T  # (k, b): the GEMM in the features' precision
+    out[layout["sums"]] = np.stack([gt @ phi for phi in phis]).ravel()
     out[layout["mass"]] = g.sum(axis=0)
     out[layout["counts"]] = np.bincount(np.argmin(costs, axis=1), minlength=k)
     out[layout["view_cost"]] = np.einsum("ij,ijl->l", w, d_tilde)
@@ -259,23 +293,67 @@ def _row_features(blocks: list, features: _FeatureMap) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- fit helpers
 def _view_features(rows: RowBlocks, features: _FeatureMap) -> list:
-    """phi_l of every row, one map per view over that view's rows only (NumPy or lazy Dask)."""
+    """phi_l of every row in ``features.dtype``, one map per view over that view's rows only
+    (NumPy or lazy Dask; a Dask map checks its chunks for NaN/inf)."""
     views = dict(zip(rows.names, rows.arrays))
     return [RowBlocks(views, [name], block_rows=rows.block_rows).map(
-                _row_features, features.select(v), n_cols=features.width(v), dtype=np.float64,
+                _row_features, features.select(v), n_cols=features.width(v), dtype=features.dtype,
                 name="rff-features")
             for v, name in enumerate(rows.names)]
 
 
+def _feature_budget() -> float:
+    """Bytes of RFF features a fit may keep between passes (see ``FEATURE_PERSIST_FRACTION``).
+
+    A distributed ``Client`` as the current scheduler: FEATURE_PERSIST_FRACTION x n_workers x
+    the smallest worker ``memory_limit`` (a worker without a limit counts as this machine's
+    physical memory).  Any other scheduler keeps the features in this process:
+    ``FEATURE_CACHE_BYTES``, as for NumPy input.
+    """
+    from dask.base import get_scheduler
+
+    client = getattr(get_scheduler(), "__self__", None)
+    try:
+        from distributed import Client
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        return float(FEATURE_CACHE_BYTES)
+    if not isinstance(client, Client):
+        return float(FEATURE_CACHE_BYTES)
+    workers = list(client.scheduler_info(n_workers=-1)["workers"].values())
+    if not workers:
+        return 0.0
+    physical = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    smallest = min(float(w.get("memory_limit") or physical) for w in workers)
+    return FEATURE_PERSIST_FRACTION * len(workers) * smallest
+
+
 def _feature_rows(rows: RowBlocks, features: _FeatureMap) -> RowBlocks | None:
-    """NumPy input whose features fit in ``FEATURE_CACHE_BYTES``: the features of every row
-    as the views of a ``RowBlocks`` (same row blocks), which a model without a feature map
-    reads; else None (Dask input, or too large: every pass recomputes the features)."""
-    width = sum(features.width(v) for v in range(len(rows.names)))
-    if rows.is_dask or rows.n_samples * width * 8 > FEATURE_CACHE_BYTES:
+    """The features of every row as the views of a ``RowBlocks`` (same row chunks and
+    blocks), which a model without a feature map reads; None when none fit the budget.
+
+    NumPy input: computed once when they fit in ``FEATURE_CACHE_BYTES``.  Dask input: a Dask
+    array of features per view (a ``RowBlocks`` map, which also checks the raw chunks for
+    NaN/inf), persisted for the first row chunks that fit ``_feature_budget()``; later chunks
+    stay lazy, so every pass recomputes them from the raw rows, in the same tasks' arithmetic.
+    """
+    row_bytes = sum(features.width(v) for v in range(len(rows.names))) * np.dtype(features.dtype).itemsize
+    if not rows.is_dask:
+        if rows.n_samples * row_bytes > FEATURE_CACHE_BYTES:
+            return None
+        return RowBlocks(dict(zip(rows.names, _view_features(rows, features))), block_rows=rows.block_rows)
+    import dask
+    import dask.array as da
+
+    chunks = rows.row_chunks
+    n_kept = int(np.searchsorted(np.cumsum(chunks) * row_bytes, _feature_budget(), side="right"))
+    if n_kept == 0:
         return None
     phis = _view_features(rows, features)
-    return RowBlocks(dict(zip(rows.names, phis)), block_rows=rows.block_rows)
+    stop = int(sum(chunks[:n_kept]))
+    kept = dask.persist(*[phi[:stop] for phi in phis])
+    if n_kept < len(chunks):
+        kept = [da.concatenate([k, phi[stop:]]) for k, phi in zip(kept, phis)]
+    return RowBlocks(dict(zip(rows.names, kept)), block_rows=rows.block_rows)
 
 
 def _log_gap(costs: np.ndarray) -> float:
@@ -325,12 +403,21 @@ def _fit_loop(rows: RowBlocks, model: _Model, *, s0: float, annealing: float, an
     sample) supplies new centroids for clusters whose weight mass vanished.  The first
     pass checks Dask chunks for NaN/inf.  Returns the final model, the histories and the
     guard counters.
+
+    The fit stops ("until convergence", Algorithms 1 and 2) when no centroid moved more than
+    ``tol``, or when a pass at the same s as the previous one lowered the objective by at most
+    ``OBJECTIVE_RTOL`` of its value: each pass is an MM step that never raises f_s at fixed s
+    (the paper's monotone objective), so a vanishing decrease at fixed s is its convergence,
+    while across an annealing step f_s moves with s alone.  Neither test applies in a pass
+    where two centroids coincide or a cluster vanished (transients of annealing); ``tol=0``
+    turns the objective test off (the fit then runs to an exact fixed point or ``max_iter``).
     """
     L, k, F = model.centroids.shape
     layout = _stat_layout(L, k, F)
     N = rows.n_samples
     s = float(s0)
     s_hist, obj_hist = [], []
+    prev_s = prev_objective = None
     n_merged = n_reseeded = 0
     merged = False
     converged = False
@@ -374,7 +461,10 @@ def _fit_loop(rows: RowBlocks, model: _Model, *, s0: float, annealing: float, an
             s *= annealing
         # Merged centroids are a transient of annealing (they split again as s falls), and
         # they barely move: the shift test would stop the fit right there.
-        if shift <= tol and not merged and not vanished.any():
+        stalled = (prev_s == s_hist[-1]
+                   and prev_objective - objective <= OBJECTIVE_RTOL * abs(prev_objective))
+        prev_s, prev_objective = s_hist[-1], objective
+        if (shift <= tol or (stalled and tol > 0)) and not merged and not vanished.any():
             converged = True
             break
     return {"model": model, "s_history": np.asarray(s_hist), "objective_history": np.asarray(obj_hist),
@@ -506,9 +596,9 @@ class _RFFPowerKMeansBase(MkdistEstimator):
         features = self._feature_map()
         timings["sample_s"] = time.perf_counter() - t0
 
-        # k-means on the (view-averaged) RFF features of the sample.
+        # k-means on the (view-averaged) RFF features of the sample, in float64.
         t0 = time.perf_counter()
-        phis = features(list(sample.values()))
+        phis = features(list(sample.values()), dtype=np.float64)
         stacked = np.hstack(phis) * math.sqrt(1.0 / L)
         km = KMeans(k, n_init=int(self.n_init), random_state=rng.randint(np.iinfo(np.int32).max))
         with warnings.catch_warnings():
@@ -528,9 +618,12 @@ class _RFFPowerKMeansBase(MkdistEstimator):
         timings["init_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
+        data_rows = rows
         cached = _feature_rows(rows, features)
         if cached is not None:
             rows, model = cached, dataclasses.replace(model, features=None)
+        timings["features_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         result = _fit_loop(rows, model, s0=s0, annealing=float(self.annealing),
                            anneal_every=int(self.anneal_every), max_iter=int(self.max_iter),
                            tol=float(self.tol), lam=p["lam"], reseed_pool=phis,
@@ -558,8 +651,12 @@ class _RFFPowerKMeansBase(MkdistEstimator):
                 f"still coincide (s={self.s_:.3g}): the partition has fewer than {k} distinct "
                 "clusters. Raise max_iter, or start from a more negative s0.",
                 ConvergenceWarning, stacklevel=2)
-        # The rows of the last pass (the cached features for NumPy input): the data was
-        # checked by the first pass.
+        # NumPy input: the rows of the last pass (the cached features).  Dask input: the raw
+        # rows, so that the lazy labels_ holds no reference to the persisted features (their
+        # memory is released with the fit) -- the same features, recomputed by the same map.
+        # The data was checked by the first pass.
+        if rows.is_dask:
+            rows, final = data_rows, dataclasses.replace(final, features=features)
         self.labels_ = rows.map(_row_labels, final, n_cols=None, dtype=np.int64,
                                 name="rff-power-labels", check_finite=False)
         return self
@@ -570,7 +667,7 @@ class _RFFPowerKMeansBase(MkdistEstimator):
             P = W / sc[:, None]
             projections.append(np.ascontiguousarray(P))
             offsets.append(-(c @ P))
-        return _FeatureMap(tuple(projections), tuple(offsets))
+        return _FeatureMap(tuple(projections), tuple(offsets), FEATURE_DTYPE)
 
     def _model(self) -> _Model:
         return _Model(self._feature_map(), self.centroids_, self.view_weights_, self.s_,
@@ -620,8 +717,9 @@ class _RFFPowerKMeansBase(MkdistEstimator):
         Returns
         -------
         list of L ndarrays or lazy Dask arrays of shape (n, 2 n_components_), float64
+            (the passes of the fit use them rounded to ``FEATURE_DTYPE``)
         """
-        return _view_features(self._rows(X), self._feature_map())
+        return _view_features(self._rows(X), dataclasses.replace(self._feature_map(), dtype=np.float64))
 
     # ------------------------------------------------------------------ state and summary
     def _state(self) -> tuple[dict, dict]:
@@ -729,8 +827,10 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
     max_iter : int, default=300
         Maximum number of passes over the data.
     tol : float >= 0, default=1e-6
-        Stop when no centroid moves more than this (squared, view-weighted RFF distance),
-        unless two centroids coincide or a cluster vanished in that iteration.
+        Stop when no centroid moves more than this (squared, view-weighted RFF distance), or
+        when an iteration at an unchanged s lowers the objective by at most
+        ``OBJECTIVE_RTOL`` (1e-5) of its value -- unless two centroids coincide or a cluster
+        vanished in that iteration.  0 runs to an exact fixed point or ``max_iter``.
     scale : None, "standard" or "minmax", default=None
         Feature scaling per view, estimated on the init sample and folded into the
         frequencies (no scaled copy of X is made).  None uses the features as given.
@@ -886,8 +986,10 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
     max_iter : int, default=300
         Maximum number of passes over the data.
     tol : float >= 0, default=1e-6
-        Stop when no centroid moves more than this (squared, view-weighted RFF distance),
-        unless two centroids coincide or a cluster vanished in that iteration.
+        Stop when no centroid moves more than this (squared, view-weighted RFF distance), or
+        when an iteration at an unchanged s lowers the objective by at most
+        ``OBJECTIVE_RTOL`` (1e-5) of its value -- unless two centroids coincide or a cluster
+        vanished in that iteration.  0 runs to an exact fixed point or ``max_iter``.
     scale : None, "standard" or "minmax", default=None
         Feature scaling per view, estimated on the init sample and folded into the
         frequencies (no scaled copy of X is made).  None uses the features as given.

@@ -39,6 +39,21 @@ __all__ = [
 
 logger = logging.getLogger("mkdist")
 
+#: What a stage of this process computed and the next stage would otherwise read back from
+#: the store: the landmark rows (read in the input scan's pass) and the persisted embedding.
+#: Keyed by (store url, run params, what); a stage run in another process reads the store.
+_HANDOFF: dict[tuple[str, str, str], Any] = {}
+
+
+def _handoff_key(store, what: str) -> tuple[str, str, str]:
+    return (str(store.url), json.dumps(store.params, sort_keys=True), what)
+
+
+def _drop_handoffs(url: Any) -> None:
+    for key in [k for k in _HANDOFF if k[0] == str(url)]:
+        del _HANDOFF[key]
+
+
 #: Seconds a run's writer lease lives without a heartbeat (it beats every TTL / 4): a run
 #: killed with SIGKILL blocks its store for at most this long (MKDIST_LEASE_TTL overrides).
 LEASE_TTL = 60.0
@@ -258,11 +273,21 @@ def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool =
         config.random_state = int(np.random.SeedSequence().entropy % (2**31 - 1))
     same_run = existing is not None and not overwrite and existing.fingerprint == fingerprint
     stats = existing.attrs.get("input_stats") if same_run else None
+    landmarks = None
     if stats is None:
-        stats = scan_views(views)
+        # The landmark rows are read in the scan's pass (each chunk once) when the plan needs them.
+        if "landmarks" in stage_plan(config) and not (same_run and existing.is_complete("landmarks")):
+            idx = config.make_estimator().sample_landmarks(views, config.random_state)
+            stats, rows = scan_views(views, gather=idx)
+            landmarks = (idx, rows)
+        else:
+            stats = scan_views(views)
     run = RunStore.create(store_url, fingerprint=fingerprint, params=config.to_json(), overwrite=overwrite)
     if "input_stats" not in run.attrs:
         run.update_attrs(input_stats=stats)
+    _drop_handoffs(run.url)
+    if landmarks is not None:
+        _HANDOFF[_handoff_key(run, "landmarks")] = landmarks
     return run
 
 
@@ -323,9 +348,13 @@ def stage_landmarks(store, views: Any) -> float:
     if "landmarks" not in stage_plan(config) or store.is_complete("landmarks"):
         return 0.0
     t0 = time.perf_counter()
-    views = load_views(views)
-    idx = config.make_estimator().sample_landmarks(views, config.random_state)
-    rows = gather_rows(views, idx)
+    handed = _HANDOFF.pop(_handoff_key(store, "landmarks"), None)
+    if handed is not None:
+        idx, rows = handed
+    else:
+        views = load_views(views)
+        idx = config.make_estimator().sample_landmarks(views, config.random_state)
+        rows = gather_rows(views, idx)
     ds = xr.Dataset({"landmark_index": (("landmark",), idx)})
     for name, r in rows.items():
         ds[f"X__{name}"] = (("landmark", f"feature__{name}"), r)
@@ -395,7 +424,7 @@ def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, f
         store.write_stage("embedding", xr.Dataset({"embedding": (("sample", "component"), H)},
                                                   attrs={"elapsed_s": t_embed}))
         t_write = time.perf_counter() - t0
-        del H
+        _HANDOFF[_handoff_key(store, "embedding")] = H  # the labels stage runs on it, persisted
     if config.write_kernel_blocks and not store.is_complete("kernel_blocks"):
         t0 = time.perf_counter()
         P, names = est.kernel_blocks(views)
@@ -421,7 +450,9 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     t0 = time.perf_counter()
     attrs: dict[str, Any] = {}
     if "embedding" in stage_plan(config):
-        H = _persist(store.read_stage("embedding")["embedding"].data, progress)
+        H = _HANDOFF.pop(_handoff_key(store, "embedding"), None)
+        if H is None:
+            H = _persist(store.read_stage("embedding")["embedding"].data, progress)
         km = est.fit_centroids(H, config.random_state)  # None: the method keeps its landmark centroids
         labels = _persist(_int32(est.assign_embedding(H)), progress)
         variables = {"labels": (("sample",), labels),

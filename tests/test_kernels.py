@@ -122,3 +122,28 @@ def test_landmark_rows_of_a_block_equal_the_preprocessed_landmark_kernel(data, k
     # on the diagonal becomes 1e-8, the only place the two paths differ.
     tol = 1e-7 if kind == "laplacian" else 1e-9
     np.testing.assert_allclose(got, stack[0], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bandwidths_a_power_of_two_apart_share_one_exp(data, dtype, monkeypatch):
+    """rbf sigmas 0.5, 1, 2, 4 (and laplacian 1, 2) from one exp each by squarings / roots."""
+    import mkdist._kernels as K
+
+    X, L = data
+    ks = [FittedKernel("v", "rbf", sigma=s) for s in (0.5, 1.0, 2.0, 4.0)] + [
+        FittedKernel("v", "laplacian", sigma=s) for s in (1.0, 2.0)] + [FittedKernel("v", "rbf", sigma=3.0)]
+    fam = K._power_families(ks)
+    # the base is the family's median exponent (sigma 1 of the rbf four), the others powers of it
+    assert {i: fam[i][0] for i in range(7)} == {0: 1, 1: 1, 2: 1, 3: 1, 4: 4, 5: 4, 6: 6}
+    assert [fam[i][1] for i in range(7)] == [2, 0, -2, -4, 0, -1, 0]
+    calls = []
+    real_exp = np.exp
+    monkeypatch.setattr(K.np, "exp", lambda *a, **k: calls.append(1) or real_exp(*a, **k))
+    blocks = dict(K.kernel_blocks({"v": X}, {"v": L}, ks, dtype=dtype))
+    monkeypatch.undo()
+    assert len(calls) == 3  # one per family
+    d2 = ((X[:, None] - L[None]) ** 2).sum(-1)
+    tol = dict(rtol=2e-5, atol=1e-7) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-15)
+    for i, k in enumerate(ks):
+        ref = np.exp(-d2 / (2 * k.sigma**2)) if k.kind == "rbf" else np.exp(-np.sqrt(d2) / k.sigma)
+        np.testing.assert_allclose(blocks[i], ref, **tol)

@@ -48,8 +48,8 @@ def test_numpy_and_dask_give_the_same_labels(blobs):
     assert got.n_iter == ref.n_iter
 
 
-def test_all_restarts_share_every_pass():
-    """One compute per Lloyd pass whatever n_init (plus one for the initialisation sample)."""
+def test_restarts_cost_no_pass_over_the_rows():
+    """One compute per Lloyd pass whatever n_init (plus one for the sample the restarts run on)."""
     X = np.random.default_rng(0).uniform(size=(20_000, 2))  # no cluster structure: Lloyd is slow
     dX = da.from_array(X, chunks=(2_000, -1))
     counts = {}
@@ -60,6 +60,17 @@ def test_all_restarts_share_every_pass():
         counts[n_init] = (sched.calls, res.n_iter)
     assert counts[1][1] == counts[6][1] == 4
     assert counts[1][0] == counts[6][0] == 4 + 1
+
+
+def test_in_memory_data_is_scikit_learns_kmeans(blobs):
+    """Data that fit the sample: the restarts are scikit-learn's KMeans on all rows."""
+    X, _ = blobs
+    for seed in range(3):
+        got = kmeans(X, 5, n_init=4, random_state=seed)
+        rng = np.random.RandomState(seed)
+        ref = KMeans(5, n_init=4, random_state=rng.randint(np.iinfo(np.int32).max)).fit(X)
+        np.testing.assert_array_equal(got.labels, ref.labels_)
+        assert got.n_iter == 1  # the pass over all rows confirms the converged restart
 
 
 def test_empty_cluster_keeps_its_centre():

@@ -97,8 +97,8 @@ def test_newer_schema_is_refused(dask_client, data, tmp_path):
 def _flaky_block(path: str, marker: str, start: int, stop: int) -> np.ndarray:
     """A chunk that fails once, after the marker's count of successful reads.
 
-    The input scan and the landmark stage read this chunk first (it holds landmarks); the
-    embedding stage's read is the one that fails, and consumes the marker.
+    The input scan reads this chunk first (with the landmark rows it holds); the embedding
+    stage's read is the one that fails, and consumes the marker.
     """
     if os.path.exists(marker):
         with open(marker) as f:
@@ -125,8 +125,9 @@ def _flaky_views(tmp_path, views, rows=300):
                                           shape=(stop - start, v.shape[1]), dtype=v.dtype))
         out.append(da.concatenate(blocks))
     with open(marker, "w") as f:
-        # two successful reads (the input scan, landmark sampling), then the crash (embedding)
-        f.write("2")
+        # one successful read (the input scan, which also reads the landmark rows), then the
+        # crash (embedding)
+        f.write("1")
     return out, marker
 
 

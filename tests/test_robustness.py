@@ -291,3 +291,20 @@ def test_damaged_metadata_is_a_clear_error(dask_client, tmp_path):
     for args in (["inspect", str(url)], ["run", "--input", str(src), "--store", str(url), "--n-clusters", "3"]):
         r, _ = _timed_cli(*args)
         assert r.returncode == 2 and str(url) in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("make_bad, message", [
+    (lambda v: [v[0], v[1] * 1e300], "overflow float64"),
+    (lambda v: [v[0], v[1] * 1e-300], "underflow"),
+    (lambda v: [v[0], np.ones_like(v[1])], "view 'view1' is constant"),
+    (lambda v: [np.repeat(v[0][:1], len(v[0]), axis=0), np.repeat(v[1][:1], len(v[1]), axis=0)], "is constant"),
+    (lambda v: [v[0], np.where(np.arange(len(v[1]))[:, None] == 250, np.nan, v[1])],
+     r"NaN or infinity: view 'view1', chunk 2 \(first bad row 250\)"),
+])
+def test_bad_values_are_refused_before_the_first_stage(dask_client, tmp_path, make_bad, message):
+    views, _ = make_blobs_views(n_per_cluster=100, n_clusters=3, seed=2)
+    bad = [da.from_array(v, chunks=(100, -1)) for v in make_bad(views)]
+    url = tmp_path / "run.zarr"
+    with pytest.raises(InputValidationError, match=message):
+        mkdist.cluster(bad, str(url), 3, n_landmarks=100, random_state=0)
+    assert not (url / "zarr.json").exists()  # no store, so no stage, was written
