@@ -27,30 +27,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from _common import REPO, SHARED_DATA, emit, machine, timed  # noqa: E402
-
-OUT = REPO / "bench" / "out"
-W1 = dict(n_clusters=10, kernels="rbf-grid", n_landmarks=1000)
-
-
-def w1_input(N: int, chunk_rows: int = 50_000) -> Path:
-    """W1 data as an xarray-style Zarr dataset (views view0, view1; labels y), written once."""
-    import xarray as xr
-    from distributed import Client, LocalCluster
-
-    from mkdist.datasets import make_multiview_blobs
-
-    path = OUT / "data" / f"w1-{N}.zarr"
-    if (path / "zarr.json").exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    views, y = make_multiview_blobs(N, chunk_rows=chunk_rows, random_state=0, view_dims=(32, 32))
-    ds = xr.Dataset({k: (("sample", f"feature_{k}"), v) for k, v in views.items()})
-    ds["y"] = (("sample",), y)
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as c, Client(c):
-        ds.to_zarr(path, mode="w", consolidated=False, zarr_format=3)
-    return path
-
+from _common import OUT, SHARED_DATA, W1, emit, machine, timed, w1_input  # noqa: E402
 
 def local_cluster():
     from distributed import Client, LocalCluster

@@ -16,7 +16,7 @@ from prefect.cache_policies import NO_CACHE
 
 from mkdist.pipeline import (
     DEFAULT_METHOD, RunConfig, load_labels, merge_timings, open_run, prepare_resume, run_stage, stage_metrics,
-    stage_plan, summary_markdown, writer_lease,
+    stage_plan, summary_markdown, write_labels_out, write_report, writer_lease,
 )
 
 from ._runtime import dask_client, retry_transient
@@ -49,6 +49,16 @@ def metrics_task(store: str, timings: dict, y_true: Any) -> dict:
     return stage_metrics(store, timings=timings, y_true=y_true)
 
 
+@task(name="run-report", **_TASK)
+def report_task(store: str) -> str:
+    return write_report(store)
+
+
+@task(name="labels-out", **_TASK)
+def labels_out_task(store: str, labels_out: str, source: Any, id_column: str | None, overwrite: bool) -> str:
+    return write_labels_out(store, labels_out, source, id_column=id_column, overwrite=overwrite)
+
+
 @task(name="labels-for-scoring", **_TASK)
 def labels_task(source: Any, label_key: str) -> Any:
     return load_labels(source, label_key)
@@ -59,7 +69,8 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
                  n_landmarks: int | None = None, random_state: int | None = None,
                  dask_address: str | None = None, n_workers: int | None = None,
                  overwrite: bool = False, label_key: str | None = None, progress: bool = False,
-                 connect_timeout: float | None = None,
+                 connect_timeout: float | None = None, labels_out: str | None = None,
+                 id_column: str | None = None, report: bool = True,
                  method: str = DEFAULT_METHOD, options: dict | None = None) -> dict:
     """Cluster every point of ``source`` with multiple kernel clustering; results in ``store``.
 
@@ -81,6 +92,12 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
         Replace a store that holds a different run.
     label_key : str, optional
         Variable of ``source`` with ground-truth labels: adds ACC/NMI/ARI/purity to the metrics.
+    labels_out : str, optional
+        Also write every row's id, cluster and distance to its centre as Parquet there.
+    id_column : str, optional
+        Column / coordinate of ``source`` holding the row ids (default: the row position).
+    report : bool, default=True
+        Write the run report (``<store>.report.html``) and link it from the summary artifact.
     method : str, default=DEFAULT_METHOD ("mkc")
         A registered method (``mkdist.available_methods()``); its stage plan decides which
         stage tasks run.
@@ -108,7 +125,13 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
         timings = merge_timings(parts)
         y_true = labels_task(source, label_key) if label_key else None
         summary = metrics_task(store, timings, y_true)
+        if labels_out:
+            summary["labels_out"] = labels_out_task(store, labels_out, source, id_column, overwrite)
     summary["resumed_stages"] = [s for s in opened["plan"] if opened["status"].get(s) == "complete"]
-    create_markdown_artifact(summary_markdown(summary, store), key="mkdist-cluster-summary",
-                             description=f"mkdist run {store}")
+    markdown = summary_markdown(summary, store)
+    if report:
+        summary["report"] = report_task(store)
+        logger.info("run report: %s", summary["report"])
+        markdown = f"Run report (figures): `{summary['report']}`\n\n" + markdown
+    create_markdown_artifact(markdown, key="mkdist-cluster-summary", description=f"mkdist run {store}")
     return summary

@@ -24,7 +24,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._kmeans import KMeansResult, assign_labels, kmeans
+from ._kmeans import KMeansResult, assign_labels, assign_with_distance, kmeans
 from ._sampling import gather_rows
 from ._state import StateArrays, check_state_format, encode_params, to_jsonable
 from ._validation import (
@@ -180,6 +180,24 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
                 raise InputValidationError(
                     f"X has {got} features, but {cls} is expecting {want} features as input{where}.")
         return {n: views[n] for n in names}
+
+    # ------------------------------------------------------------------ assignment and reports
+    def assign_with_distance(self, X):
+        """Cluster of every row and its squared distance to that cluster's centre.
+
+        The distance is measured where the clusters live (the embedding ``transform``
+        returns); drift monitoring compares it with the fit's.  Lazy for Dask input.
+
+        Returns
+        -------
+        labels : ndarray or dask.array.Array of shape (N,), int64
+        distance : ndarray or dask.array.Array of shape (N,), float64
+        """
+        return assign_with_distance(self.transform(X), self.cluster_centers_)
+
+    def report_embedding(self, X):
+        """The rows as a report draws them: the embedding the clusters live in, shape (N, D)."""
+        return self.transform(X)
 
     # ------------------------------------------------------------------ state (no pickle)
     def model_state(self) -> dict[str, Any]:

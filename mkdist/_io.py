@@ -12,9 +12,10 @@ import numpy as np
 
 from ._blocks import RowBlocks, align_row_chunks
 from ._validation import as_views, check_finite, is_dask_array
-from .errors import InputValidationError
+from .errors import InputValidationError, StoreExistsError
 
-__all__ = ["load_views", "views_fingerprint", "scan_views", "DEFAULT_CHUNK_BYTES"]
+__all__ = ["load_views", "views_fingerprint", "scan_views", "load_ids", "write_labels_parquet",
+           "check_labels_out", "DEFAULT_CHUNK_BYTES"]
 
 #: Target bytes per row chunk of the widest view when mkdist chooses the chunking
 #: (NumPy input, .npy/.npz files): big enough to amortise task overhead, small enough
@@ -258,3 +259,128 @@ def _first_rows(rows: RowBlocks) -> list[np.ndarray]:
     """The first row of every view, float64 (one small read)."""
     return [np.asarray(a[:1].compute() if hasattr(a, "compute") else a[:1], dtype=np.float64)[0]
             for a in rows.arrays]
+
+
+def load_ids(source: Any, id_column: str | None, views: Mapping[str, Any]):
+    """The id of every row: a column / coordinate / variable of the input, or the row position.
+
+    Parameters
+    ----------
+    source : path/URL (Parquet, Zarr/xarray, .npz) or xarray.Dataset
+        Where ``id_column`` is read from.
+    id_column : str or None
+        None: the row position (0 .. N-1) is the id.
+    views : dict of str to dask.array.Array
+        The loaded views; the ids get their row chunks.
+
+    Returns
+    -------
+    dask.array.Array of shape (N,)
+
+    Raises
+    ------
+    InputValidationError
+        The column does not exist, has another length, or the input carries no columns.
+    """
+    import dask.array as da
+
+    first = next(iter(views.values()))
+    N, chunks = int(first.shape[0]), first.chunks[0]
+    if id_column is None:
+        return da.arange(N, chunks=(chunks,), dtype=np.int64)
+    ids = None
+    if isinstance(source, (str, Path)):
+        path = str(source)
+        lower = path.rstrip("/").lower()
+        if lower.endswith(".npz"):
+            with np.load(path, allow_pickle=False) as d:
+                if id_column in d.files:
+                    ids = da.from_array(np.asarray(d[id_column]), chunks=(chunks,))
+        elif lower.endswith((".parquet", ".pq")) or _is_parquet_dir(path):
+            import dask.dataframe as dd
+
+            ddf = dd.read_parquet(path)
+            if id_column in ddf.columns:
+                ids = ddf[id_column].to_dask_array(lengths=True)
+        elif not lower.endswith(".npy"):
+            import xarray as xr
+
+            ds = xr.open_zarr(path, consolidated=False)
+            if id_column in ds.variables:
+                ids = ds[id_column].data
+    elif hasattr(source, "variables"):
+        if id_column in source.variables:
+            ids = source[id_column].data
+    else:
+        raise InputValidationError(
+            f"id_column={id_column!r} names a column of the input, but the input is in memory; pass a "
+            "Parquet/Zarr/xarray input, or leave id_column out (the row position is then the id).")
+    if ids is None:
+        raise InputValidationError(f"id_column {id_column!r} is not a column, coordinate or variable of {source}.")
+    ids = da.asarray(ids)
+    if ids.ndim != 1 or int(ids.shape[0]) != N:
+        raise InputValidationError(f"id_column {id_column!r} has shape {ids.shape}, not ({N},) like the views.")
+    return ids.rechunk((chunks,))
+
+
+def _labels_frame(ids, labels, distance, id_name):
+    import pandas as pd
+
+    return pd.DataFrame({id_name: np.asarray(ids), "cluster": np.asarray(labels, dtype=np.int32),
+                         "distance": np.asarray(distance, dtype=np.float32)})
+
+
+def check_labels_out(path: Any, overwrite: bool) -> None:
+    """Refuse an existing labels output unless ``overwrite`` (before any work)."""
+    import fsspec
+
+    fs, p = fsspec.core.url_to_fs(str(path))
+    if fs.exists(p) and not overwrite:
+        raise StoreExistsError(f"{path} exists; pass overwrite=True (--overwrite) to replace it.")
+
+
+def write_labels_parquet(path: Any, labels, distance, ids, *, id_name: str = "id", overwrite: bool = False) -> str:
+    """Every row's cluster (and squared distance to its centre), keyed by its id, as Parquet.
+
+    Written by Dask in parallel (one file per row chunk) into a temporary directory, then
+    renamed into place, so a reader never sees half a result; an existing output is replaced
+    only with ``overwrite``.
+
+    Parameters
+    ----------
+    path : str or Path
+        Output directory (``labels.parquet``); local or fsspec URL.
+    labels, distance, ids : dask.array.Array of shape (N,), same row chunks
+    id_name : str, default="id"
+        Name of the id column.
+
+    Returns
+    -------
+    str
+        The written location.
+    """
+    import uuid
+
+    import dask
+    import dask.dataframe as dd
+    import fsspec
+    import pandas as pd
+
+    check_labels_out(path, overwrite)
+    fs, p = fsspec.core.url_to_fs(str(path))
+    parts = [dask.delayed(_labels_frame)(i, lab, d, id_name)
+             for i, lab, d in zip(ids.to_delayed(), labels.to_delayed(), distance.to_delayed())]
+    meta = pd.DataFrame({id_name: np.asarray([], dtype=ids.dtype), "cluster": np.asarray([], dtype=np.int32),
+                         "distance": np.asarray([], dtype=np.float32)})
+    tmp = f"{p.rstrip('/')}.partial-{uuid.uuid4().hex}"
+    target = tmp if "://" not in str(path) else f"{str(path).split('://')[0]}://{tmp}"
+    try:
+        dd.from_delayed(parts, meta=meta, verify_meta=False).to_parquet(target, write_index=False)
+        if fs.exists(p):
+            fs.rm(p, recursive=True)
+        fs.mv(tmp, p, recursive=True)
+    except BaseException:
+        if fs.exists(tmp):
+            fs.rm(tmp, recursive=True)
+        raise
+    return str(path)

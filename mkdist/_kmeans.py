@@ -26,7 +26,7 @@ from ._blocks import RowBlocks
 from ._kernels import nearest_center
 from ._validation import is_dask_array
 
-__all__ = ["KMeansResult", "kmeans", "assign_labels"]
+__all__ = ["KMeansResult", "kmeans", "assign_labels", "assign_with_distance"]
 
 
 @dataclasses.dataclass
@@ -75,6 +75,24 @@ def assign_labels(H, centers: np.ndarray):
     """Nearest centre of every row of H, int64 (NumPy in -> NumPy out, Dask in -> lazy Dask out)."""
     return RowBlocks({"embedding": H}).map(_assign_rows, np.asarray(centers, dtype=np.float64), n_cols=None,
                                            dtype=np.int64, name="assign", check_finite=False)
+
+
+def _label_and_distance(blocks, centers: np.ndarray) -> np.ndarray:
+    labels, dist = nearest_center(blocks[0], centers, return_distance=True)
+    return np.stack([labels.astype(np.float64), dist], axis=1)
+
+
+def assign_with_distance(H, centers: np.ndarray):
+    """Nearest centre of every row of H and the squared distance to it (lazy for Dask input).
+
+    Returns
+    -------
+    labels : ndarray or dask.array.Array of shape (N,), int64
+    distance : ndarray or dask.array.Array of shape (N,), float64
+    """
+    both = RowBlocks({"embedding": H}).map(_label_and_distance, np.asarray(centers, dtype=np.float64), n_cols=2,
+                                           dtype=np.float64, name="assign-distance", check_finite=False)
+    return both[:, 0].astype(np.int64), both[:, 1]
 
 
 def _sample_rows(H, size: int, rng: np.random.RandomState) -> np.ndarray:

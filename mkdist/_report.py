@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from ._stages import as_store, load_estimator, writer_lease
+from ._stages import REPORT_ROWS, as_store, load_estimator, refuse_overlap, writer_lease
+from .errors import InputValidationError
 
-__all__ = ["summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "load_labels"]
+__all__ = ["summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "report_data",
+           "write_report", "load_labels"]
 
 
 def _fmt(x: Any) -> str:
@@ -151,15 +153,106 @@ def inspect_markdown(info: dict) -> str:
 
 
 def assignment_summary(store) -> dict:
-    """N, cluster sizes and a markdown table for an assignment output store."""
+    """N, cluster sizes, drift and a markdown table for an assignment output store."""
     import dask.array as da
 
     labels = store.read_stage("labels")["labels"].data
     sizes = da.bincount(labels).compute()
-    md = ["# mkdist assignment", "", f"output: `{store.url}`; model: `{store.params.get('model_store')}`", "",
-          "| cluster | points |", "|---|---|"] + [f"| {i} | {int(s)} |" for i, s in enumerate(sizes)]
-    return {"N": int(labels.shape[0]), "cluster_sizes": [int(s) for s in sizes], "output": str(store.url),
-            "markdown": "\n".join(md) + "\n"}
+    drift = store.attrs.get("drift")
+    md = ["# mkdist assignment", "", f"output: `{store.url}`; model: `{store.params.get('model_store')}`", ""]
+    if drift:
+        md += [("**DRIFT**: " + "; ".join(drift["reasons"])) if drift["drifted"] else "No drift beyond the thresholds.",
+               "", "| signal | value | threshold |", "|---|---|---|",
+               f"| share beyond the fit's 99th percentile of distance | {drift['share_beyond_fit_p99']:.4f} | "
+               f"{drift['thresholds']['share_beyond_fit_p99']:g} |",
+               f"| cluster proportions, total variation | {drift['cluster_tv']:.4f} | "
+               f"{drift['thresholds']['cluster_tv']:g} |",
+               f"| cluster proportions, PSI | {drift['cluster_psi']:.4f} | {drift['thresholds']['cluster_psi']:g} |"]
+        md += [f"| view {v}: mean shift (fitted sd) / scale ratio | {d['mean_shift_sd']:.3f} / {d['scale_ratio']:.3f} | "
+               f"{drift['thresholds']['mean_shift_sd']:g} / {drift['thresholds']['scale_ratio_max']:g} |"
+               for v, d in drift["views"].items()]
+        md.append("")
+    md += ["| cluster | points |", "|---|---|"] + [f"| {i} | {int(n)} |" for i, n in enumerate(sizes)]
+    return {"N": int(labels.shape[0]), "cluster_sizes": [int(n) for n in sizes], "output": str(store.url),
+            "drift": drift, "drifted": bool(drift and drift["drifted"]), "markdown": "\n".join(md) + "\n"}
+
+
+def report_data(url: Any) -> dict:
+    """What the run report shows, read from a store: a few small arrays, never all rows.
+
+    A run store gives its summary (the model's ``summary()`` with sizes, timings, scores and
+    parameters) and the 2-D view of its report sample; an assignment store gives its cluster
+    sizes against the model's, the distance distribution against the fit's 99th percentile,
+    and the drift statistics.
+    """
+    import datetime
+
+    store = as_store(url, mode="r")
+    data: dict[str, Any] = {"store": str(store.url), "generated": datetime.datetime.now().isoformat(timespec="seconds")}
+    labels = store.read_stage("labels")
+    if "model_store" in store.params:  # an assignment
+        model_store = as_store(store.params["model_store"], mode="r")
+        fitted = json.loads(model_store.read_stage("metrics").attrs["summary"])
+        summary = assignment_summary(store)
+        n = int(labels.sizes["sample"])
+        step = max(1, n // REPORT_ROWS)
+        distance = np.asarray(labels["distance"][::step].values, dtype=np.float64)
+        counts, edges = np.histogram(distance, bins=50)
+        drift = summary["drift"] or {}
+        data.update(kind="assignment", title=f"mkdist assignment {store.url}",
+                    summary={**fitted, "N": summary["N"], "cluster_sizes": summary["cluster_sizes"],
+                             "params": dict(store.params)},
+                    embedding_sample=None,
+                    assignment={"N": summary["N"], "cluster_sizes": summary["cluster_sizes"],
+                                "fitted_sizes": fitted["cluster_sizes"],
+                                "distance_hist": {"edges": edges.tolist(), "counts": counts.tolist()},
+                                "fit_p99": drift.get("fit_p99"), "drift": drift})
+        return data
+    summary = json.loads(store.read_stage("metrics").attrs["summary"])
+    summary.setdefault("params", dict(store.params))
+    coords = np.asarray(labels["report_embedding"].values[:, :2], dtype=np.float64)
+    index = np.asarray(labels["report_index"].values)
+    sample_labels = np.asarray(labels["labels"].data[index].compute()) if index.size else np.zeros(0, dtype=int)
+    data.update(kind="run", title=f"mkdist run {store.url}", summary=summary,
+                embedding_sample={"coords": coords.tolist(), "labels": sample_labels.tolist(),
+                                  "what": f"first two principal components of the embedding on {index.size:,} "
+                                          "evenly spaced rows"},
+                assignment=None)
+    return data
+
+
+def write_report(url: Any, output: Any = None, *, format: str = "html") -> str:
+    """Write the run report of a store: one self-contained HTML page, or a directory of PNGs.
+
+    Parameters
+    ----------
+    url : str or RunStore
+    output : str or Path, optional
+        Default: next to the store, ``<store>.report.html`` (or ``<store>.report/`` for PNGs).
+    format : {"html", "png"}, default="html"
+
+    Returns
+    -------
+    str
+        Where the report was written.
+    """
+    import fsspec
+
+    from ._report_html import render_html, render_png
+
+    if format not in ("html", "png"):
+        raise InputValidationError(f"report format {format!r}; choose 'html' or 'png'.")
+    store = as_store(url, mode="r")
+    data = report_data(store)
+    base = str(store.url).rstrip("/")
+    target = str(output) if output is not None else f"{base}.report.html" if format == "html" else f"{base}.report"
+    refuse_overlap(target, store=store)
+    if format == "png":
+        render_png(data, target)
+        return target
+    with fsspec.open(target, "w") as f:
+        f.write(render_html(data))
+    return target
 
 
 def load_labels(source: Any, key: str) -> np.ndarray:

@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 
 from ._config import ClusterResult, RunConfig
-from ._io import load_views, scan_views, views_fingerprint
+from ._drift import check_thresholds, drift_statistics
+from ._io import check_labels_out, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
+from ._kmeans import assign_with_distance
 from ._methods import DEFAULT_METHOD, get_method
 from ._sampling import gather_rows
 from ._state import dataset_to_state, state_to_dataset, to_jsonable
@@ -34,7 +36,7 @@ from .metrics import clustering_scores
 
 __all__ = [
     "check_run", "check_assign", "open_run", "writer_lease", "prepare_resume", "stage_plan", "run_stage", "merge_timings", "stage_landmarks", "stage_model", "stage_embedding", "stage_labels",
-    "stage_metrics", "load_estimator", "cluster", "assign", "refuse_overlap",
+    "stage_metrics", "load_estimator", "cluster", "assign", "refuse_overlap", "write_labels_out",
 ]
 
 logger = logging.getLogger("mkdist")
@@ -172,7 +174,7 @@ def _location(url: Any) -> tuple[str, str] | None:
     return protocol, "/" + path.strip("/")
 
 
-def refuse_overlap(output: Any, **inputs: Any) -> None:
+def refuse_overlap(target: Any, **inputs: Any) -> None:
     """Refuse an output location that is, contains or lies inside one of the inputs.
 
     Writing a store there (or overwriting it) could destroy the input, e.g. ``assign`` onto
@@ -183,7 +185,7 @@ def refuse_overlap(output: Any, **inputs: Any) -> None:
     InputValidationError
         Naming the output and the input it would overlap.
     """
-    out = _location(output)
+    out = _location(target)
     if out is None:
         return
     for what, given in inputs.items():
@@ -199,7 +201,7 @@ def refuse_overlap(output: Any, **inputs: Any) -> None:
         else:
             continue
         raise InputValidationError(
-            f"the output {output} {relation} the {what.replace('_', ' ')} {given}: writing it could destroy "
+            f"the output {target} {relation} the {what.replace('_', ' ')} {given}: writing it could destroy "
             "that input; choose another output location.")
 
 
@@ -434,12 +436,43 @@ def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, f
     return {"embed_s": t_embed, "write_s": t_write}
 
 
+#: Rows of every run kept for its report (the 2-D view of the embedding, the distance
+#: distribution): evenly spaced over the input, so a report never reads the whole embedding.
+REPORT_ROWS = 20_000
+
+
+def report_rows(n_rows: int, size: int = REPORT_ROWS) -> np.ndarray:
+    """Sorted, evenly spaced row indices of the report sample, shape (min(N, size),)."""
+    return np.unique(np.linspace(0, n_rows - 1, num=min(n_rows, size)).round().astype(np.int64))
+
+
+def principal_components(X, n_components: int = 16) -> np.ndarray:
+    """The rows of X on their top principal components (at most ``n_components``), float32.
+
+    What a report draws (the first two) and keeps small whatever the embedding's width
+    (late fusion's and the RFF feature spaces have hundreds of columns).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    X = X - X.mean(axis=0)
+    if X.shape[0] < 2:
+        return X[:, :n_components].astype(np.float32)
+    U, s, _ = np.linalg.svd(X, full_matrices=False)
+    r = min(n_components, s.size)
+    return (U[:, :r] * s[:r]).astype(np.float32)
+
+
 def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[str, float]:
     """Label every row: k-means on the stored embedding (the centroids are stored with the
-    labels), or the fitted estimator's ``predict`` for fit-predict methods.
+    labels), or the fitted estimator's assignment for fit-predict methods.
+
+    Besides ``labels`` (sample,) the stage holds ``distance`` (sample,), each row's squared
+    distance to its centre, and the report sample: ``report_index`` (report_row,) and
+    ``report_embedding`` (report_row, component).  Its attrs hold ``distance_p99``, the 99th
+    percentile of the distances (what drift monitoring compares new batches with).
 
     Returns ``{"kmeans_s", "write_s"}`` (zeros if resumed).
     """
+    import dask
     import xarray as xr
 
     store = as_store(store)
@@ -449,21 +482,31 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     est = load_estimator(store)
     t0 = time.perf_counter()
     attrs: dict[str, Any] = {}
+    variables: dict[str, Any] = {}
     if "embedding" in stage_plan(config):
         H = _HANDOFF.pop(_handoff_key(store, "embedding"), None)
         if H is None:
             H = _persist(store.read_stage("embedding")["embedding"].data, progress)
         km = est.fit_centroids(H, config.random_state)  # None: the method keeps its landmark centroids
-        labels = _persist(_int32(est.assign_embedding(H)), progress)
-        variables = {"labels": (("sample",), labels),
-                     "cluster_centers": (("cluster", "component"), est.cluster_centers_)}
+        labels, distance = assign_with_distance(H, est.cluster_centers_)
+        shown = H
+        variables["cluster_centers"] = (("cluster", "component"), est.cluster_centers_)
         if km is not None:
             attrs = {"inertia": float(km.inertia), "kmeans_n_iter": int(km.n_iter)}
     else:
-        labels = _persist(_int32(est.predict(load_views(views))), progress)
-        variables = {"labels": (("sample",), labels)}
+        views = load_views(views)
+        labels, distance = est.assign_with_distance(views)
+        shown = est.report_embedding(views)
+    idx = report_rows(int(labels.shape[0]))
+    # One persist: the report sample shares the pass (and the input reads) with the labels.
+    labels, distance, sample = _persist((_int32(labels), distance.astype(np.float32), shown[idx]), progress)
+    sample, sample_distance = dask.compute(sample, distance[idx])
     t_labels = time.perf_counter() - t0
     t0 = time.perf_counter()
+    variables.update({"labels": (("sample",), labels), "distance": (("sample",), distance),
+                      "report_index": (("report_row",), idx),
+                      "report_embedding": (("report_row", "report_component"), principal_components(sample))})
+    attrs["distance_p99"] = float(np.quantile(np.asarray(sample_distance, dtype=np.float64), 0.99))
     store.write_stage("labels", xr.Dataset(variables, attrs={**attrs, "elapsed_s": t_labels}))
     return {"kmeans_s": t_labels, "write_s": time.perf_counter() - t0}
 
@@ -484,6 +527,7 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
               if "inertia" in labels.attrs else None)
     summary = {
         **load_estimator(store).summary(),
+        "params": dict(store.params),
         "N": int(lab.shape[0]),
         "cluster_sizes": [int(s) for s in sizes],
         "timings": dict(timings or {}),
@@ -526,7 +570,8 @@ def merge_timings(parts: list[dict[str, float]]) -> dict[str, float]:
 # ----------------------------------------------------------------------------- entry points
 def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_landmarks: int | None = None,
             random_state: int | None = None, *, method: str = DEFAULT_METHOD, overwrite: bool = False,
-            progress: bool = False, y_true=None, chunk_rows: int | None = None, **params) -> ClusterResult:
+            progress: bool = False, y_true=None, chunk_rows: int | None = None, labels_out: Any = None,
+            id_column: str | None = None, **params) -> ClusterResult:
     """Run the staged pipeline of a method on the active Dask scheduler, persisting every stage.
 
     Parameters
@@ -551,6 +596,11 @@ def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_land
         Ground truth; adds ACC/NMI/ARI/purity to the stored metrics.
     chunk_rows : int, optional
         Row chunking for NumPy input (see :func:`mkdist.load_views`).
+    labels_out : str or Path, optional
+        Also write every row's id, cluster and distance to its centre as Parquet.
+    id_column : str, optional
+        Column / coordinate of ``views`` (a file or an xarray Dataset) holding the row ids;
+        default: the row position.
     **params
         Parameters of the method's estimator (e.g. ``weights="uniform"`` for ``mkc``),
         ``method_params={...}``, or ``write_kernel_blocks=True``.
@@ -569,7 +619,12 @@ def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_land
     config = RunConfig.from_options(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
                                     random_state=random_state, method=method, **params)
     refuse_overlap(store, input=views)  # here too: open_run sees the loaded views, not the location
+    if labels_out is not None:
+        refuse_overlap(labels_out, store=store, input=views)
+        check_labels_out(labels_out, overwrite)
     vs = load_views(views, chunk_rows=chunk_rows)
+    if labels_out is not None:
+        load_ids(views, id_column, vs)  # a missing id column is refused before any work
     with writer_lease(store, owner="mkdist.cluster"):
         run = open_run(store, vs, config, overwrite=overwrite)
         before = prepare_resume(run)["status"]
@@ -578,14 +633,17 @@ def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_land
         timings = merge_timings([run_stage(s, run, vs, progress=progress) for s in plan])
         timings["total_s"] = time.perf_counter() - t_all
         metrics = stage_metrics(run, timings=timings, y_true=y_true)
+    if labels_out is not None:
+        write_labels_out(run, labels_out, views, id_column=id_column, overwrite=overwrite, chunk_rows=chunk_rows)
     skipped = [s for s in plan if before.get(s) == "complete"]
     return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=load_estimator(run), store=run,
                          timings=timings, skipped=skipped, metrics=metrics)
 
 
 def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
-           progress: bool = False, chunk_rows: int | None = None) -> Any:
-    """Label new points with a stored model, no refit; the labels go to a new store.
+           progress: bool = False, chunk_rows: int | None = None, labels_out: Any = None,
+           id_column: str | None = None, drift_thresholds: Mapping[str, float] | None = None) -> Any:
+    """Label new points with a stored model, no refit, and measure how far they drifted.
 
     Parameters
     ----------
@@ -594,24 +652,70 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
     source : array, list/dict of arrays, xarray.Dataset or path/URL
         The new points, with the same views and features as the training data.
     output : str or Path
-        Store for the result: stage ``labels`` (sample,).
+        Store for the result: stage ``labels`` with ``labels`` and ``distance`` (sample,);
+        root attributes ``drift`` (see :func:`mkdist._drift.drift_statistics`) and
+        ``input_stats`` (the batch's per-feature statistics).
+    labels_out : str or Path, optional
+        Also write every row's id, cluster and distance as Parquet (:func:`write_labels_parquet`).
+    id_column : str, optional
+        Column / coordinate of ``source`` holding the row ids (default: the row position).
+    drift_thresholds : dict, optional
+        Overrides of ``mkdist._drift.DEFAULT_THRESHOLDS``.
 
     Returns
     -------
     RunStore
         The output store.
     """
+    import dask
+    import dask.array as da
     import xarray as xr
 
     from mkdist.storage import RunStore
 
+    thresholds = check_thresholds(drift_thresholds)
     est, vs, fingerprint = check_assign(model_store, source, output, overwrite=overwrite, chunk_rows=chunk_rows)
     src = as_store(model_store, mode="r")
-    lazy = _int32(est.predict(vs))
+    ids = None
+    if labels_out is not None:
+        refuse_overlap(labels_out, model_store=model_store, input=source, output=output)
+        check_labels_out(labels_out, overwrite)
+        ids = load_ids(source, id_column, vs)
+    fit_labels = src.read_stage("labels")
+    fit_p99 = float(fit_labels.attrs["distance_p99"])
+    fitted_sizes = json.loads(src.read_stage("metrics").attrs["summary"])["cluster_sizes"]
     with writer_lease(output, owner="mkdist.assign"):
         out = RunStore.create(output, fingerprint=fingerprint, params=_assign_params(src), overwrite=overwrite)
-        if prepare_resume(out, ["labels"])["status"].get("labels") == "complete":
-            return out
-        labels = _persist(lazy, progress)
-        out.write_stage("labels", xr.Dataset({"labels": (("sample",), labels)}))
+        if prepare_resume(out, ["labels"])["status"].get("labels") != "complete":
+            batch_stats = scan_views(vs)  # refuses NaN / overflow / constant views before any write
+            labels, distance = est.assign_with_distance(vs)
+            labels, distance = _persist((_int32(labels), distance.astype(np.float32)), progress)
+            sizes, beyond = dask.compute(da.bincount(labels, minlength=int(est.n_clusters)),
+                                         (distance > fit_p99).mean())
+            drift = drift_statistics(fit_stats=src.attrs.get("input_stats") or {}, batch_stats=batch_stats,
+                                     fitted_sizes=fitted_sizes, batch_sizes=sizes,
+                                     share_beyond_fit_p99=float(beyond), thresholds=thresholds)
+            drift["fit_p99"] = fit_p99
+            out.write_stage("labels", xr.Dataset({"labels": (("sample",), labels),
+                                                  "distance": (("sample",), distance)},
+                                                 attrs={"drift": json.dumps(drift)}))
+            out.update_attrs(drift=drift, input_stats=batch_stats)
+        if labels_out is not None:
+            stored = out.read_stage("labels")
+            write_labels_parquet(labels_out, stored["labels"].data, stored["distance"].data, ids,
+                                 id_name=id_column or "row", overwrite=overwrite)
     return out
+
+
+def write_labels_out(store, labels_out: Any, source: Any, *, id_column: str | None = None,
+                     overwrite: bool = False, chunk_rows: int | None = None) -> str:
+    """A finished run's labels as Parquet next to its data: id, cluster, distance per row."""
+    store = as_store(store, mode="r")
+    refuse_overlap(labels_out, store=store, input=source)
+    check_labels_out(labels_out, overwrite)
+    views = load_views(source, chunk_rows=chunk_rows)
+    stored = store.read_stage("labels")
+    labels = stored["labels"].data.rechunk((next(iter(views.values())).chunks[0],))
+    distance = stored["distance"].data.rechunk(labels.chunks)
+    return write_labels_parquet(labels_out, labels, distance, load_ids(source, id_column, views),
+                                id_name=id_column or "row", overwrite=overwrite)

@@ -2,8 +2,9 @@
 
 Exit codes: 0 success; 2 bad input (arguments, parameters, data, store state, an
 unreachable scheduler), refused with one line on stderr -- everything that can be checked
-without the data is checked before Prefect or Dask start; 1 any other failure (one line;
-``--debug`` prints the traceback).
+without the data is checked before Prefect or Dask start; 3 ``assign --fail-on-drift`` and
+the batch drifted (its labels are stored); 1 any other failure (one line; ``--debug`` prints
+the traceback).
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ from urllib.parse import urlparse
 
 import click
 
-EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DRIFT = 0, 1, 2, 3
 
 #: Seconds to wait for an existing Dask scheduler (``--connect-timeout``, MKDIST_CONNECT_TIMEOUT).
 DEFAULT_CONNECT_TIMEOUT = 10.0
 #: Run options the cluster flow takes as its own arguments (the rest are estimator parameters).
-FLOW_KEYS = ("n_clusters", "kernels", "n_landmarks", "random_state", "method", "label_key")
+FLOW_KEYS = ("n_clusters", "kernels", "n_landmarks", "random_state", "method", "label_key", "labels_out",
+             "id_column")
+#: Options that are the CLI's, not the run's.
+CLI_KEYS = ("dask_address", "n_workers", "label_key", "labels_out", "id_column")
 
 
 class BadInput(click.ClickException):
@@ -68,10 +72,13 @@ def _quiet_prefect_tracebacks() -> None:
 
 def _guard(fn, debug: bool) -> Any:
     """Call fn; map failures to the documented exit codes with a one-line message."""
-    from mkdist.errors import MkdistError
+    from mkdist.errors import DriftDetectedError, MkdistError
 
     try:
         return fn()
+    except DriftDetectedError as exc:
+        click.echo(f"mkdist: drift: {exc}", err=True)
+        sys.exit(EXIT_DRIFT)
     except (MkdistError, BadInput, click.BadParameter, FileNotFoundError, FileExistsError) as exc:
         if debug:
             traceback.print_exc()
@@ -134,9 +141,15 @@ def _prepare_run(source: str, store: str, merged: dict[str, Any], overwrite: boo
 
     if "n_clusters" not in merged:
         raise BadInput("give --n-clusters (or n_clusters in --config)")
-    options = {k: v for k, v in merged.items() if k not in ("dask_address", "n_workers", "label_key")}
+    options = {k: v for k, v in merged.items() if k not in CLI_KEYS}
     config = RunConfig.from_options(**options)
-    check_run(store, source, config, overwrite=overwrite)
+    views, _, _ = check_run(store, source, config, overwrite=overwrite)
+    if merged.get("labels_out"):
+        from mkdist.pipeline import check_labels_out, load_ids, refuse_overlap
+
+        refuse_overlap(merged["labels_out"], store=store, input=source)
+        check_labels_out(merged["labels_out"], overwrite)
+        load_ids(source, merged.get("id_column"), views)
     return config
 
 
@@ -194,9 +207,11 @@ def _cluster_options(fn):
                    "in --config (top level or under method_params).")
 @click.option("--random-state", type=click.IntRange(min=0), default=None)
 @click.option("--label-key", default=None, help="Variable holding true labels: adds ACC/NMI to the metrics.")
+@click.option("--labels-out", default=None, help="Also write id, cluster, distance per row as Parquet here.")
+@click.option("--id-column", default=None, help="Column / coordinate of INPUT with the row ids (default: position).")
 @_cluster_options
-def run(source, store, n_clusters, config_path, n_landmarks, kernels, method, random_state, label_key,
-        dask_address, n_workers, connect_timeout, overwrite, as_json, quiet, debug):
+def run(source, store, n_clusters, config_path, n_landmarks, kernels, method, random_state, label_key, labels_out,
+        id_column, dask_address, n_workers, connect_timeout, overwrite, as_json, quiet, debug):
     """Cluster INPUT with the cluster flow; results and model go to STORE."""
     _environment(quiet, debug)
 
@@ -204,7 +219,7 @@ def run(source, store, n_clusters, config_path, n_landmarks, kernels, method, ra
         config = _load_config(config_path)
         given = dict(n_clusters=n_clusters, n_landmarks=n_landmarks, kernels=kernels, method=method,
                      random_state=random_state, dask_address=dask_address, n_workers=n_workers,
-                     label_key=label_key)
+                     label_key=label_key, labels_out=labels_out, id_column=id_column)
         merged = {**config, **{k: v for k, v in given.items() if v is not None}}
         _prepare_run(source, store, merged, overwrite)
         _check_scheduler(merged.get("dask_address"), connect_timeout)
@@ -218,13 +233,15 @@ def run(source, store, n_clusters, config_path, n_landmarks, kernels, method, ra
         if not debug:
             _quiet_prefect_tracebacks()
         flow_args = {k: v for k, v in merged.items() if k in FLOW_KEYS}
-        options = {k: v for k, v in merged.items() if k not in FLOW_KEYS + ("dask_address", "n_workers")}
+        options = {k: v for k, v in merged.items() if k not in FLOW_KEYS + CLI_KEYS}
         return cluster_flow(source=source, store=store, overwrite=overwrite, progress=not quiet,
                             dask_address=merged.get("dask_address"), n_workers=merged.get("n_workers"),
                             connect_timeout=connect_timeout, options=options, **flow_args)
 
     summary = _guard(go, debug)
     _print_summary(summary, store, as_json)
+    if not as_json and summary.get("report"):
+        click.echo(f"run report: {summary['report']}")
 
 
 def _print_summary(summary: dict, store: str, as_json: bool) -> None:
@@ -236,23 +253,48 @@ def _print_summary(summary: dict, store: str, as_json: bool) -> None:
     click.echo(summary_markdown(summary, store))
 
 
+def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise BadInput(f"--drift-threshold {item!r}: write NAME=VALUE, e.g. cluster_tv=0.2")
+        out[name.strip()] = value.strip()
+    from mkdist._drift import check_thresholds
+
+    check_thresholds(out)
+    return out
+
+
 @main.command()
 @click.option("--model-store", required=True, help="Store of a finished run.")
 @click.option("--input", "source", required=True, help="New points (same views and features).")
 @click.option("--output", required=True, help="Store for the labels of the new points.")
+@click.option("--labels-out", default=None, help="Also write id, cluster, distance per row as Parquet here.")
+@click.option("--id-column", default=None, help="Column / coordinate of INPUT with the row ids (default: position).")
+@click.option("--fail-on-drift", is_flag=True, help="Exit 3 (after storing the labels) when the batch drifted.")
+@click.option("--drift-threshold", "drift_threshold", multiple=True,
+              help="NAME=VALUE overriding a drift threshold (share_beyond_fit_p99, cluster_tv, cluster_psi, "
+                   "mean_shift_sd, scale_ratio_max).")
 @_cluster_options
-def assign(model_store, source, output, dask_address, n_workers, connect_timeout, overwrite, as_json, quiet,
-           debug):
-    """Label new data with a stored model (no refit)."""
+def assign(model_store, source, output, labels_out, id_column, fail_on_drift, drift_threshold, dask_address,
+           n_workers, connect_timeout, overwrite, as_json, quiet, debug):
+    """Label new data with a stored model (no refit) and report its drift from the fit."""
     _environment(quiet, debug)
 
     def prepare():
-        from mkdist.pipeline import check_assign
+        from mkdist.pipeline import check_assign, check_labels_out, load_ids, refuse_overlap
 
-        check_assign(model_store, source, output, overwrite=overwrite)
+        thresholds = _thresholds(drift_threshold)
+        _, views, _ = check_assign(model_store, source, output, overwrite=overwrite)
+        if labels_out:
+            refuse_overlap(labels_out, model_store=model_store, input=source, output=output)
+            check_labels_out(labels_out, overwrite)
+            load_ids(source, id_column, views)
         _check_scheduler(dask_address, connect_timeout)
+        return thresholds
 
-    _guard(prepare, debug)
+    thresholds = _guard(prepare, debug)
 
     def go():
         from mkdist.flows import assign_flow
@@ -261,13 +303,30 @@ def assign(model_store, source, output, dask_address, n_workers, connect_timeout
             _quiet_prefect_tracebacks()
         return assign_flow(model_store=model_store, source=source, output=output, dask_address=dask_address,
                            n_workers=n_workers, connect_timeout=connect_timeout, overwrite=overwrite,
-                           progress=not quiet)
+                           progress=not quiet, labels_out=labels_out, id_column=id_column,
+                           drift_thresholds=thresholds or None, fail_on_drift=fail_on_drift)
 
     summary = _guard(go, debug)
     if as_json:
         click.echo(json.dumps({k: v for k, v in summary.items() if k != "markdown"}, indent=2))
     else:
         click.echo(summary["markdown"])
+        if summary.get("report"):
+            click.echo(f"report: {summary['report']}")
+
+
+@main.command()
+@click.argument("store")
+@click.option("--output", default=None, help="Where to write (default: next to STORE).")
+@click.option("--format", "fmt", type=click.Choice(["html", "png"]), default="html", show_default=True,
+              help="One self-contained HTML page, or a directory of PNG figures (for CI systems).")
+@click.option("--debug", is_flag=True, help="Print tracebacks of failures.")
+def report(store, output, fmt, debug):
+    """Write the report of a run or an assignment: figures of weights, spectrum, clusters, drift."""
+    from mkdist.pipeline import write_report
+
+    path = _guard(lambda: write_report(store, output, format=fmt), debug)
+    click.echo(path)
 
 
 @main.command()
@@ -319,6 +378,8 @@ def demo(workdir, n_samples, n_workers, quiet, debug):
     _print_summary(summary, summary["store"], False)
     click.echo(f"demo finished in {time.perf_counter() - t0:.1f} s; store: {summary['store']}")
     click.echo(f"inspect it with: mkdist inspect {summary['store']}")
+    if summary.get("report"):
+        click.echo(f"run report (open it in a browser): {summary['report']}")
 
 
 if __name__ == "__main__":  # pragma: no cover

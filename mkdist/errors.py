@@ -18,6 +18,7 @@ __all__ = [
     "DamagedStageError",
     "StoreLockedError",
     "SchedulerUnreachableError",
+    "DriftDetectedError",
     "EmbeddingStabilityWarning",
     "DegenerateKernelWarning",
 ]
@@ -72,6 +73,10 @@ class StoreLockedError(StoreError):
 
 class SchedulerUnreachableError(MkdistError, ConnectionError):
     """The Dask scheduler a run names does not answer within the connect timeout."""
+
+
+class DriftDetectedError(MkdistError):
+    """A batch labelled with a stored model drifted beyond the thresholds (``fail_on_drift``)."""
 
 
 class EmbeddingStabilityWarning(RuntimeWarning):

@@ -1,26 +1,40 @@
 """The staged pipeline, public: what ``mkdist.flows``, the CLI and users' own orchestration import.
 
 A run is described by a :class:`RunConfig` (method, clusters, seed, estimator parameters)
-and lives in a Zarr run store (``mkdist.storage.RunStore``).  :func:`open_run` validates
-and opens the store, :func:`stage_plan` says which stages the run's method needs, each
-stage function (or :func:`run_stage` by name) computes one stage and stores it atomically,
-:func:`stage_metrics` writes the summary; :func:`cluster` does all of it in order and
-:func:`assign` labels new data with a stored model.
+and lives in a Zarr run store (``mkdist.storage.RunStore``).  :func:`check_run` refuses bad
+input without reading data, :func:`open_run` scans the input and opens the store (under the
+store's :func:`writer_lease`), :func:`prepare_resume` cleans and verifies a reopened store,
+:func:`stage_plan` says which stages the run's method needs, each stage function (or
+:func:`run_stage` by name) computes one stage and stores it atomically, :func:`stage_metrics`
+writes the summary and :func:`write_report` the report; :func:`cluster` does all of it in
+order and :func:`assign` labels new data with a stored model and measures its drift.
 """
 
 from ._config import ClusterResult, RunConfig
-from ._io import load_views, scan_views, views_fingerprint
+from ._drift import DEFAULT_THRESHOLDS as DEFAULT_DRIFT_THRESHOLDS
+from ._io import check_labels_out, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
 from ._methods import DEFAULT_METHOD, available_methods, get_method, method_table, method_table_markdown
-from ._report import assignment_summary, inspect_markdown, inspect_store, load_labels, summary_markdown
+from ._report import (
+    assignment_summary, inspect_markdown, inspect_store, load_labels, report_data, summary_markdown, write_report,
+)
 from ._stages import (
-    assign, check_assign, check_run, cluster, load_estimator, merge_timings, open_run, prepare_resume, refuse_overlap, run_stage, stage_embedding, stage_labels,
-    stage_landmarks, stage_metrics, stage_model, stage_plan, writer_lease,
+    assign, check_assign, check_run, cluster, load_estimator, merge_timings, open_run, prepare_resume,
+    refuse_overlap, run_stage, stage_embedding, stage_labels, stage_landmarks, stage_metrics, stage_model,
+    stage_plan, write_labels_out, writer_lease,
 )
 
 __all__ = [
-    "DEFAULT_METHOD", "RunConfig", "ClusterResult", "cluster", "assign", "open_run", "stage_plan", "run_stage", "stage_landmarks",
-    "stage_model", "stage_embedding", "stage_labels", "stage_metrics", "load_estimator", "check_run", "check_assign", "merge_timings", "refuse_overlap", "writer_lease", "prepare_resume",
-    "load_views", "scan_views", "views_fingerprint", "available_methods", "get_method", "method_table",
-    "method_table_markdown", "summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary",
-    "load_labels",
+    # runs
+    "DEFAULT_METHOD", "RunConfig", "ClusterResult", "cluster", "assign", "load_estimator",
+    # the stages, as the flows run them
+    "check_run", "check_assign", "open_run", "writer_lease", "prepare_resume", "stage_plan", "run_stage",
+    "stage_landmarks", "stage_model", "stage_embedding", "stage_labels", "stage_metrics", "merge_timings",
+    "refuse_overlap",
+    # input and output
+    "load_views", "scan_views", "views_fingerprint", "load_ids", "check_labels_out", "write_labels_parquet",
+    "write_labels_out", "load_labels", "DEFAULT_DRIFT_THRESHOLDS",
+    # the registry
+    "available_methods", "get_method", "method_table", "method_table_markdown",
+    # reports
+    "summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "report_data", "write_report",
 ]

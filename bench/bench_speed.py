@@ -1,0 +1,362 @@
+"""Speed at the hardware's limit (issue 14), printing JSON.
+
+    python bench/bench_speed.py --part floor --n 1000000   # pipeline vs the tight floor vs dask-ml KMeans
+    python bench/bench_speed.py --part embed --n 300000    # embed stage: 1 vs 2 workers vs one thread / 2
+    python bench/bench_speed.py --part fit                 # landmark fit vs one full eigh, quiet and busy
+    python bench/bench_speed.py --part scale --ns 1000000,10000000   # end to end and worker memory vs N
+
+Workload W1 (``_common.w1_input``): two 32-feature float32 views, 10 clusters, ``rbf-grid``
+kernels, 1000 landmarks, read from Zarr; LocalCluster of 2 worker processes x 1 thread.
+
+The floor is the same job written as tightly as NumPy allows, with no Dask, no store and the
+data already in memory: the same landmarks (read from the pipeline's store) and kernels fitted
+by the same ``fit_landmarks``, then, in 2 processes with one BLAS thread each on half the rows,
+the embedding over row blocks into preallocated buffers (one ``exp`` per view and squarings /
+square roots, as the library does) and 20 Lloyd passes whose partial sums the parent adds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from _common import OUT, W1, emit, machine, median, w1_input
+
+N_LLOYD = 20
+
+
+# ----------------------------------------------------------------------------- helpers
+def local_cluster(n_workers: int = 2):
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                           memory_limit="8GiB")
+    return cluster, Client(cluster)
+
+
+def worker_peak_rss(client) -> dict:
+    peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    return {addr: round(v / 2**30, 3) for addr, v in peaks.items()}
+
+
+def run_pipeline(N: int, tag: str = "speed") -> dict:
+    import xarray as xr
+
+    import mkdist
+
+    src = w1_input(N)
+    store = OUT / "stores" / f"{tag}-{N}.zarr"
+    if store.exists():
+        shutil.rmtree(store)
+    y = xr.open_zarr(src, consolidated=False)["y"].values
+    cluster, client = local_cluster()
+    try:
+        client.run(lambda: __import__("mkdist"))  # workers import the library before the clock starts
+        t0 = time.perf_counter()
+        res = mkdist.cluster(str(src), str(store), random_state=0, **W1)
+        total = time.perf_counter() - t0
+        labels = res.labels.compute()
+        peaks = worker_peak_rss(client)
+    finally:
+        client.close()
+        cluster.close()
+    return {"N": N, "end_to_end_s": total, "stages": res.timings, "kmeans": res.metrics["kmeans"],
+            "scores": mkdist.clustering_scores(y, labels), "worker_peak_rss_gib": peaks,
+            "max_worker_peak_rss_gib": max(peaks.values()), "store": str(store)}
+
+
+# ----------------------------------------------------------------------------- the floor
+def _floor_embed(model, views: dict, block_rows: int) -> np.ndarray:
+    """The embedding of every row: the library's arithmetic in preallocated buffers."""
+    from mkdist._kernels import _power_families
+
+    proj = model.projected_kernels
+    dtype = np.dtype(model.dtype)
+    N, n, K = next(iter(views.values())).shape[0], model.n_landmarks, model.n_components
+    H = np.empty((N, K), dtype=dtype)
+    gram = np.empty((block_rows, n), dtype=dtype)
+    base = np.empty_like(gram)
+    work = np.empty_like(gram)
+    prep = proj.prep
+    w2 = model.kernel_weights ** 2
+    by_view = {}
+    for j, k in enumerate(proj.kernels):
+        by_view.setdefault(k.view, []).append(j)
+    ll = {v: np.einsum("ij,ij->i", proj.landmarks[v], proj.landmarks[v]) for v in by_view}
+    LT = {v: np.ascontiguousarray(proj.landmarks[v].T) for v in by_view}
+    fams = {v: _power_families([proj.kernels[j] for j in js]) for v, js in by_view.items()}
+    acc = np.empty((block_rows, K))
+    for start in range(0, N, block_rows):
+        b = min(block_rows, N - start)
+        acc[:b] = 0.0
+        for v, js in by_view.items():
+            Xb = views[v][start:start + b]
+            g = np.matmul(Xb, LT[v], out=gram[:b])
+            g *= -2.0
+            g += np.einsum("ij,ij->i", Xb, Xb)[:, None]
+            g += ll[v][None, :]
+            np.maximum(g, 0.0, out=g)
+            done_base = None
+            for local, j in enumerate(js):
+                bj, p = fams[v][local]
+                if done_base != bj:
+                    np.multiply(g, -0.5 / proj.kernels[js[bj]].sigma ** 2, out=base[:b])
+                    np.exp(base[:b], out=base[:b])
+                    done_base = bj
+                blk = work[:b]
+                np.copyto(blk, base[:b])
+                for _ in range(abs(p)):
+                    np.multiply(blk, blk, out=blk) if p > 0 else np.sqrt(blk, out=blk)
+                dlQ, u, vv = proj.terms[j]
+                G = (blk @ dlQ).astype(np.float64)
+                G, m = G[:, :-1], G[:, -1]
+                s = prep.grand_means[proj.index[j]]
+                G -= (m - s)[:, None] * u[None, :] + vv[None, :]
+                G *= (1.0 / np.sqrt(np.maximum(1.0 - 2.0 * m + s, 1e-12)))[:, None]
+                acc[:b] += w2[proj.index[j]] * G
+        a = acc[:b]
+        a /= np.maximum(np.linalg.norm(a, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+        H[start:start + b] = a
+    return H
+
+
+def _floor_lloyd_partials(H: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    k, K = centers.shape
+    d = -2.0 * (H @ centers.T)
+    d += (centers * centers).sum(axis=1)[None, :]
+    labels = d.argmin(axis=1)
+    out = np.empty((k, K + 1))
+    for j in range(K):
+        out[:, j] = np.bincount(labels, weights=H[:, j], minlength=k)
+    out[:, K] = np.bincount(labels, minlength=k)
+    return out
+
+
+def _floor_worker(src: str, lo: int, hi: int, model, block_rows: int, conn) -> None:
+    import xarray as xr
+
+    ds = xr.open_zarr(src, consolidated=False)
+    views = {v: np.ascontiguousarray(ds[v].values[lo:hi]) for v in model.view_names}  # untimed: data in RAM
+    conn.send("ready")
+    conn.recv()  # go
+    t0 = time.perf_counter()
+    H = _floor_embed(model, views, block_rows).astype(np.float64)
+    t_embed = time.perf_counter() - t0
+    centers = conn.recv()
+    for _ in range(N_LLOYD):
+        conn.send(_floor_lloyd_partials(H, centers))
+        centers = conn.recv()
+    conn.send({"embed_s": t_embed, "lloyd_s": time.perf_counter() - t0 - t_embed})
+
+
+def floor(N: int, pipeline_store: str, block_rows: int) -> dict:
+    """fit + embed + 20 Lloyd passes: fit in this process, the rest in 2 single-thread processes."""
+    import xarray as xr
+
+    from mkdist import MultipleKernelClustering
+    from mkdist.storage import RunStore
+
+    src = str(w1_input(N))
+    ds = xr.open_zarr(src, consolidated=False)
+    lm = RunStore.open(pipeline_store).read_stage("landmarks")  # the pipeline's own landmarks
+    idx = np.asarray(lm["landmark_index"].values)
+    rows = {v: np.asarray(ds[v].values[idx]) for v in ("view0", "view1")}
+    ctx = mp.get_context("spawn")
+    saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    os.environ.update({k: "1" for k in saved})  # the children's BLAS: one thread each
+    est = MultipleKernelClustering(10, kernels=W1["kernels"], n_landmarks=W1["n_landmarks"], random_state=0)
+    t0 = time.perf_counter()
+    est.fit_landmarks(rows, idx, 0)
+    t_fit = time.perf_counter() - t0
+    pipes, procs = [], []
+    half = N // 2
+    for lo, hi in ((0, half), (half, N)):
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=_floor_worker, args=(src, lo, hi, est.model_, block_rows, child))
+        p.start()
+        pipes.append(parent)
+        procs.append(p)
+    for k, v in saved.items():
+        os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    for c in pipes:
+        assert c.recv() == "ready"
+    t0 = time.perf_counter()
+    for c in pipes:
+        c.send("go")
+    centers = np.random.default_rng(0).normal(size=(10, est.model_.n_components))
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    for c in pipes:
+        c.send(centers)
+    for _ in range(N_LLOYD):
+        stats = sum(c.recv() for c in pipes)
+        counts = stats[:, -1]
+        centers = np.where(counts[:, None] > 0, stats[:, :-1] / np.maximum(counts, 1)[:, None], centers)
+        for c in pipes:
+            c.send(centers)
+    parts = [c.recv() for c in pipes]
+    t_rest = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    return {"block_rows": block_rows, "fit_s": t_fit, "embed_s": max(p["embed_s"] for p in parts),
+            "lloyd_s": max(p["lloyd_s"] for p in parts), "total_s": t_fit + t_rest, "lloyd_passes": N_LLOYD}
+
+
+def dask_ml_kmeans(N: int) -> dict:
+    import dask.array as da
+    import xarray as xr
+    from dask_ml.cluster import KMeans as DaskKMeans
+
+    import mkdist
+
+    ds = xr.open_zarr(w1_input(N), consolidated=False)
+    y = ds["y"].values
+    cluster, client = local_cluster()
+    try:
+        t0 = time.perf_counter()
+        X = da.concatenate([ds["view0"].data, ds["view1"].data], axis=1).rechunk({1: -1}).persist()
+        t_read = time.perf_counter() - t0
+        km = DaskKMeans(n_clusters=10, random_state=0).fit(X)
+        total = time.perf_counter() - t0
+        labels = np.asarray(km.labels_)
+    finally:
+        client.close()
+        cluster.close()
+    return {"read_persist_s": t_read, "fit_s": total - t_read, "total_s": total,
+            "scores": mkdist.clustering_scores(y, labels)}
+
+
+def part_floor(args):
+    pipe = run_pipeline(args.n)
+    floors = [floor(args.n, pipe["store"], b) for b in (8192, 512)]
+    best = min(floors, key=lambda f: f["total_s"])
+    peer = dask_ml_kmeans(args.n)
+    return {"pipeline": pipe, "floor": floors, "dask_ml_kmeans": peer,
+            "ratio_pipeline_over_floor": pipe["end_to_end_s"] / best["total_s"],
+            "ratio_pipeline_over_dask_ml": pipe["end_to_end_s"] / peer["total_s"],
+            "target": "pipeline <= 1.5 x floor and faster than dask-ml KMeans"}
+
+
+# ----------------------------------------------------------------------------- embed stage
+def part_embed(args):
+    import xarray as xr
+
+    import mkdist
+    from mkdist import pipeline as P
+    from mkdist.storage import RunStore
+
+    src = str(w1_input(args.n))
+    base = run_pipeline(args.n, tag="embed-base")  # a stored model to embed with
+    out = {"N": args.n}
+    for n_workers in (1, 2):
+        store = OUT / "stores" / f"embed-{n_workers}.zarr"
+        if store.exists():
+            shutil.rmtree(store)
+        shutil.copytree(base["store"], store)
+        cluster, client = local_cluster(n_workers)
+        try:
+            client.run(lambda: __import__("mkdist"))
+            times = []
+            for _ in range(args.repeats):
+                with P.writer_lease(str(store)):
+                    run = RunStore.open(str(store), mode="r+")
+                    run.delete_stage("embedding", missing_ok=True)
+                    times.append(P.stage_embedding(run, src))
+        finally:
+            client.close()
+            cluster.close()
+        out[f"workers_{n_workers}"] = {"embed_s_median": median([t["embed_s"] for t in times]),
+                                       "write_s_median": median([t["write_s"] for t in times]),
+                                       "runs": times}
+    # The arithmetic alone: every row through the library's embed in this process, one thread.
+    from threadpoolctl import threadpool_limits
+
+    est = mkdist.load_estimator(base["store"])
+    ds = xr.open_zarr(src, consolidated=False)
+    views = {v: np.ascontiguousarray(ds[v].values) for v in est.view_names_}
+    with threadpool_limits(1):
+        t0 = time.perf_counter()
+        mkdist.embed(views, est.model_)
+        one_thread = time.perf_counter() - t0
+    w1, w2 = out["workers_1"]["embed_s_median"], out["workers_2"]["embed_s_median"]
+    out.update(one_thread_embed_s=one_thread, two_over_one_worker=w2 / w1,
+               two_workers_over_one_thread_half=w2 / (one_thread / 2),
+               target="2 workers <= 0.65 x 1 worker, and <= 1.3 x one-thread time / 2")
+    return out
+
+
+# ----------------------------------------------------------------------------- landmark fit
+def part_fit(args):
+    import scipy.linalg
+    import xarray as xr
+
+    from mkdist import MultipleKernelClustering
+
+    ds = xr.open_zarr(w1_input(100_000), consolidated=False)
+    idx = np.sort(np.random.default_rng(0).choice(100_000, 1000, replace=False))
+    rows = {v: np.asarray(ds[v].values[idx]) for v in ("view0", "view1")}
+    A = np.random.default_rng(0).normal(size=(1000, 1000))
+    A = A @ A.T
+
+    def fit_s():
+        est = MultipleKernelClustering(10, kernels="rbf-grid", random_state=0)
+        t0 = time.perf_counter()
+        est.fit_landmarks(rows, idx, 0)
+        return time.perf_counter() - t0, len(est.kernels_)
+
+    def eigh_s():
+        t0 = time.perf_counter()
+        scipy.linalg.eigh(A)
+        return time.perf_counter() - t0
+
+    out = {"n": 1000, "K": 10}
+    for condition in ("quiet", "one_core_busy"):
+        busy = None
+        if condition == "one_core_busy":
+            busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            time.sleep(1.0)
+        try:
+            fits = [fit_s() for _ in range(args.repeats)]
+            eighs = [eigh_s() for _ in range(args.repeats)]
+        finally:
+            if busy is not None:
+                busy.kill()
+                busy.wait()
+        out[condition] = {"fit_s_median": median([f[0] for f in fits]), "m_kernels": fits[0][1],
+                          "full_eigh_s_median": median(eighs)}
+    q, b = out["quiet"], out["one_core_busy"]
+    out.update(quiet_fit_over_eigh=q["fit_s_median"] / q["full_eigh_s_median"],
+               busy_over_quiet_fit=b["fit_s_median"] / q["fit_s_median"],
+               target="quiet fit <= 10 x one full eigh; busy fit <= 2 x quiet fit")
+    return out
+
+
+# ----------------------------------------------------------------------------- scale
+def part_scale(args):
+    ns = [int(x) for x in args.ns.split(",")]
+    runs = [run_pipeline(N, tag="scale") for N in ns]
+    for r in runs:
+        shutil.rmtree(r["store"], ignore_errors=True)
+    return {"runs": runs, "time_ratio_vs_first": {r["N"]: r["end_to_end_s"] / runs[0]["end_to_end_s"] for r in runs},
+            "target": "10M end to end <= 11 x 1M; peak worker RSS <= 2 GiB and flat"}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--part", required=True, choices=["floor", "embed", "fit", "scale"])
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--ns", default="1000000,10000000")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    emit({"bench": f"speed/{args.part}", "machine": machine(), "workload": W1, **globals()[f"part_{args.part}"](args)})
+
+
+if __name__ == "__main__":
+    main()
