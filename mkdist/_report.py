@@ -199,12 +199,13 @@ def report_data(url: Any) -> dict:
         distance = np.asarray(labels["distance"][::step].values, dtype=np.float64)
         counts, edges = np.histogram(distance, bins=50)
         drift = summary["drift"] or {}
+        # "summary" stays the fitted run's (its N, sizes, timings, parameters: the page shows it
+        # as "Fitted model run"); the batch's facts and parameters go in "assignment".
         data.update(kind="assignment", title=f"mkdist assignment {store.url}",
-                    summary={**fitted, "N": summary["N"], "cluster_sizes": summary["cluster_sizes"],
-                             "params": dict(store.params)},
+                    summary={**fitted, "params": fitted.get("params") or dict(model_store.params)},
                     embedding_sample=None,
                     assignment={"N": summary["N"], "cluster_sizes": summary["cluster_sizes"],
-                                "fitted_sizes": fitted["cluster_sizes"],
+                                "fitted_sizes": fitted["cluster_sizes"], "params": dict(store.params),
                                 "distance_hist": {"edges": edges.tolist(), "counts": counts.tolist()},
                                 "fit_p99": drift.get("fit_p99"), "drift": drift})
         return data
@@ -236,9 +237,7 @@ def write_report(url: Any, output: Any = None, *, format: str = "html") -> str:
     str
         Where the report was written.
     """
-    import fsspec
-
-    from ._report_html import render_html, render_png
+    from ._report_html import render_png, write_html
 
     if format not in ("html", "png"):
         raise InputValidationError(f"report format {format!r}; choose 'html' or 'png'.")
@@ -247,11 +246,11 @@ def write_report(url: Any, output: Any = None, *, format: str = "html") -> str:
     base = str(store.url).rstrip("/")
     target = str(output) if output is not None else f"{base}.report.html" if format == "html" else f"{base}.report"
     refuse_overlap(target, store=store)
+    # Both write atomically (temporary name, then rename; one put on an object store).
     if format == "png":
         render_png(data, target)
-        return target
-    with fsspec.open(target, "w") as f:
-        f.write(render_html(data))
+    else:
+        write_html(data, target)
     return target
 
 

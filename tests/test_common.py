@@ -135,6 +135,9 @@ def check_store_round_trip(cls, views, y, tmp_path):
     np.testing.assert_array_equal(out.read_stage("labels")["labels"].values, labels)
     again = mkdist.cluster(dX, url, 3, random_state=0, method=cls.method)
     assert again.skipped == list(cls.stage_plan)
+    # The run report: one self-contained page, figures inline, read from a sample of the store.
+    page = Path(mkdist.pipeline.write_report(url)).read_text()
+    assert page.count('src="data:image/png;base64,') >= 3 and "<script" not in page and "https://" not in page
 
 
 def _expected_failed(est) -> dict:

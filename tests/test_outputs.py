@@ -110,6 +110,11 @@ def test_drift_is_near_zero_for_a_like_batch_and_raised_for_shifted_ones(fitted_
     assert swapped["drifted"] and swapped["cluster_tv"] > 0.3 and swapped["cluster_psi"] > 0.2
     stored = RunStore.open(str(tmp_path / "like.zarr")).read_stage("labels")
     assert set(stored.data_vars) == {"labels", "distance"}
+    # The assignment report: distances against the fit's p99, the cluster shift, the drift table.
+    page = (tmp_path / "swap.zarr.report.html")
+    mkdist.pipeline.write_report(str(tmp_path / "swap.zarr"))
+    html = page.read_text()
+    assert html.count('src="data:image/png;base64,') >= 3 and "DRIFT" in html and "total variation" in html
 
 
 def test_drift_statistics_by_hand():
