@@ -66,7 +66,8 @@ def assign_flow(model_store: str, source: Any, output: str, dask_address: str | 
         Write ``<output>.report.html`` (distance distribution, cluster shift, drift table).
     """
     logger = get_run_logger()
-    with dask_client(dask_address, n_workers, connect_timeout=connect_timeout):
+    with dask_client(dask_address, n_workers, connect_timeout=connect_timeout) as client:
+        logger.info("Dask dashboard: %s", client.dashboard_link)
         summary = assign_task(model_store, source, output, overwrite, progress, labels_out, id_column,
                               drift_thresholds)
     logger.info("assigned %d points to %s", summary["N"], output)

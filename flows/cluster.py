@@ -115,7 +115,8 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
                                     random_state=random_state, method=method, **(options or {}))
     # The lease is held by this (the flow's) process, where every stage task runs.
     with writer_lease(store, owner="mkdist cluster_flow"), \
-            dask_client(dask_address, n_workers, connect_timeout=connect_timeout):
+            dask_client(dask_address, n_workers, connect_timeout=connect_timeout) as client:
+        logger.info("Dask dashboard: %s", client.dashboard_link)
         opened = validate_task(source, store, config.to_json(), overwrite)
         logger.info("store %s: %s; stages %s", store, opened["status"], opened["plan"])
         if opened["dropped"]:

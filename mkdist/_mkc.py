@@ -31,7 +31,8 @@ from ._linalg import blas_threads
 from ._methods import register
 from ._pep import DEGENERATE_PEP_RATIO, excess_pep, principal_eigenvalue_proportion
 from ._sampling import LANDMARK_METHODS, sample_landmark_indices
-from ._simplemkkm import average_kernel_kmeans, simple_mkkm
+from ._linalg import top_eigenpairs
+from ._simplemkkm import average_kernel_kmeans, combine_kernels, simple_mkkm
 from ._state import StateArrays
 from ._validation import Boolean, Interval, Options, Types, check_finite, common_float_dtype
 from .errors import DegenerateKernelWarning, EmbeddingStabilityWarning, InputValidationError
@@ -280,12 +281,35 @@ def _warn_degenerate_kernels(pep_base, kernel_weights, names, n_clusters: int, n
         DegenerateKernelWarning, stacklevel=4)
 
 
+#: A learned combination counts as collapsed when one kernel holds this share of gamma^2.
+COLLAPSE_SHARE = 0.9
+
+
+def _warn_collapsed_weights(kernel_weights, names, weights: str) -> None:
+    """Say so when SimpleMKKM put (nearly) all the weight on one kernel.
+
+    The combined kernel is then that kernel: the multiple-kernel fit brings nothing, and
+    whether the rest of the kernels would have helped is what ``weights="uniform"`` tells.
+    """
+    if weights != "simplemkkm" or len(kernel_weights) < 2:
+        return
+    w2 = np.asarray(kernel_weights, dtype=np.float64) ** 2
+    top = int(np.argmax(w2))
+    share = float(w2[top] / w2.sum())
+    if share >= COLLAPSE_SHARE:
+        warnings.warn(
+            f"the learned kernel weights collapsed onto {names[top]} ({share:.0%} of sum gamma^2): the combined "
+            "kernel is nearly that one kernel; compare with weights='uniform' (the average kernel), which uses "
+            "every kernel.", DegenerateKernelWarning, stacklevel=4)
+
+
 def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indices: np.ndarray, *,
                        n_clusters: int, kernels: Any = None, weights: str = "simplemkkm",
                        center: bool = True, normalize: str | None = "diagonal",
                        normalize_embedding: bool = True, scale: str | None = None,
                        max_iter: int = 200, tol: float = 1e-4, dtype: str = "float64",
-                       random_state: int | None = 0) -> tuple[MKCModel, dict[str, Any]]:
+                       random_state: int | None = 0, embedding_dim: int | None = None
+                       ) -> tuple[MKCModel, dict[str, Any]]:
     """Fit SimpleMKKM (or uniform weights) on in-memory landmarks.
 
     Parameters
@@ -300,6 +324,9 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
         Precision of the out-of-sample embedding; the landmark fit runs in float64.
     random_state : int
         Seed of the bandwidth-heuristic subsample.
+    embedding_dim : int, optional
+        Eigenvectors of the combined kernel in the embedding (>= n_clusters; default
+        n_clusters, the SimpleMKKM objective's own H).
 
     Returns
     -------
@@ -324,9 +351,21 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
         result = average_kernel_kmeans(stack, n_clusters)
     else:
         result = simple_mkkm(stack, n_clusters, max_iter=max_iter, tol=tol)
-    t_fit = time.perf_counter() - t0
     n = int(landmark_indices.shape[0])
-    diag = spectral_diagnostics(result.eigenvalues, n, n_clusters)
+    d = n_clusters if embedding_dim is None else int(embedding_dim)
+    combined = combine_kernels(stack, result.kernel_weights)
+    # The report's spectrum: enough eigenvalues past K to see whether K is where the gap is.
+    spectrum = top_eigenpairs(combined, min(n, max(2 * n_clusters, n_clusters + 10, d + 1)), vectors=False)
+    eigenvalues, eigenvectors = result.eigenvalues, result.H
+    if d > n_clusters:
+        # A wider embedding: the weights are SimpleMKKM's (learned with K eigenvectors), the
+        # embedding the top d eigenvectors of their combined kernel.
+        eigenvalues, eigenvectors = top_eigenpairs(combined, min(n, d + 1))
+        eigenvectors = eigenvectors[:, :d]
+    del combined
+    t_fit = time.perf_counter() - t0
+    diag = spectral_diagnostics(eigenvalues, n, n_clusters)
+    diag["spectrum"] = (np.asarray(spectrum) / n).tolist()
     # Principal eigenvalue proportion (t = K) of every base kernel and of the combined one:
     # how much of each spectrum the K-dimensional embedding captures.
     combined_trace = float(np.einsum("p,pii->", result.kernel_weights**2, stack))
@@ -337,6 +376,7 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
     }
     del stack
     _warn_degenerate_kernels(diag["pep"]["base"], result.kernel_weights, [f.name for f in fitted], n_clusters, n)
+    _warn_collapsed_weights(result.kernel_weights, [f.name for f in fitted], weights)
     if not diag["lambda_K"] > 1e-10 * max(diag["eigenvalues"][0], 1e-300):
         warnings.warn(
             f"the {n_clusters}-th eigenvalue of the combined landmark kernel is {diag['lambda_K']:.3g}: "
@@ -346,7 +386,7 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
         view_names=names, n_features={k: int(v.shape[1]) for k, v in landmark_views.items()},
         landmarks={k: np.asarray(v, dtype=dtype) for k, v in lv.items()},
         landmark_indices=np.asarray(landmark_indices, dtype=np.int64), kernels=fitted, preprocessing=prep,
-        kernel_weights=result.kernel_weights, eigenvectors=result.H, eigenvalues=result.eigenvalues,
+        kernel_weights=result.kernel_weights, eigenvectors=eigenvectors, eigenvalues=eigenvalues,
         normalize_embedding=bool(normalize_embedding), scaling=scaling, dtype=dtype)
     info = {
         "objective_history": [float(j) for j in result.objective_history],
@@ -377,6 +417,10 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
         view ("rbf", "rbf-median", "rbf-grid", "rbf-grid5", "linear", "mkkm12").
     n_landmarks : int, default=None
         Landmarks n (<= N).  None: ``min(N, 1000)`` (see :func:`default_n_landmarks`).
+    embedding_dim : int, default=None
+        Columns of the embedding H_N: the top ``embedding_dim`` eigenvectors of the combined
+        kernel (n_clusters <= embedding_dim <= n_landmarks).  None: n_clusters, the
+        eigenvectors of the SimpleMKKM objective itself.
     landmark_method : {"uniform", "kmeans++"}, default="uniform"
         How landmarks are drawn (see ``mkdist._sampling.sample_landmark_indices``).
     weights : {"simplemkkm", "uniform"}, default="simplemkkm"
@@ -454,6 +498,7 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
     _param_constraints: ClassVar[dict[str, list]] = {
         "kernels": [None, Types(str, list, tuple, dict, KernelSpec, noun="a kernel set name or a list of kernel specs")],
         "n_landmarks": [Interval(Integral, 2, None), None],
+        "embedding_dim": [Interval(Integral, 1, None), None],
         "landmark_method": [Options(*LANDMARK_METHODS)],
         "weights": [Options("simplemkkm", "uniform")],
         "center": [Boolean()],
@@ -469,13 +514,14 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
     }
 
     def __init__(self, n_clusters: int = 8, *, kernels: Any = None, n_landmarks: int | None = None,
-                 landmark_method: str = "uniform", weights: str = "simplemkkm", center: bool = True,
+                 embedding_dim: int | None = None, landmark_method: str = "uniform", weights: str = "simplemkkm", center: bool = True,
                  normalize: str | None = "diagonal", normalize_embedding: bool = True, scale: str | None = None,
                  max_iter: int = 200, tol: float = 1e-4, n_init: int = 10, kmeans_max_iter: int = 300,
                  kmeans_tol: float = 1e-4, dtype: str | None = None, random_state=None):
         self.n_clusters = n_clusters
         self.kernels = kernels
         self.n_landmarks = n_landmarks
+        self.embedding_dim = embedding_dim
         self.landmark_method = landmark_method
         self.weights = weights
         self.center = center
@@ -499,6 +545,10 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
             raise InputValidationError(
                 f"n_clusters={self.n_clusters} must be <= the number of landmarks ({n}); "
                 "raise n_landmarks or lower n_clusters.")
+        if self.embedding_dim is not None and not self.n_clusters <= self.embedding_dim <= n:
+            raise InputValidationError(
+                f"embedding_dim={self.embedding_dim} must be >= n_clusters={self.n_clusters} and <= the number "
+                f"of landmarks ({n}).")
         resolve_kernel_specs(self.kernels, list(views))  # unknown views / sets / bad specs fail here
         return {"n_landmarks": n}
 
@@ -516,7 +566,8 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
                 landmark_views, np.asarray(landmark_indices), n_clusters=self.n_clusters, kernels=self.kernels,
                 weights=self.weights, center=self.center, normalize=self.normalize,
                 normalize_embedding=self.normalize_embedding, scale=self.scale, max_iter=self.max_iter,
-                tol=self.tol, dtype=self.dtype or str(common_float_dtype(landmark_views)), random_state=seed)
+                tol=self.tol, dtype=self.dtype or str(common_float_dtype(landmark_views)), random_state=seed,
+                embedding_dim=self.embedding_dim)
         self._set_fitted_views(landmark_views)
         self._set_model(model)
         self.objective_history_ = np.asarray(info["objective_history"])
@@ -606,7 +657,8 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
             "weights": [{"name": "kernel weights", "labels": names, "values": self.kernel_weights_.tolist()}],
             "objective_history": np.asarray(self.objective_history_).tolist(), "n_iter": int(self.n_iter_),
             "converged": bool(self.converged_),
-            "spectrum": {"values": np.asarray(self.eigenvalues_).tolist(), "k": int(self.n_clusters),
+            "spectrum": {"values": list(diag.get("spectrum") or np.asarray(self.eigenvalues_).tolist()),
+                         "k": int(self.n_clusters),
                          "what": "top eigenvalues of (1/n) K_gamma, the combined landmark kernel"},
             "pep": {"t": pep.get("t"), "base": dict(zip(names, pep.get("base", []))),
                     "combined": pep.get("combined")} if pep else None,

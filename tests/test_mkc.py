@@ -137,3 +137,30 @@ def test_fused_embedding_equals_reference(blobs, center, normalize):
     ref = combined @ model.projection
     got = RowBlocks(named, block_rows=37).map(_embed_rows, model, n_cols=3, dtype=np.float64)
     np.testing.assert_allclose(got, ref, rtol=1e-8, atol=1e-10)
+
+
+def test_embedding_dim_widens_the_embedding(blobs):
+    views, y = blobs
+    m = MultipleKernelClustering(3, n_landmarks=60, embedding_dim=6, random_state=0).fit(views)
+    assert m.transform(views).shape == (len(y), 6) and m.cluster_centers_.shape == (3, 6)
+    assert clustering_accuracy(y, m.labels_) == 1.0
+    # the weights are the same SimpleMKKM fit; only the embedding is wider
+    base = MultipleKernelClustering(3, n_landmarks=60, random_state=0).fit(views)
+    np.testing.assert_allclose(m.kernel_weights_, base.kernel_weights_)
+    assert len(m.summary()["spectrum"]["values"]) >= 7
+    with pytest.raises(InputValidationError, match="embedding_dim=2 must be >= n_clusters=3"):
+        MultipleKernelClustering(3, embedding_dim=2).fit(views)
+
+
+def test_collapsed_weights_are_reported():
+    from mkdist._mkc import _warn_collapsed_weights
+    from mkdist.errors import DegenerateKernelWarning
+
+    with pytest.warns(DegenerateKernelWarning, match="collapsed onto b .* compare with weights='uniform'"):
+        _warn_collapsed_weights(np.array([0.05, 0.95, 0.0]), ["a", "b", "c"], "simplemkkm")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_collapsed_weights(np.array([0.4, 0.6]), ["a", "b"], "simplemkkm")
+        _warn_collapsed_weights(np.array([0.0, 1.0]), ["a", "b"], "uniform")
