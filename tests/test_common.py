@@ -137,7 +137,12 @@ def check_store_round_trip(cls, views, y, tmp_path):
     assert again.skipped == list(cls.stage_plan)
     # The run report: one self-contained page, figures inline, read from a sample of the store.
     page = Path(mkdist.pipeline.write_report(url)).read_text()
-    assert page.count('src="data:image/png;base64,') >= 3 and "<script" not in page and "https://" not in page
+    # Cluster sizes and the embedding always; PEP and weights figures when the method records
+    # them (a method without them gets a sentence saying so instead of a figure).
+    has_pep = bool(res.metrics.get("pep"))
+    assert page.count('src="data:image/png;base64,') >= (3 if has_pep else 2)
+    assert has_pep or "records no principal eigenvalue proportions" in page
+    assert "<script" not in page and "https://" not in page
 
 
 def _expected_failed(est) -> dict:
