@@ -42,7 +42,7 @@ from ._methods import register
 from ._pep import principal_eigenvalue_proportion
 from ._sampling import gather_rows
 from ._state import StateArrays
-from ._validation import Interval, Options, Types, validate_params
+from ._validation import Interval, Options, Types, is_dask_array, validate_params
 from .errors import InputValidationError
 
 __all__ = ["RFFKernelPowerKMeans", "MultiViewRFFPowerKMeans", "default_n_components"]
@@ -186,38 +186,47 @@ class _Model:
         return list(blocks) if self.features is None else self.features(blocks)
 
 
-def _sq_distances(phis: Sequence[np.ndarray], centroids: np.ndarray) -> np.ndarray:
-    """||phi_l(x_i) - theta_{j,l}||^2 for every point, cluster and view, (b, k, L), >= 0, float64.
-
-    The GEMM runs in the features' precision (the centroids are rounded to it).
+def _sq_distances(phis: Sequence[np.ndarray], centroids: np.ndarray) -> list[np.ndarray]:
+    """||phi_l(x_i) - theta_{j,l}||^2 for every point and cluster, one (b, k) float64 array
+    per view l, >= 0.  The GEMM runs in the features' precision (the centroids rounded to it);
+    ||phi_l(x)||^2 = (1/D) sum (sin^2 + cos^2) = 1 exactly, so it is not summed per row.
     """
-    b = phis[0].shape[0] if phis else 0
-    L, k, _ = centroids.shape
-    d = np.empty((b, k, L))
-    for v, (phi, theta) in enumerate(zip(phis, centroids)):
-        d[:, :, v] = sq_distances(phi, theta.astype(phi.dtype, copy=False))
-    return d
+    ones = np.ones(phis[0].shape[0] if phis else 0, dtype=phis[0].dtype if phis else np.float64)
+    return [sq_distances(phi, theta.astype(phi.dtype, copy=False), a_sq=ones).astype(np.float64, copy=False)
+            for phi, theta in zip(phis, centroids)]
 
 
-def _costs(phis: Sequence[np.ndarray], model: _Model):
+@dataclasses.dataclass
+class _Costs:
+    """Assignment costs of a row block and their parts (see ``_costs``)."""
+
+    costs: np.ndarray              # (b, k), C_ij = sum_l alpha_l d~_ij,l
+    d: list[np.ndarray]            # L x (b, k), d_ij,l
+    A: np.ndarray                  # (b, k), sum_l alpha_l d_ij,l
+    u_m: np.ndarray | None = None  # (b, k), u_ij^m (possibilistic model only)
+    v_m: np.ndarray | None = None  # (b, k), (1 - u_ij)^m
+
+
+def _costs(phis: Sequence[np.ndarray], model: _Model) -> _Costs:
     """Assignment costs C_ij = sum_l alpha_l d~_ij,l and their parts.
 
-    Returns ``(costs (b, k), d_tilde (b, k, L), u_m (b, k) or None, A (b, k))``, where
-    A_ij = sum_l alpha_l d_ij,l; for the possibilistic model u_ij is eq. 26 at the current
-    centroids and d~ is eq. 23, else d~ = d and costs = A.
+    For the possibilistic model u_ij is eq. 26 at the current centroids and d~ is eq. 23,
+    d~_ij,l = u^m d_ij,l + (1 - u)^m eta_jl, so C_ij = u^m A_ij + (1 - u)^m B_j with
+    B = eta alpha: d~ itself (b x k x L) is never formed.  Else d~ = d and C = A.
     """
     d = _sq_distances(phis, model.centroids)
-    A = d @ model.view_weights                                          # (b, k)
+    A = model.view_weights[0] * d[0] if d else np.zeros((0, model.centroids.shape[1]))
+    for a, dl in zip(model.view_weights[1:], d[1:]):
+        A += a * dl
     if model.typicality is None:
-        return A, d, None, A
-    eta = model.typicality
-    B = np.maximum(eta @ model.view_weights, np.finfo(np.float64).tiny)  # (k,)
+        return _Costs(A, d, A)
+    Bc = model.typicality @ model.view_weights                          # (k,)
+    B = np.maximum(Bc, np.finfo(np.float64).tiny)
     m = model.fuzzifier
     u = 1.0 / (1.0 + (A / B[None, :]) ** (1.0 / (m - 1.0)))
     u_m = u**m
     v_m = (1.0 - u) ** m
-    d_tilde = u_m[:, :, None] * d + v_m[:, :, None] * eta[None, :, :]
-    return d_tilde @ model.view_weights, d_tilde, u_m, A
+    return _Costs(u_m * A + v_m * Bc[None, :], d, A, u_m, v_m)
 
 
 def _power_mean_weights(costs: np.ndarray, s: float) -> tuple[np.ndarray, np.ndarray]:
@@ -259,31 +268,35 @@ def _iteration_stats(blocks: list, model: _Model) -> np.ndarray:
 
     sums[l, j] = sum_i g_ij phi_l(x_i) and mass[j] = sum_i g_ij with g = w (plain) or
     g = w u^m (eq. 28); counts[j] = #points whose smallest cost is j; view_cost[l] =
-    sum_ij w_ij d~_ij,l (eq. 31); objective = sum_i M_s(C_i); inertia = sum_i min_j A_ij.
+    sum_ij w_ij d~_ij,l = sum_ij g_ij d_ij,l + sum_j (sum_i w_ij (1 - u_ij)^m) eta_jl
+    (eq. 31); objective = sum_i M_s(C_i); inertia = sum_i min_j A_ij.
     """
     phis = model.phis(blocks)
     L, k, F = model.centroids.shape
     layout = _stat_layout(L, k, F)
     out = np.zeros(layout["width"])
-    costs, d_tilde, u_m, A = _costs(phis, model)
-    w, log_mean = _power_mean_weights(costs, model.s)
-    g = w if u_m is None else w * u_m
+    c = _costs(phis, model)
+    w, log_mean = _power_mean_weights(c.costs, model.s)
+    g = w if c.u_m is None else w * c.u_m
     gt = g.T.astype(phis[0].dtype) if phis else g.T  # (k, b): the GEMM in the features' precision
     out[layout["sums"]] = np.stack([gt @ phi for phi in phis]).ravel()
     out[layout["mass"]] = g.sum(axis=0)
-    out[layout["counts"]] = np.bincount(np.argmin(costs, axis=1), minlength=k)
-    out[layout["view_cost"]] = np.einsum("ij,ijl->l", w, d_tilde)
+    out[layout["counts"]] = np.bincount(np.argmin(c.costs, axis=1), minlength=k)
+    view_cost = np.array([np.vdot(g, dl) for dl in c.d])
+    if c.v_m is not None:
+        view_cost += (w * c.v_m).sum(axis=0) @ model.typicality
+    out[layout["view_cost"]] = view_cost
     out[layout["objective"]] = np.exp(log_mean).sum()
-    out[layout["inertia"]] = A.min(axis=1).sum() if A.shape[0] else 0.0
+    out[layout["inertia"]] = c.A.min(axis=1).sum() if c.A.shape[0] else 0.0
     return out
 
 
 def _row_costs(blocks: list, model: _Model) -> np.ndarray:
-    return _costs(model.phis(blocks), model)[0]
+    return _costs(model.phis(blocks), model).costs
 
 
 def _row_labels(blocks: list, model: _Model) -> np.ndarray:
-    return np.argmin(_costs(model.phis(blocks), model)[0], axis=1).astype(np.int64)
+    return np.argmin(_costs(model.phis(blocks), model).costs, axis=1).astype(np.int64)
 
 
 def _row_features(blocks: list, features: _FeatureMap) -> np.ndarray:
@@ -302,22 +315,27 @@ def _view_features(rows: RowBlocks, features: _FeatureMap) -> list:
             for v, name in enumerate(rows.names)]
 
 
-def _feature_budget() -> float:
-    """Bytes of RFF features a fit may keep between passes (see ``FEATURE_PERSIST_FRACTION``).
-
-    A distributed ``Client`` as the current scheduler: FEATURE_PERSIST_FRACTION x n_workers x
-    the smallest worker ``memory_limit`` (a worker without a limit counts as this machine's
-    physical memory).  Any other scheduler keeps the features in this process:
-    ``FEATURE_CACHE_BYTES``, as for NumPy input.
-    """
+def _distributed_client():
+    """The distributed ``Client`` that is the current Dask scheduler, else None."""
     from dask.base import get_scheduler
 
     client = getattr(get_scheduler(), "__self__", None)
     try:
         from distributed import Client
     except ImportError:  # pragma: no cover - distributed is a dependency
-        return float(FEATURE_CACHE_BYTES)
-    if not isinstance(client, Client):
+        return None
+    return client if isinstance(client, Client) else None
+
+
+def _feature_budget(client) -> float:
+    """Bytes of RFF features a fit may keep between passes (see ``FEATURE_PERSIST_FRACTION``).
+
+    On a distributed ``client``: FEATURE_PERSIST_FRACTION x n_workers x the smallest worker
+    ``memory_limit`` (a worker without a limit counts as this machine's physical memory).
+    Any other scheduler keeps the features in this process: ``FEATURE_CACHE_BYTES``, as for
+    NumPy input.
+    """
+    if client is None:
         return float(FEATURE_CACHE_BYTES)
     workers = list(client.scheduler_info(n_workers=-1)["workers"].values())
     if not workers:
@@ -333,8 +351,10 @@ def _feature_rows(rows: RowBlocks, features: _FeatureMap) -> RowBlocks | None:
 
     NumPy input: computed once when they fit in ``FEATURE_CACHE_BYTES``.  Dask input: a Dask
     array of features per view (a ``RowBlocks`` map, which also checks the raw chunks for
-    NaN/inf), persisted for the first row chunks that fit ``_feature_budget()``; later chunks
+    NaN/inf), persisted for the first row chunks that fit ``_feature_budget``; later chunks
     stay lazy, so every pass recomputes them from the raw rows, in the same tasks' arithmetic.
+    On a distributed cluster the persisted chunks are computed in the background (see
+    ``_wait_persisted``); an error in them is raised there.
     """
     row_bytes = sum(features.width(v) for v in range(len(rows.names))) * np.dtype(features.dtype).itemsize
     if not rows.is_dask:
@@ -344,8 +364,9 @@ def _feature_rows(rows: RowBlocks, features: _FeatureMap) -> RowBlocks | None:
     import dask
     import dask.array as da
 
+    client = _distributed_client()
     chunks = rows.row_chunks
-    n_kept = int(np.searchsorted(np.cumsum(chunks) * row_bytes, _feature_budget(), side="right"))
+    n_kept = int(np.searchsorted(np.cumsum(chunks) * row_bytes, _feature_budget(client), side="right"))
     if n_kept == 0:
         return None
     phis = _view_features(rows, features)
@@ -354,6 +375,19 @@ def _feature_rows(rows: RowBlocks, features: _FeatureMap) -> RowBlocks | None:
     if n_kept < len(chunks):
         kept = [da.concatenate([k, phi[stop:]]) for k, phi in zip(kept, phis)]
     return RowBlocks(dict(zip(rows.names, kept)), block_rows=rows.block_rows)
+
+
+def _wait_persisted(rows: RowBlocks) -> None:
+    """Wait until the persisted chunks of ``rows`` are on the workers (distributed only);
+    raises a task's error (e.g. NaN in a chunk) here."""
+    if rows.is_dask and _distributed_client() is not None:
+        from distributed import futures_of, wait
+
+        futures = [f for a in rows.arrays for f in futures_of(a)]
+        wait(futures)
+        for f in futures:
+            if f.status == "error":
+                f.result()
 
 
 def _log_gap(costs: np.ndarray) -> float:
@@ -383,7 +417,7 @@ def _min_centroid_sq_distance(centroids: np.ndarray, view_weights: np.ndarray) -
 def _reseed(centroids: np.ndarray, vanished: np.ndarray, pool: Sequence[np.ndarray],
             model: _Model) -> np.ndarray:
     """Centroids of ``vanished`` clusters moved onto the pool rows of largest cost (one each)."""
-    costs = _costs(pool, model)[3].min(axis=1)
+    costs = _costs(pool, model).A.min(axis=1)
     order = np.argsort(costs)[::-1]
     out = centroids.copy()
     for j, i in zip(np.flatnonzero(vanished), order):
@@ -595,6 +629,10 @@ class _RFFPowerKMeansBase(MkdistEstimator):
         self.n_components_ = D
         features = self._feature_map()
         timings["sample_s"] = time.perf_counter() - t0
+        # The features of every row that fit the budget: on a distributed cluster the workers
+        # compute them while this process runs the k-means start below.
+        data_rows = rows
+        cached = _feature_rows(rows, features)
 
         # k-means on the (view-averaged) RFF features of the sample, in float64.
         t0 = time.perf_counter()
@@ -611,18 +649,17 @@ class _RFFPowerKMeansBase(MkdistEstimator):
         if self._possibilistic:
             # eta_{j,l} = mean_i ||phi_l(x_i) - theta_{j,l}||^2 at the start, kept fixed
             # (re-estimating it every iteration cost 5 ACC points on mfeat).
-            eta = _sq_distances(phis, centroids).mean(axis=0)
+            eta = np.stack([d.mean(axis=0) for d in _sq_distances(phis, centroids)], axis=1)
         model = _Model(features, centroids, alpha, float("nan"), eta, p["fuzzifier"])
-        start_costs = _costs(phis, model)[0]
+        start_costs = _costs(phis, model).costs
         s0 = _auto_s0(start_costs) if self.s0 == "auto" else float(self.s0)
         timings["init_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        data_rows = rows
-        cached = _feature_rows(rows, features)
         if cached is not None:
+            _wait_persisted(cached)
             rows, model = cached, dataclasses.replace(model, features=None)
-        timings["features_s"] = time.perf_counter() - t0
+        timings["features_s"] = time.perf_counter() - t0  # beyond the k-means start
         t0 = time.perf_counter()
         result = _fit_loop(rows, model, s0=s0, annealing=float(self.annealing),
                            anneal_every=int(self.anneal_every), max_iter=int(self.max_iter),
@@ -720,6 +757,27 @@ class _RFFPowerKMeansBase(MkdistEstimator):
             (the passes of the fit use them rounded to ``FEATURE_DTYPE``)
         """
         return _view_features(self._rows(X), dataclasses.replace(self._feature_map(), dtype=np.float64))
+
+    def assign_with_distance(self, X):
+        """Cluster of smallest assignment cost and that cost (what drift monitoring compares).
+
+        Returns
+        -------
+        labels : ndarray or lazy dask.array.Array of shape (n,), int64
+        cost : ndarray or lazy dask.array.Array of shape (n,), float64
+        """
+        costs = self.transform(X)
+        return costs.argmin(axis=1).astype(np.int64), costs.min(axis=1)
+
+    def report_embedding(self, X):
+        """The views' RFF features side by side, each scaled by sqrt(view weight): the space the
+        centroids live in, as a report draws it, shape (n, L * 2 n_components_)."""
+        parts = [f * np.sqrt(a) for f, a in zip(self.rff_features(X), self.view_weights_)]
+        if is_dask_array(parts[0]):
+            import dask.array as da
+
+            return da.concatenate(parts, axis=1)
+        return np.hstack(parts)
 
     # ------------------------------------------------------------------ state and summary
     def _state(self) -> tuple[dict, dict]:

@@ -5,7 +5,8 @@ import pytest
 import scipy.sparse
 
 from mkdist._graph import (
-    Graph, adaptive_neighbor_weights, apply_filter, build_graph, filter_basis, knn, simplex_qp,
+    Graph, NeighborSpaces, adaptive_neighbor_weights, apply_filter, build_graph, filter_basis, knn, simplex_qp,
+    smallest_k,
 )
 
 
@@ -39,6 +40,40 @@ def test_knn_matches_brute_force_over_blocks():
     full = ((Q[:, None, :] - R[None, :, :]) ** 2).sum(axis=2)
     np.testing.assert_array_equal(idx, np.argsort(full, axis=1, kind="stable")[:, :6])
     np.testing.assert_allclose(d, np.sort(full, axis=1)[:, :6], atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [7, 99, 100, 101, 2013])
+@pytest.mark.parametrize("k", [1, 6, 7])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_smallest_k_is_the_stable_sort_prefix(n, k, dtype):
+    """Exact k smallest per row, ties to the lower column, whether the row is folded into
+    group minima (n >= 100) or partitioned directly; duplicates and zeros included."""
+    rng = np.random.default_rng(n + k)
+    D = rng.random((64, n)).astype(dtype)
+    D[:, n // 2] = D[:, n // 3]            # exact ties
+    D[0] = 1.0                             # a row that is all ties
+    D[1, :3] = 0.0
+    idx, vals = smallest_k(D, k)
+    ref = np.argsort(D, axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(idx, ref)
+    np.testing.assert_array_equal(vals, np.take_along_axis(D, ref, axis=1))
+    assert idx.dtype == np.int64 and vals.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_neighbor_spaces_match_knn_in_every_space(dtype):
+    rng = np.random.default_rng(5)
+    spaces = [rng.normal(size=(300, d)) for d in (4, 7, 4)]
+    points = [rng.normal(size=(90, R.shape[1])) for R in spaces]
+    points[0][:3] = spaces[0][:3]          # points on landmarks: distance 0
+    idx, sqd = NeighborSpaces(spaces, dtype).query(points, 6)
+    assert idx.shape == sqd.shape == (3, 90, 6) and sqd.dtype == np.float64
+    for i, (P, R) in enumerate(zip(points, spaces)):
+        ref_idx, ref_d = knn(P, R, 6)
+        np.testing.assert_array_equal(idx[i], ref_idx)
+        np.testing.assert_allclose(sqd[i], ref_d, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(idx[0, :3, 0], [0, 1, 2])
+    assert np.all(np.diff(sqd, axis=-1) >= 0)
 
 
 def test_graph_is_symmetric_normalised_and_filter_identity_holds():

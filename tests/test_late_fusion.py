@@ -247,6 +247,34 @@ def test_same_seed_same_result_and_float32(blobs_views):
     assert clustering_accuracy(y, c.labels_) == 1.0
 
 
+def test_float32_out_of_sample_path(blobs_views):
+    """dtype=None follows the views (float32 views: float32 kernel blocks, neighbour ranking and
+    embedding); the landmark fit is float64 either way, so the two models differ only in the
+    out-of-sample rows, by float32 rounding, and assign the same labels.  The dtype is saved."""
+    views, y = blobs_views
+    v32 = [v.astype(np.float32) for v in views]
+    kw = dict(n_clusters=3, n_landmarks=100, random_state=7, cluster_all_points=False, **FAST)
+    a = LateFusionClustering(**kw, dtype="float64").fit(v32)
+    b = LateFusionClustering(**kw).fit(v32)
+    assert a.model_.dtype == "float64" and b.model_.dtype == "float32"
+    assert LateFusionClustering(**kw).fit(views).model_.dtype == "float64"
+    np.testing.assert_array_equal(a.model_.embedding, b.model_.embedding)
+    new = [v + np.float32(0.01) for v in v32]
+    Ha, Hb = a.transform(new), b.transform(new)
+    assert Ha.dtype == np.float64 and Hb.dtype == np.float32
+    # float32 rounding of the kernel rows, amplified by lambda_1 / lambda_j in column j (the
+    # trailing eigenpairs of these small fits): 4e-5 of the embedding's scale here.
+    np.testing.assert_allclose(Hb, Ha, rtol=0, atol=2e-4 * np.abs(Ha).max())
+    np.testing.assert_array_equal(b.predict(new), a.predict(new))
+    np.testing.assert_array_equal(b.labels_, a.labels_)
+    state = b.model_state()
+    assert state["attrs"]["model"]["dtype"] == "float32"
+    r = LateFusionClustering.from_model_state(state)
+    np.testing.assert_array_equal(r.transform(new), Hb)
+    with pytest.raises(InputValidationError, match="dtype"):
+        LateFusionClustering(3, dtype="float16").fit(views)
+
+
 def test_full_pep_diagnostics(blobs_views):
     views, _ = blobs_views
     m = LateFusionClustering(3, n_landmarks=90, full_pep=True, random_state=0, **FAST).fit(views)

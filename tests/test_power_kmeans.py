@@ -348,6 +348,36 @@ def test_dask_matches_numpy_with_one_compute_per_iteration(cls, views, dtype, rt
     np.testing.assert_array_equal(est.labels_.compute(), ref.labels_)
 
 
+@pytest.mark.parametrize("chunks_in_budget, persisted", [(10.0, 4), (2.5, 2), (0.5, 0)])
+def test_distributed_features_are_persisted_within_the_memory_budget(views, dask_client, monkeypatch,
+                                                                      chunks_in_budget, persisted):
+    """On a distributed cluster the first row chunks' features that fit the budget are
+    persisted (futures on the workers), the rest recomputed in every pass; the fit is the
+    same either way, and the same as for NumPy input up to float32 summation order."""
+    import dask.array as da
+
+    import mkdist._power_kmeans as module
+
+    X, _ = views
+    Xd = [da.from_array(v, chunks=(40, 5)) for v in X]             # chunks of 40, 40, 40, 30 rows
+    ref = _fit(MultiViewRFFPowerKMeans, X)
+    workers = dask_client.scheduler_info(n_workers=-1)["workers"].values()
+    memory = len(workers) * min(w["memory_limit"] for w in workers)
+    chunk_bytes = 40 * 2 * 2 * ref.n_components_ * np.dtype(module.FEATURE_DTYPE).itemsize
+    monkeypatch.setattr(module, "FEATURE_PERSIST_FRACTION", chunks_in_budget * chunk_bytes / memory)
+    rows = RowBlocks(dict(zip(["view0", "view1"], Xd)))
+    kept = module._feature_rows(rows, ref._feature_map())
+    if persisted == 0:
+        assert kept is None
+    else:
+        for a in kept.arrays:
+            assert len(dask_client.futures_of(a)) == persisted and a.chunks[0] == Xd[0].chunks[0]
+    est = _fit(MultiViewRFFPowerKMeans, Xd)
+    assert est.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(est.centroids_, ref.centroids_, rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(est.labels_.compute(), ref.labels_)
+
+
 def test_dask_predict_and_transform_are_lazy(views):
     import dask.array as da
 
