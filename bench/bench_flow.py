@@ -61,7 +61,10 @@ def library_run(src: str, store: str) -> float:
     import mkdist
 
     t0 = time.perf_counter()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c, Client(c):
+    from mkdist._worker_env import worker_malloc_settings
+
+    with worker_malloc_settings(), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c, Client(c):
         mkdist.cluster(src, store, random_state=0, overwrite=True, **W1)
     return time.perf_counter() - t0
 

@@ -32,8 +32,11 @@ from _common import OUT, SHARED_DATA, W1, emit, machine, timed, w1_input  # noqa
 def local_cluster():
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                           memory_limit="8GiB")
+    from mkdist._worker_env import worker_malloc_settings
+
+    with worker_malloc_settings():  # as mkdist's own clusters (mkdist/_worker_env.py)
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                               memory_limit="8GiB")
     return cluster, Client(cluster)
 
 

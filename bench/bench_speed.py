@@ -37,8 +37,11 @@ N_LLOYD = 20
 def local_cluster(n_workers: int = 2):
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                           memory_limit="8GiB")
+    from mkdist._worker_env import worker_malloc_settings
+
+    with worker_malloc_settings():  # as mkdist's own clusters (mkdist/_worker_env.py)
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                               memory_limit="8GiB")
     return cluster, Client(cluster)
 
 
@@ -245,6 +248,12 @@ def part_floor(args):
 
 
 # ----------------------------------------------------------------------------- embed stage
+def _drop_handoff() -> None:
+    from mkdist import _stages
+
+    _stages._HANDOFF.clear()
+
+
 def part_embed(args):
     import xarray as xr
 
@@ -269,6 +278,9 @@ def part_embed(args):
                     run = RunStore.open(str(store), mode="r+")
                     run.delete_stage("embedding", missing_ok=True)
                     times.append(P.stage_embedding(run, src))
+                # The stage hands its persisted embedding on to the labels stage; dropping it
+                # frees the futures, else the next repeat's identical graph is already computed.
+                _drop_handoff()
         finally:
             client.close()
             cluster.close()

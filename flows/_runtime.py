@@ -65,6 +65,8 @@ def dask_client(address: str | None = None, n_workers: int | None = None,
     """
     from distributed import Client, LocalCluster
 
+    from mkdist._worker_env import check_worker_malloc, worker_malloc_settings
+
     address = address or os.environ.get("MKDIST_DASK_ADDRESS") or None
     timeout = float(connect_timeout if connect_timeout is not None
                     else os.environ.get("MKDIST_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT))
@@ -76,6 +78,9 @@ def dask_client(address: str | None = None, n_workers: int | None = None,
                 f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({exc}); check the "
                 "address, or start the scheduler") from None
         logger.info("using Dask scheduler %s (dashboard %s)", address, client.dashboard_link)
+        advice = check_worker_malloc(client)
+        if advice:
+            logger.warning(advice)
         try:
             yield client
         finally:
@@ -85,8 +90,9 @@ def dask_client(address: str | None = None, n_workers: int | None = None,
     if n_workers < 1:
         # A LocalCluster with no worker accepts work it can never run: the run would hang.
         raise InputValidationError(f"n_workers={n_workers} must be >= 1.")
-    with LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
-                      memory_limit=memory_limit, dashboard_address=":0") as cluster:
+    with worker_malloc_settings(), \
+            LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
+                         memory_limit=memory_limit, dashboard_address=":0") as cluster:
         with Client(cluster, set_as_default=True) as client:
             logger.info("started LocalCluster with %d workers (dashboard %s)", n_workers, client.dashboard_link)
             yield client
