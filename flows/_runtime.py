@@ -65,7 +65,7 @@ def dask_client(address: str | None = None, n_workers: int | None = None,
     """
     from distributed import Client, LocalCluster
 
-    from mkdist._worker_env import check_worker_malloc, worker_malloc_settings
+    from mkdist.pipeline import check_worker_malloc, worker_malloc_settings
 
     address = address or os.environ.get("MKDIST_DASK_ADDRESS") or None
     timeout = float(connect_timeout if connect_timeout is not None

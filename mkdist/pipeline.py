@@ -22,6 +22,7 @@ from ._stages import (
     refuse_overlap, run_stage, stage_embedding, stage_labels, stage_landmarks, stage_metrics, stage_model,
     stage_plan, write_labels_out, writer_lease,
 )
+from ._worker_env import WORKER_MALLOC_ENVIRON, check_worker_malloc, worker_malloc_settings
 
 __all__ = [
     # runs
@@ -35,6 +36,8 @@ __all__ = [
     "write_labels_out", "load_labels", "DEFAULT_DRIFT_THRESHOLDS",
     # the registry
     "available_methods", "get_method", "method_table", "method_table_markdown",
+    # Dask workers mkdist starts or joins
+    "WORKER_MALLOC_ENVIRON", "worker_malloc_settings", "check_worker_malloc",
     # reports
     "summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "report_data", "write_report",
 ]
