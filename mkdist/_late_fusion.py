@@ -250,15 +250,6 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
 
 
 # ============================================================================ fusion (Algorithm 1)
-def _residual(Z: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
-    """(I - P_Y) Z: every row minus the mean of its cluster."""
-    n = Z.shape[0]
-    Y = scipy.sparse.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(k, n))
-    counts = np.maximum(np.asarray(Y.sum(axis=1)).ravel(), 1.0)
-    means = (Y @ Z) / counts[:, None]
-    return Z - means[labels]
-
-
 @dataclasses.dataclass
 class _Fusion:
     gamma: np.ndarray        # (m',)
@@ -272,19 +263,77 @@ class _Fusion:
     converged: bool
 
 
-def _combine(GH: Sequence[np.ndarray], mu: np.ndarray, gamma_cols: np.ndarray) -> np.ndarray:
-    """H~ = (sum_i mu_i G_i H) diag(gamma per column)."""
-    Z = np.zeros_like(GH[0])
-    for w, g in zip(mu, GH):
+def _filtered(graphs: Sequence[Graph], weights: np.ndarray, Z: np.ndarray, order: int) -> np.ndarray:
+    """G~ Z = sum_i w_i G_i Z over the filters with w_i != 0 (sparse products only)."""
+    out = np.zeros(Z.shape)
+    for w, g in zip(weights, graphs):
         if w != 0.0:
-            Z += w * g
-    return Z * gamma_cols[None, :]
+            out += w * apply_filter(g.S_hat, Z, order)
+    return out
 
 
-def _objective(GH, labels, mu, gamma, col_kernel, k) -> tuple[float, np.ndarray]:
-    """J = sum_p gamma_p^2 alpha_p with alpha_p = ||(I - P_Y) G~ H_p||_F^2; returns (J, alpha)."""
-    R = _residual(_combine(GH, mu, np.ones(col_kernel.size)), labels, k)
-    alpha = np.bincount(col_kernel, weights=(R * R).sum(axis=0), minlength=gamma.size)
+class _FilterMoments:
+    """What Algorithm 1 needs of the filtered partitions G_i H_p, without holding them.
+
+    Holding G_i H for every filter i costs m n D memory and every sweep m^2 n D for the mu
+    step's Gram (proteinfold, 140 kernels: 6 GB and more than 15 minutes).  But with Ybar =
+    Y (Y^T Y)^-1/2, I - P_Y = I - Ybar Ybar^T is a projector, so per partition p
+
+        Q_p[i, j] = <(I - P_Y) G_i H_p, (I - P_Y) G_j H_p> = C_p[i, j] - B_p[i, j],
+        C_p[i, j] = <G_i H_p, G_j H_p>                       (fixed, computed once here)
+        B_p[i, j] = <Ybar^T G_i H_p, Ybar^T G_j H_p>        (per labelling, ``residual_grams``)
+
+    and alpha_p = mu^T Q_p mu, J = sum_p gamma_p^2 alpha_p, M = sum_p gamma_p^2 Q_p (eq. 26,
+    27).  Ybar^T G_i H_p = (G_i Ybar)^T H_p (G_i is symmetric): m filters on n x k and one GEMM.
+    C is built one partition at a time (m filtered n x d_p blocks in memory), and the same
+    pass yields G~ H for the uniform filter weights Algorithm 1 starts from.
+
+    Parameters
+    ----------
+    H : ndarray of shape (n, D)
+        The partitions side by side.
+    slices : list of m' slices
+        The columns of each partition in H.
+    graphs : list of m Graph
+    order : int
+    mu0 : ndarray of shape (m,)
+        Filter weights of ``GH0``.
+    """
+
+    def __init__(self, H: np.ndarray, slices: Sequence[slice], graphs: Sequence[Graph], order: int,
+                 mu0: np.ndarray):
+        self.H, self.slices, self.graphs, self.order = H, list(slices), list(graphs), int(order)
+        m = len(graphs)
+        self.C = np.empty((len(self.slices), m, m))
+        self.GH0 = np.zeros(H.shape)  # G~ H at mu0, summed as ``_filtered`` sums
+        for p, cols in enumerate(self.slices):
+            Hp = H[:, cols]
+            filt = np.stack([apply_filter(g.S_hat, Hp, order) for g in graphs])  # (m, n, d_p)
+            flat = filt.reshape(m, -1)
+            self.C[p] = flat @ flat.T
+            for w, block in zip(mu0, filt):
+                if w != 0.0:
+                    self.GH0[:, cols] += w * block
+
+    def residual_grams(self, labels: np.ndarray, k: int) -> np.ndarray:
+        """Q_p = C_p - B_p for every partition p under ``labels``, shape (m', m, m)."""
+        n = labels.size
+        m = len(self.graphs)
+        counts = np.bincount(labels, minlength=k)
+        Ybar = np.zeros((n, k))
+        Ybar[np.arange(n), labels] = 1.0 / np.sqrt(counts[labels])
+        F = np.hstack([apply_filter(g.S_hat, Ybar, self.order) for g in self.graphs])  # (n, m k)
+        E = (F.T @ self.H).reshape(m, k, -1)                                           # Ybar^T G_i H
+        Q = np.empty_like(self.C)
+        for p, cols in enumerate(self.slices):
+            Ep = E[:, :, cols].reshape(m, -1)
+            np.subtract(self.C[p], Ep @ Ep.T, out=Q[p])
+        return Q
+
+
+def _objective(Q: np.ndarray, mu: np.ndarray, gamma: np.ndarray) -> tuple[float, np.ndarray]:
+    """J = sum_p gamma_p^2 alpha_p with alpha_p = mu^T Q_p mu = ||(I - P_Y) G~ H_p||_F^2; (J, alpha)."""
+    alpha = np.maximum(np.einsum("i,pij,j->p", mu, Q, mu), 0.0)  # >= 0 but for rounding
     return float((gamma**2 * alpha).sum()), alpha
 
 
@@ -304,18 +353,23 @@ def _fit_fusion(H_cat: np.ndarray, col_kernel: np.ndarray, graphs: Sequence[Grap
     """Algorithm 1: alternate Y (k-means), gamma (eq. 26) and mu (eq. 27) on eq. 23.
 
     Every step minimises J over its variable with the others fixed (gamma and mu exactly,
-    Y by Lloyd from the current clusters), so J never increases.
+    Y by Lloyd from the current clusters), so J never increases.  J, alpha and M come from
+    :class:`_FilterMoments`; G~ H is formed only for the k-means, with the filters whose
+    weight is non-zero.
     """
     rng = np.random.RandomState(random_state)
     m = len(graphs)
     k = n_clusters
-    GH = [apply_filter(g.S_hat, H_cat, order) for g in graphs]
+    bounds = np.flatnonzero(np.diff(np.r_[-1, col_kernel, m]))
+    slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
     gamma = np.full(m, 1.0 / m)
     mu = np.full(m, 1.0 / m)
+    moments = _FilterMoments(H_cat, slices, graphs, order, mu)
     learn_mu = learn_mu and order > 0 and m > 1  # with G_i = I every mu gives the same H~
-    Z = _combine(GH, mu, gamma[col_kernel])
-    labels, centers = _kmeans_step(Z, k, None, n_init, rng.randint(np.iinfo(np.int32).max))
-    J, alpha = _objective(GH, labels, mu, gamma, col_kernel, k)
+    GH = moments.GH0
+    labels, centers = _kmeans_step(GH * gamma[col_kernel], k, None, n_init, rng.randint(np.iinfo(np.int32).max))
+    Q = moments.residual_grams(labels, k)
+    J, alpha = _objective(Q, mu, gamma)
     history = [J]
     steps = [("init", J)]
     converged = False
@@ -332,17 +386,18 @@ def _fit_fusion(H_cat: np.ndarray, col_kernel: np.ndarray, graphs: Sequence[Grap
         steps.append(("gamma", J_g))
         # mu (eq. 27): M_ij = <(I - P_Y) G_i H_g, (I - P_Y) G_j H_g>, H_g = [gamma_p H_p].
         if learn_mu:
-            W = [(_residual(g, labels, k) * gamma[col_kernel][None, :]).ravel() for g in GH]
-            W = np.stack(W)
-            M = W @ W.T
-            mu = simplex_qp(M, mu)
-            del W
+            M = np.tensordot(gamma**2, Q, axes=1)
+            mu_new = simplex_qp(M, mu)
+            if not np.array_equal(mu_new, mu):
+                GH = _filtered(graphs, mu_new, H_cat, order)
+            mu = mu_new
             steps.append(("mu", float(mu @ M @ mu)))
         # Y (eq. 24): k-means on H~, warm-started at the current clusters' means.
-        Z = _combine(GH, mu, gamma[col_kernel])
+        Z = GH * gamma[col_kernel]
         init = _residual_means(Z, labels, k, centers)
         labels, centers = _kmeans_step(Z, k, init, 1, 0)
-        J_new, alpha = _objective(GH, labels, mu, gamma, col_kernel, k)
+        Q = moments.residual_grams(labels, k)
+        J_new, alpha = _objective(Q, mu, gamma)
         steps.append(("Y", J_new))
         history.append(J_new)
         if J - J_new <= tol * max(J, np.finfo(np.float64).tiny):
@@ -351,8 +406,7 @@ def _fit_fusion(H_cat: np.ndarray, col_kernel: np.ndarray, graphs: Sequence[Grap
             break
         J = J_new
     # Final labels and centres of the final H~ (the last step was a Lloyd fixed point).
-    Z = _combine(GH, mu, gamma[col_kernel])
-    return _Fusion(gamma, mu, labels, centers, Z, history, steps, n_iter, converged)
+    return _Fusion(gamma, mu, labels, centers, GH * gamma[col_kernel], history, steps, n_iter, converged)
 
 
 def _residual_means(Z: np.ndarray, labels: np.ndarray, k: int, fallback: np.ndarray) -> np.ndarray:
@@ -454,10 +508,9 @@ class LateFusionModel:
                        for i in range(n_kept)]
         self.gamma_cols = self.view_weights[self.column_kernel]
         self.column_slices = [np.flatnonzero(self.column_kernel == i) for i in range(n_kept)]
-        GH = [apply_filter(g.S_hat, self.partitions, self.graph_filter_order) for g in self.graphs]
         #: H~ of the landmarks (what the fit clustered)
-        self.embedding = _combine(GH, self.filter_weights, self.gamma_cols)
-        del GH
+        self.embedding = _filtered(self.graphs, self.filter_weights, self.partitions,
+                                   self.graph_filter_order) * self.gamma_cols[None, :]
         Hg = self.partitions * self.gamma_cols[None, :]
         order = self.graph_filter_order
         self.bases = {i: filter_basis(self.graphs[i].S_hat, Hg, order)

@@ -7,7 +7,8 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from mkdist._kernels import nearest_center
-from mkdist._late_fusion import LateFusionClustering, LateFusionModel, _fit_fusion, _fit_seeds
+from mkdist._graph import apply_filter, build_graph
+from mkdist._late_fusion import LateFusionClustering, LateFusionModel, _FilterMoments, _fit_fusion, _fit_seeds
 from mkdist._methods import get_method
 from mkdist._state import StateArrays
 from mkdist.errors import DegenerateKernelWarning, InputValidationError
@@ -60,6 +61,28 @@ def test_objective_never_increases(blobs_views, params):
     assert np.all(np.diff(hist) <= 1e-10 * hist[0])
     steps = np.array([v for _, v in m.diagnostics_["objective_steps"]])
     assert np.all(np.diff(steps) <= 1e-10 * steps[0])  # every single step (Y, gamma, mu)
+
+
+def test_filter_moments_are_the_residual_grams_of_the_filtered_partitions():
+    # Q_p[i, j] = <(I - P_Y) G_i H_p, (I - P_Y) G_j H_p>, computed directly with the filters applied.
+    rng = np.random.default_rng(0)
+    n, k, order = 40, 3, 2
+    parts = [np.linalg.qr(rng.normal(size=(n, d)))[0] for d in (3, 4, 2)]
+    H = np.hstack(parts)
+    slices = [slice(0, 3), slice(3, 7), slice(7, 9)]
+    graphs = [build_graph(P, 4) for P in parts]
+    mu0 = np.array([0.5, 0.3, 0.2])
+    moments = _FilterMoments(H, slices, graphs, order, mu0)
+    labels = rng.integers(0, k, n)
+    labels[:k] = np.arange(k)
+    same = labels[:, None] == labels[None, :]
+    R = np.eye(n) - same / np.bincount(labels)[labels][None, :]  # I - P_Y
+    Q = moments.residual_grams(labels, k)
+    for p, cols in enumerate(slices):
+        W = np.stack([(R @ apply_filter(g.S_hat, H[:, cols], order)).ravel() for g in graphs])
+        np.testing.assert_allclose(Q[p], W @ W.T, atol=1e-12)
+    direct = sum(w * apply_filter(g.S_hat, H, order) for w, g in zip(mu0, graphs))
+    np.testing.assert_allclose(moments.GH0, direct, atol=1e-14)
 
 
 def test_order_zero_is_plain_late_fusion(blobs_views):
