@@ -28,6 +28,7 @@ for the derivation.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 import warnings
@@ -474,6 +475,18 @@ def _fingerprints(blocks: Sequence[np.ndarray]) -> np.ndarray:
 
 
 @dataclasses.dataclass
+class _OutOfSample:
+    """The out-of-sample structures of a LateFusionModel (``LateFusionModel.oos``)."""
+
+    bases: dict[int, np.ndarray]    # filter i -> B_i (n, D), for the filters weighted > 0
+    projected: ProjectedKernels     # kernel rows times H_p Lambda_p^-1
+    filters: list[int]              # the filters a new point enters
+    neighbors: NeighborSpaces       # the landmarks in those filters' H_i spaces
+    filter_scale: np.ndarray        # (len(filters), n): mu_i / sqrt(deg_i)
+    stacked_bases: np.ndarray       # (len(filters) n, D) in ``dtype``
+
+
+@dataclasses.dataclass
 class LateFusionModel:
     """Everything needed to place a new point: arrays + JSON, no pickle (see ``state``).
 
@@ -542,30 +555,36 @@ class LateFusionModel:
         #: H~ of the landmarks (what the fit clustered)
         self.embedding = _filtered(self.graphs, self.filter_weights, self.partitions,
                                    self.graph_filter_order) * self.gamma_cols[None, :]
-        Hg = self.partitions * self.gamma_cols[None, :]
-        order = self.graph_filter_order
-        self.bases = {i: filter_basis(self.graphs[i].S_hat, Hg, order)
-                      for i in range(n_kept) if order > 0 and self.filter_weights[i] > 0}
         fp = _fingerprints([self.landmarks[v] for v in self.view_names])
         self.fingerprint_order = np.argsort(fp, kind="stable")
         self.fingerprints_sorted = fp[self.fingerprint_order]
+
+    @functools.cached_property
+    def oos(self) -> _OutOfSample:
+        """What placing a point that is not a landmark needs, built on first use: a fit whose
+        rows are all landmarks (every shared multi-view set) never pays for it."""
+        n_kept = self.kept.size
+        order = self.graph_filter_order
+        Hg = self.partitions * self.gamma_cols[None, :]
+        bases = {i: filter_basis(self.graphs[i].S_hat, Hg, order)
+                 for i in range(n_kept) if order > 0 and self.filter_weights[i] > 0}
         # h_p(x) = kn_p(x, :) H_p Lambda_p^-1 of every kept kernel, in ``kept`` order.
-        self.projected = ProjectedKernels(
+        projected = ProjectedKernels(
             self.landmarks, self.kernels, self.preprocessing,
             {int(p): self.partitions[:, cols] / self.eigenvalues[cols][None, :]
              for p, cols in zip(self.kept, self.column_slices)}, dtype=self.dtype)
         # The filters a new point enters, the landmarks' coordinates in their H_i spaces, and
         # per filter mu_i / sqrt(deg_i) and B_i, stacked for one sparse product per block.
-        self.filters = list(self.bases)
-        self.neighbors = NeighborSpaces([self.partitions[:, self.column_slices[i]] for i in self.filters],
-                                        dtype=self.dtype)
-        self.filter_scale = np.array([self.filter_weights[i] / np.sqrt(self.graphs[i].degree)
-                                      for i in self.filters]).reshape(len(self.filters), self.n_landmarks)
+        filters = list(bases)
+        neighbors = NeighborSpaces([self.partitions[:, self.column_slices[i]] for i in filters], dtype=self.dtype)
+        filter_scale = np.array([self.filter_weights[i] / np.sqrt(self.graphs[i].degree)
+                                 for i in filters]).reshape(len(filters), self.n_landmarks)
         # In ``dtype``: a block gathers ~m k random rows of it per point, a memory-bound product
         # (float32: 4 vs 9 us per point on W1).
-        self.stacked_bases = np.ascontiguousarray(
-            np.vstack([self.bases[i] for i in self.filters]) if self.filters else np.zeros((0, self.n_components)),
+        stacked_bases = np.ascontiguousarray(
+            np.vstack([bases[i] for i in filters]) if filters else np.zeros((0, self.n_components)),
             dtype=self.dtype)
+        return _OutOfSample(bases, projected, filters, neighbors, filter_scale, stacked_bases)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -609,7 +628,7 @@ class LateFusionModel:
         P_p(x) is the kernel row of x preprocessed like K_p (``ProjectedKernels``).
         """
         out = np.empty((next(iter(views.values())).shape[0], self.n_components))
-        for i, G in self.projected.rows(views):
+        for i, G in self.oos.projected.rows(views):
             out[:, self.column_slices[i]] = G
         return out
 
@@ -626,20 +645,21 @@ class LateFusionModel:
             return Hg
         k = self.neighbor_indices.shape[2]
         out = (1.0 - 2.0**-order) * Hg
-        if not self.filters:
+        oos = self.oos
+        if not oos.filters:
             return out
-        idx, sqd = self.neighbors.query([Hx[:, self.column_slices[i]] for i in self.filters], k + 1)
+        idx, sqd = oos.neighbors.query([Hx[:, self.column_slices[i]] for i in oos.filters], k + 1)
         m, b = idx.shape[:2]
         idx = idx[:, :, :k]
         # coef[f, x, j] = mu_i s^i_xj / sqrt(deg^i_j); then sum_f,j coef B_i[j] is one sparse
         # (b, m n) x (m n, D) product over the stacked bases.
         coef = adaptive_neighbor_weights(sqd.reshape(m * b, k + 1), k).reshape(m, b, k)
-        coef *= self.filter_scale[np.arange(m)[:, None, None], idx]
+        coef *= oos.filter_scale[np.arange(m)[:, None, None], idx]
         columns = idx + (np.arange(m) * self.n_landmarks)[:, None, None]
         S = scipy.sparse.csr_matrix((coef.transpose(1, 0, 2).ravel().astype(self.dtype, copy=False),
                                      columns.transpose(1, 0, 2).ravel(), np.arange(0, b * m * k + 1, m * k)),
                                     shape=(b, m * self.n_landmarks))
-        out += S @ self.stacked_bases
+        out += S @ oos.stacked_bases
         return out
 
     def transform_rows(self, blocks: Sequence[np.ndarray]) -> np.ndarray:

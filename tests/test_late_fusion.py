@@ -118,7 +118,7 @@ def test_out_of_sample_formula_reproduces_landmark_rows(fitted):
     order = model.graph_filter_order
     Hg = model.partitions * model.gamma_cols[None, :]
     rebuilt = (1 - 2.0**-order) * Hg
-    for i, B in model.bases.items():
+    for i, B in model.oos.bases.items():
         rebuilt += model.filter_weights[i] * (model.graphs[i].S_hat @ B)
     np.testing.assert_allclose(rebuilt, model.embedding, atol=1e-12)
 
