@@ -64,6 +64,13 @@ __all__ = ["LateFusionClustering", "LateFusionModel", "adaptive_neighbor_weights
 DEFAULT_MAX_LANDMARKS = 2000
 #: Landmarks used to decide the order in which base kernels are processed (see _fit_base).
 _PILOT_SIZE = 256
+#: Kernel q shares the base partition of an earlier kernel p of its view when the relative
+#: Frobenius difference of their preprocessed pilot kernels is below 2x this and
+#: ||K_q H_p - H_p Lambda_p||_F <= this x ||Lambda_p||_F on all landmarks.  "mkkm12"'s Gaussians
+#: with t = 10, 50, 100 x D differ by 4e-4 / 1e-5 (proteinfold), its two degree-4
+#: polynomials by 1.4e-4 and its two degree-2 ones by 4.5e-3; the next closest pair (t = 1
+#: vs 10) by 3.7e-2.
+_DUPLICATE_RTOL = 1e-2
 #: An eigenpair of K_p is kept in H_p only if lambda_j > this x lambda_1: smaller ones span
 #: the (numerical) null space, whose eigenvectors are arbitrary and whose 1/lambda_j would
 #: blow up the out-of-sample embedding.
@@ -101,6 +108,8 @@ class _Base:
     pep_exact: np.ndarray                 # (m,) bool
     kept: np.ndarray                      # (m',) indices of the kept kernels, increasing
     dropped: list[dict]                   # one record per dropped kernel
+    merged: list[dict]                    # one record per kernel sharing a kept kernel's partition
+    kernel_group: np.ndarray              # (m,) position in kept of the partition each kernel uses, -1: dropped
     H: dict[int, np.ndarray]              # p -> (n, d_p) eigenvectors (kept kernels; others when computed)
     eigenvalues: dict[int, np.ndarray]    # p -> (d_p,)
     n_clusters: int
@@ -129,6 +138,18 @@ def _check_constant_views(specs, landmark_views: Mapping[str, np.ndarray], cente
                 f"the centred kernel is zero and its top-{d} eigenvalues are all 0; drop the view "
                 "or this kernel."
             )
+
+
+def _same_partition(K: np.ndarray, reps: Sequence[int], H: Mapping[int, np.ndarray],
+                    eigenvalues: Mapping[int, np.ndarray]) -> tuple[int, np.ndarray] | None:
+    """(r, K H_r) for the first kernel r among ``reps`` whose eigenpairs are K's too, to
+    ``_DUPLICATE_RTOL`` (a residual test: one n x n x d product instead of an eigensolve)."""
+    for r in reps:
+        lam = eigenvalues[r]
+        KH = K @ H[r]
+        if np.linalg.norm(KH - H[r] * lam[None, :]) <= _DUPLICATE_RTOL * np.linalg.norm(lam):
+            return r, KH
+    return None
 
 
 def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embedding_dim: int,
@@ -162,16 +183,28 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
     k = n_clusters
     chance = k / n
 
-    # Pilot PEPs on a few landmarks: only the processing order depends on them.
-    if n > _PILOT_SIZE and m > 1:
-        sub = np.sort(rng.choice(n, _PILOT_SIZE, replace=False))
+    # Pilot kernels on a few landmarks: their PEPs set the processing order, their differences
+    # name the candidate duplicates (checked on all landmarks below).
+    candidates: dict[int, list[int]] = {p: [] for p in range(m)}
+    if m > 1:
+        sub = np.sort(rng.choice(n, _PILOT_SIZE, replace=False)) if n > _PILOT_SIZE else np.arange(n)
         sv = {name: v[sub] for name, v in lv.items()}
         pilot = np.zeros(m)
+        pilot_kernels = {}
         for p, blk in kernel_blocks(sv, sv, fitted, reuse=True):
             Kp, _ = fit_preprocessing(blk[None], center, normalize)
             tr = float(np.trace(Kp[0]))
             pilot[p] = top_eigenvalue_sum(Kp[0], k) / tr if tr > 0 else 0.0
+            pilot_kernels[p] = Kp[0].astype(np.float32)
         order = [int(p) for p in np.argsort(-pilot, kind="stable")]
+        norms = {p: float(np.linalg.norm(K)) for p, K in pilot_kernels.items()}
+        for a, p in enumerate(order):
+            for q in order[a + 1:]:
+                if fitted[q].view == fitted[p].view and (
+                        np.linalg.norm(pilot_kernels[q] - pilot_kernels[p])
+                        <= 2 * _DUPLICATE_RTOL * max(norms[p], norms[q], 1e-300)):
+                    candidates[q].append(p)
+        del pilot_kernels
     else:
         order = list(range(m))
 
@@ -181,6 +214,7 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
     H: dict[int, np.ndarray] = {}
     eigenvalues: dict[int, np.ndarray] = {}
     screened: list[int] = []
+    duplicate_of: dict[int, int] = {}
     best_excess = -np.inf
     t_eig = 0.0
     ordered = [fitted[p] for p in order]
@@ -202,6 +236,14 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
                 screened.append(p)
                 del Kp, blk
                 continue
+        same = _same_partition(Kp, [r for r in candidates[p] if r in H], H, eigenvalues)
+        if same is not None:
+            duplicate_of[p], KH = same
+            ritz = (H[duplicate_of[p]][:, :k] * KH[:, :k]).sum(axis=0)  # Rayleigh quotients, top-k subspace
+            pep[p] = min(float(np.clip(ritz, 0.0, None).sum()) / trace, 1.0)
+            pep_exact[p] = True
+            del Kp, blk
+            continue
         te = time.perf_counter()
         vals, vecs = top_eigenpairs(Kp, embedding_dim)  # Lanczos: measured in mkdist._linalg
         t_eig += time.perf_counter() - te
@@ -220,16 +262,24 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
 
     excess = excess_pep(pep, chance)
     threshold = min_pep_ratio * best_excess
-    kept, dropped = [], []
+    kept, dropped, merged = [], [], []
     for p in range(m):
-        if min_pep_ratio > 0 and excess[p] < threshold:
+        fails = min_pep_ratio > 0 and excess[duplicate_of.get(p, p)] < threshold  # a duplicate follows its kernel
+        if fails:
             dropped.append({"index": p, "name": fitted[p].name, "pep": float(pep[p]),
                             "pep_exact": bool(pep_exact[p]), "excess_pep": float(excess[p]),
                             "threshold": float(threshold),
                             "reason": "screened by the Frobenius bound" if p in screened
                             else "excess PEP below min_pep_ratio x the best kernel's"})
+        elif p in duplicate_of:
+            merged.append({"index": p, "name": fitted[p].name, "into": duplicate_of[p],
+                           "into_name": fitted[duplicate_of[p]].name, "pep": float(pep[p])})
         else:
             kept.append(p)
+    kernel_group = np.full(m, -1, dtype=np.int64)
+    kernel_group[kept] = np.arange(len(kept))
+    for rec in merged:
+        kernel_group[rec["index"]] = kernel_group[rec["into"]]
     if dropped:
         warnings.warn(
             f"{len(dropped)} of {m} base kernels carry (almost) no cluster structure and were dropped "
@@ -247,7 +297,8 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
     timings = {"kernels_s": time.perf_counter() - t0 - t_eig, "eigen_s": t_eig}
     return _Base(names, {k_: int(v.shape[1]) for k_, v in landmark_views.items()}, lv, scaling, fitted,
                  KernelPreprocessing.stack(stats), pep, pep_exact, np.asarray(kept, dtype=np.int64),
-                 dropped, H, eigenvalues, n_clusters, embedding_dim, float(min_pep_ratio), timings)
+                 dropped, merged, kernel_group, H, eigenvalues, n_clusters, embedding_dim, float(min_pep_ratio),
+                 timings)
 
 
 # ============================================================================ fusion (Algorithm 1)
@@ -363,10 +414,10 @@ class _FilterMoments:
         return Q
 
 
-def _objective(Q: np.ndarray, mu: np.ndarray, gamma: np.ndarray) -> tuple[float, np.ndarray]:
-    """J = sum_p gamma_p^2 alpha_p with alpha_p = mu^T Q_p mu = ||(I - P_Y) G~ H_p||_F^2; (J, alpha)."""
+def _objective(Q: np.ndarray, mu: np.ndarray, gamma: np.ndarray, copies: np.ndarray) -> tuple[float, np.ndarray]:
+    """J = sum_p c_p gamma_p^2 alpha_p, alpha_p = mu^T Q_p mu = ||(I - P_Y) G~ H_p||_F^2; (J, alpha)."""
     alpha = np.maximum(np.einsum("i,pij,j->p", mu, Q, mu), 0.0)  # >= 0 but for rounding
-    return float((gamma**2 * alpha).sum()), alpha
+    return float((copies * gamma**2 * alpha).sum()), alpha
 
 
 def _kmeans_step(Z: np.ndarray, k: int, init, n_init: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -380,28 +431,41 @@ def _kmeans_step(Z: np.ndarray, k: int, init, n_init: int, seed: int) -> tuple[n
     return km.labels_.astype(np.int64), km.cluster_centers_
 
 
-def _fit_fusion(H_cat: np.ndarray, col_kernel: np.ndarray, graphs: Sequence[Graph], *, n_clusters: int,
-                order: int, learn_mu: bool, n_init: int, max_iter: int, tol: float, random_state: int) -> _Fusion:
+def _fit_fusion(H_cat: np.ndarray, col_kernel: np.ndarray, graphs: Sequence[Graph], copies: np.ndarray, *,
+                n_clusters: int, order: int, learn_mu: bool, n_init: int, max_iter: int, tol: float,
+                random_state: int) -> _Fusion:
     """Algorithm 1: alternate Y (k-means), gamma (eq. 26) and mu (eq. 27) on eq. 23.
 
     Every step minimises J over its variable with the others fixed (gamma and mu exactly,
     Y by Lloyd from the current clusters), so J never increases.  J, alpha and M come from
     :class:`_FilterMoments`; G~ H is formed only for the k-means, with the filters whose
     weight is non-zero.
+
+    Partition p stands for ``copies[p]`` base kernels with the same partition and graph
+    (``_DUPLICATE_RTOL``), and the result is Algorithm 1's on all of them: equal partitions
+    get equal gamma (eq. 26), only the sum of their mu matters (eq. 27), so with c_p copies
+    J = sum_p c_p gamma_p^2 alpha_p, sum_p c_p gamma_p = 1, M = sum_p c_p gamma_p^2 Q_p,
+    H~'s block p is sqrt(c_p) gamma_p G~ H_p (the same distances as c_p copies of it) and
+    mu below is the copies' sum (it starts at c_p / sum c).
     """
     rng = np.random.RandomState(random_state)
     m = len(graphs)
     k = n_clusters
+    c = np.asarray(copies, dtype=np.float64)
     bounds = np.flatnonzero(np.diff(np.r_[-1, col_kernel, m]))
     slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-    gamma = np.full(m, 1.0 / m)
-    mu = np.full(m, 1.0 / m)
+    gamma = np.full(m, 1.0 / c.sum())
+    mu = c / c.sum()
     moments = _FilterMoments(H_cat, slices, graphs, order, mu)
     learn_mu = learn_mu and order > 0 and m > 1  # with G_i = I every mu gives the same H~
     GH = moments.GH0
-    labels, centers = _kmeans_step(GH * gamma[col_kernel], k, None, n_init, rng.randint(np.iinfo(np.int32).max))
+
+    def columns(gamma):
+        return (np.sqrt(c) * gamma)[col_kernel]
+
+    labels, centers = _kmeans_step(GH * columns(gamma), k, None, n_init, rng.randint(np.iinfo(np.int32).max))
     Q = moments.residual_grams(labels, k)
-    J, alpha = _objective(Q, mu, gamma)
+    J, alpha = _objective(Q, mu, gamma, c)
     history = [J]
     steps = [("init", J)]
     converged = False
@@ -412,24 +476,25 @@ def _fit_fusion(H_cat: np.ndarray, col_kernel: np.ndarray, graphs: Sequence[Grap
         tiny = np.finfo(np.float64).tiny
         if np.any(alpha <= tiny):
             gamma = (alpha <= tiny).astype(np.float64)
+            gamma /= (c * gamma).sum()
         else:
-            gamma = (1.0 / alpha) / np.sum(1.0 / alpha)
-        J_g = float((gamma**2 * alpha).sum())
+            gamma = (1.0 / alpha) / np.sum(c / alpha)
+        J_g = float((c * gamma**2 * alpha).sum())
         steps.append(("gamma", J_g))
         # mu (eq. 27): M_ij = <(I - P_Y) G_i H_g, (I - P_Y) G_j H_g>, H_g = [gamma_p H_p].
         if learn_mu:
-            M = np.tensordot(gamma**2, Q, axes=1)
+            M = np.tensordot(c * gamma**2, Q, axes=1)
             mu_new = simplex_qp(M, mu)
             if not np.array_equal(mu_new, mu):
                 GH = moments.filtered(mu_new)
             mu = mu_new
             steps.append(("mu", float(mu @ M @ mu)))
         # Y (eq. 24): k-means on H~, warm-started at the current clusters' means.
-        Z = GH * gamma[col_kernel]
+        Z = GH * columns(gamma)
         init = _residual_means(Z, labels, k, centers)
         labels, centers = _kmeans_step(Z, k, init, 1, 0)
         Q = moments.residual_grams(labels, k)
-        J_new, alpha = _objective(Q, mu, gamma)
+        J_new, alpha = _objective(Q, mu, gamma, c)
         steps.append(("Y", J_new))
         history.append(J_new)
         if J - J_new <= tol * max(J, np.finfo(np.float64).tiny):
@@ -438,7 +503,7 @@ def _fit_fusion(H_cat: np.ndarray, col_kernel: np.ndarray, graphs: Sequence[Grap
             break
         J = J_new
     # Final labels and centres of the final H~ (the last step was a Lloyd fixed point).
-    return _Fusion(gamma, mu, labels, centers, GH * gamma[col_kernel], history, steps, n_iter, converged)
+    return _Fusion(gamma, mu, labels, centers, GH * columns(gamma), history, steps, n_iter, converged)
 
 
 def _residual_means(Z: np.ndarray, labels: np.ndarray, k: int, fallback: np.ndarray) -> np.ndarray:
@@ -522,6 +587,11 @@ class LateFusionModel:
     dtype : {"float64", "float32"}
         Precision of the out-of-sample path: the kernel blocks, the neighbour distances and
         the embedding rows it returns (the landmark fit and every weight are float64).
+    kernel_group : ndarray of shape (m,), optional
+        Position in ``kept`` of the partition each base kernel uses (kernels with the same
+        partition share one, see ``_DUPLICATE_RTOL``), -1 for a dropped kernel.  None: each
+        kept kernel its own.  A partition shared by c kernels enters H~ with weight
+        sqrt(c) gamma (Algorithm 1 on the c copies); ``filter_weights`` is the copies' sum.
     """
 
     view_names: list[str]
@@ -543,14 +613,20 @@ class LateFusionModel:
     cluster_centers: np.ndarray
     landmark_labels: np.ndarray
     dtype: str = "float64"
+    kernel_group: np.ndarray | None = None
 
     def __post_init__(self):
         # Derived arrays, rebuilt by the same code as in the fit, so a model restored from its
         # state predicts bit for bit like the fitted one.
         n_kept = self.kept.size
+        if self.kernel_group is None:  # every kept kernel its own partition
+            self.kernel_group = np.full(len(self.kernels), -1, dtype=np.int64)
+            self.kernel_group[self.kept] = np.arange(n_kept)
+        #: base kernels sharing each kept partition (itself included), shape (m',)
+        self.copies = np.bincount(self.kernel_group[self.kernel_group >= 0], minlength=n_kept)
         self.graphs = [Graph.from_neighbors(self.neighbor_indices[i], self.neighbor_weights[i])
                        for i in range(n_kept)]
-        self.gamma_cols = self.view_weights[self.column_kernel]
+        self.gamma_cols = (np.sqrt(self.copies) * self.view_weights)[self.column_kernel]
         self.column_slices = [np.flatnonzero(self.column_kernel == i) for i in range(n_kept)]
         #: H~ of the landmarks (what the fit clustered)
         self.embedding = _filtered(self.graphs, self.filter_weights, self.partitions,
@@ -706,6 +782,7 @@ class LateFusionModel:
             "neighbor_weights": (("kept_kernel", "landmark", "neighbor"), self.neighbor_weights),
             "cluster_centers": (("cluster", "component"), self.cluster_centers),
             "landmark_labels": (("landmark",), np.asarray(self.landmark_labels, dtype=np.int64)),
+            "kernel_group": (("kernel",), np.asarray(self.kernel_group, dtype=np.int64)),
         })
         attrs.update({"n_features": {k: int(v) for k, v in self.n_features.items()},
                       "graph_filter_order": int(self.graph_filter_order), "dtype": str(self.dtype)})
@@ -721,7 +798,8 @@ class LateFusionModel:
             graph_filter_order=int(attrs["graph_filter_order"]),
             neighbor_indices=get("neighbor_indices", np.int64), neighbor_weights=get("neighbor_weights"),
             cluster_centers=get("cluster_centers"), landmark_labels=get("landmark_labels", np.int64),
-            dtype=attrs.get("dtype", "float64"))
+            dtype=attrs.get("dtype", "float64"),
+            kernel_group=get("kernel_group", np.int64) if "kernel_group" in get else None)
 
 
 # ============================================================================ row functions
@@ -854,6 +932,12 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
     kernels_ : list of FittedKernel, length m
     kept_kernels_ : ndarray of shape (m',)
         Indices of the base kernels used in the fusion.
+    merged_kernels_ : list of dict
+        One record per base kernel that shares the partition (and graph) of a kept one, its
+        kernel matrix on the landmarks being that one's to ``_DUPLICATE_RTOL`` (1e-2): index,
+        name, into (the kept kernel's index), into_name, pep.  Its gamma is that kernel's and
+        the two split that kernel's mu -- Algorithm 1 on both -- without a second eigensolve,
+        graph or out-of-sample kernel row (Notes).
     dropped_kernels_ : list of dict
         One record per dropped kernel: index, name, pep, pep_exact, excess_pep, threshold, reason.
     embedding_dim_ : int
@@ -1058,7 +1142,8 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         graphs = [build_graph(base.H[p], k_nb) for p in kept]
         t_graph = time.perf_counter() - t0
         t0 = time.perf_counter()
-        fusion = _fit_fusion(H_cat, column_kernel, graphs, n_clusters=self.n_clusters, order=order,
+        copies = np.bincount(base.kernel_group[base.kernel_group >= 0], minlength=kept.size)
+        fusion = _fit_fusion(H_cat, column_kernel, graphs, copies, n_clusters=self.n_clusters, order=order,
                              learn_mu=self.filter_weights == "learned", n_init=int(self.n_init),
                              max_iter=int(self.max_iter), tol=float(self.tol), random_state=seed)
         t_fusion = time.perf_counter() - t0
@@ -1072,7 +1157,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
             column_kernel=column_kernel, eigenvalues=eig, view_weights=fusion.gamma, filter_weights=fusion.mu,
             graph_filter_order=order, neighbor_indices=np.stack([np.ascontiguousarray(g.indices) for g in graphs]),
             neighbor_weights=np.stack([g.weights for g in graphs]), cluster_centers=fusion.centers,
-            landmark_labels=fusion.labels, dtype=dtype or self.dtype or "float64")
+            landmark_labels=fusion.labels, dtype=dtype or self.dtype or "float64", kernel_group=base.kernel_group)
         # The landmarks' labels by the rule every other row follows (nearest centroid of H~), so
         # labels_, predict and assign_embedding agree by construction.  Algorithm 1 ends with Lloyd
         # run to a fixed point, where its labels are exactly these up to a distance tie at
@@ -1087,6 +1172,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         self.converged_ = bool(fusion.converged)
         self.embedding_dim_ = int(base.embedding_dim)
         self.dropped_kernels_ = list(base.dropped)
+        self.merged_kernels_ = list(base.merged)
         k = self.n_clusters
         n = model.n_landmarks
         pep_parts = [principal_eigenvalue_proportion(model.embedding[:, c], min(k, n), factor=True)
@@ -1117,11 +1203,12 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         return model
 
     def _set_model(self, model: LateFusionModel) -> None:
-        m = len(model.kernels)
-        gamma = np.zeros(m)
-        mu = np.zeros(m)
-        gamma[model.kept] = model.view_weights
-        mu[model.kept] = model.filter_weights
+        group = model.kernel_group
+        used = group >= 0
+        gamma = np.zeros(group.size)
+        mu = np.zeros(group.size)
+        gamma[used] = model.view_weights[group[used]]
+        mu[used] = (model.filter_weights / model.copies)[group[used]]
         self.model_ = model
         self.kernels_ = list(model.kernels)
         self.kept_kernels_ = np.asarray(model.kept, dtype=np.int64)
@@ -1196,7 +1283,8 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         attrs, arrays = self.model_.state()
         arrays["objective_history"] = (("iteration",), np.asarray(self.objective_history_))
         return {"model": attrs, "n_iter": int(self.n_iter_), "converged": bool(self.converged_),
-                "embedding_dim": int(self.embedding_dim_), "dropped_kernels": list(self.dropped_kernels_)}, arrays
+                "embedding_dim": int(self.embedding_dim_), "dropped_kernels": list(self.dropped_kernels_),
+                "merged_kernels": list(self.merged_kernels_)}, arrays
 
     def _restore(self, attrs: dict, get: StateArrays) -> None:
         self._set_model(LateFusionModel.from_state(attrs["model"], get))
@@ -1205,6 +1293,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         self.converged_ = bool(attrs["converged"])
         self.embedding_dim_ = int(attrs["embedding_dim"])
         self.dropped_kernels_ = list(attrs["dropped_kernels"])
+        self.merged_kernels_ = list(attrs.get("merged_kernels", []))
 
     def _summary_fields(self) -> dict[str, Any]:
         model = self.model_
@@ -1254,7 +1343,7 @@ def _filtered_kernel_peps(model: LateFusionModel, base: _Base, landmark_views: M
         K, _ = fit_preprocessing(blk[None], base.preprocessing.center, base.preprocessing.normalize)
         K = K[0]
         before.append(top_eigenvalue_sum(K, k) / float(np.trace(K)))
-        combined += model.view_weights[i] ** 2 * K
+        combined += model.copies[i] * model.view_weights[i] ** 2 * K
         Kf = filt(filt(K).T)
         after.append(top_eigenvalue_sum(Kf, k) / float(np.trace(Kf)))
         del K, Kf

@@ -175,7 +175,7 @@ def test_algorithm1_labels_are_the_nearest_centroid_labels(fitted, order, filter
     """Algorithm 1 ends with Lloyd run to a fixed point, so its (scikit-learn) labels are the
     nearest-centroid labels the estimator gives the landmarks (and predict gives every row)."""
     model = fitted.model_
-    fusion = _fit_fusion(model.partitions, model.column_kernel, model.graphs, n_clusters=3, order=order,
+    fusion = _fit_fusion(model.partitions, model.column_kernel, model.graphs, model.copies, n_clusters=3, order=order,
                          learn_mu=filter_weights == "learned", n_init=3, max_iter=30, tol=1e-6, random_state=seed)
     np.testing.assert_array_equal(fusion.labels, nearest_center(fusion.embedding, fusion.centers))
 
@@ -258,6 +258,32 @@ def test_degenerate_kernels_are_dropped_and_recorded(blobs_views):
         m0 = LateFusionClustering(3, kernels=kernels, n_landmarks=120, min_pep_ratio=0.0, random_state=0,
                                   n_init=3).fit(views)
     assert m0.dropped_kernels_ == [] and m0.kept_kernels_.size == 3
+
+
+def test_kernels_with_one_partition_are_merged_into_algorithm1_on_all_copies(blobs_views, monkeypatch):
+    views, _ = blobs_views
+    # Gaussians 50 and 100 x the largest distance: the same normalised kernel to 1e-4.
+    kernels = [{"view": 0, "kind": "rbf"}, {"view": 0, "kind": "rbf", "bandwidth_rule": "max", "multiplier": 50},
+               {"view": 0, "kind": "rbf", "bandwidth_rule": "max", "multiplier": 100}, {"view": 1, "kind": "rbf"}]
+    params = dict(kernels=kernels, n_landmarks=120, random_state=0, n_init=3)
+    merged = LateFusionClustering(3, **params).fit(views)
+    assert [(r["index"], r["into"]) for r in merged.merged_kernels_] in ([(2, 1)], [(1, 2)])
+    assert merged.kept_kernels_.size == 3 and merged.model_.copies.tolist().count(2) == 1
+    q, p = merged.merged_kernels_[0]["index"], merged.merged_kernels_[0]["into"]
+    assert merged.view_weights_[q] == merged.view_weights_[p] > 0
+    assert merged.filter_weights_[q] == merged.filter_weights_[p]
+    assert merged.view_weights_.sum() == pytest.approx(1.0) and merged.filter_weights_.sum() == pytest.approx(1.0)
+    # The same as Algorithm 1 on both copies (merging off): objective, gamma, the copies' summed mu, H~'s distances.
+    monkeypatch.setattr("mkdist._late_fusion._DUPLICATE_RTOL", -1.0)
+    apart = LateFusionClustering(3, **params).fit(views)
+    assert apart.merged_kernels_ == [] and apart.kept_kernels_.size == 4
+    np.testing.assert_allclose(merged.objective_history_, apart.objective_history_, rtol=1e-4)
+    np.testing.assert_allclose(merged.view_weights_, apart.view_weights_, atol=1e-4)
+    mu_m, mu_a = merged.filter_weights_, apart.filter_weights_
+    np.testing.assert_allclose(mu_m[q] + mu_m[p], mu_a[q] + mu_a[p], atol=1e-4)
+    np.testing.assert_array_equal(merged.labels_, apart.labels_)
+    Hm, Ha = merged.model_.embedding, apart.model_.embedding
+    np.testing.assert_allclose(Hm @ Hm.T, Ha @ Ha.T, atol=1e-4 * np.abs(Ha @ Ha.T).max())
 
 
 def test_same_seed_same_result_and_float32(blobs_views):
