@@ -63,25 +63,29 @@ def test_objective_never_increases(blobs_views, params):
     assert np.all(np.diff(steps) <= 1e-10 * steps[0])  # every single step (Y, gamma, mu)
 
 
-def test_filter_moments_are_the_residual_grams_of_the_filtered_partitions():
-    # Q_p[i, j] = <(I - P_Y) G_i H_p, (I - P_Y) G_j H_p>, computed directly with the filters applied.
+@pytest.mark.parametrize("n", [40, 6])  # D = 9 <= n (through Ybar^T G_i H) and D > n (through P_w)
+def test_filter_moments_give_the_residual_grams_of_the_filtered_partitions(n):
+    # alpha_p and M from the moments equal <(I - P_Y) G_i H_p, (I - P_Y) G_j H_p> with the filters applied.
     rng = np.random.default_rng(0)
-    n, k, order = 40, 3, 2
+    k, order = 2, 2  # k != the 3 filters: the contractions must pick the right axis
     parts = [np.linalg.qr(rng.normal(size=(n, d)))[0] for d in (3, 4, 2)]
     H = np.hstack(parts)
     slices = [slice(0, 3), slice(3, 7), slice(7, 9)]
-    graphs = [build_graph(P, 4) for P in parts]
+    graphs = [build_graph(P, min(4, n - 2)) for P in parts]
     mu0 = np.array([0.5, 0.3, 0.2])
     moments = _FilterMoments(H, slices, graphs, order, mu0)
-    labels = rng.integers(0, k, n)
-    labels[:k] = np.arange(k)
+    labels = np.r_[np.arange(k), rng.integers(0, k, n - k)]
     same = labels[:, None] == labels[None, :]
     R = np.eye(n) - same / np.bincount(labels)[labels][None, :]  # I - P_Y
-    Q = moments.residual_grams(labels, k)
-    for p, cols in enumerate(slices):
+    Q = []
+    for cols in slices:
         W = np.stack([(R @ apply_filter(g.S_hat, H[:, cols], order)).ravel() for g in graphs])
-        np.testing.assert_allclose(Q[p], W @ W.T, atol=1e-12)
-    direct = sum(w * apply_filter(g.S_hat, H, order) for w, g in zip(mu0, graphs))
+        Q.append(W @ W.T)
+    lab = moments.labelling(labels, k)
+    mu, w = np.array([0.2, 0.7, 0.1]), np.array([0.5, 2.0, 1.0])
+    np.testing.assert_allclose(lab.alpha(mu), [mu @ q @ mu for q in Q], atol=1e-12)
+    np.testing.assert_allclose(lab.gram(w), sum(wp * q for wp, q in zip(w, Q)), atol=1e-12)
+    direct = sum(m_ * apply_filter(g.S_hat, H, order) for m_, g in zip(mu0, graphs))
     np.testing.assert_allclose(moments.GH0, direct, atol=1e-14)
 
 
