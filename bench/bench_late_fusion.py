@@ -4,6 +4,7 @@
     python bench/bench_late_fusion.py --part oos    [--seeds 10]   # 500 landmarks -> other 1500
     python bench/bench_late_fusion.py --part mnist  [--landmarks 2000,5000] [--fit-n 10000] [--profile]
     python bench/bench_late_fusion.py --part scale  --n 1000000 [--scheduler cluster]   # Dask
+    python bench/bench_late_fusion.py --part sets   [--sets ccv,leaves100] [--timeout 180]
 
 * ``mfeat``: view3 (pix, 2000 x 240), kernels "mkkm12", all 2000 points as landmarks,
   scale="minmax", d = 2k.  ACC/NMI/ARI mean and std over seeds for graph_filter_order 1, 2,
@@ -35,6 +36,12 @@
   and peak worker RSS, next to MultipleKernelClustering (W1 parameters) on the same data:
   its Dask fit (landmark fit + embedding persisted + distributed k-means) and a separate
   ``transform`` (embedding) pass, on its own fresh cluster.
+* ``sets``: one default fit (``LateFusionClustering(n_clusters=K, random_state=0)``, seed 0)
+  on every shared multi-view data set (/work/shared/data/multiview/*.npz, all views) and on
+  UCI mfeat with all six views, one BLAS thread, each in a fresh child process killed after
+  ``--timeout`` s; per set the fit time, ACC, NMI, the estimator's step timings, the base
+  kernels kept, or the mkdist error it refused the set with.  Target (issue 15): every fit
+  under 60 s.
 
 Timings depend on the machine's load: every result records ``load_avg_start`` / ``_end``.
 """
@@ -42,8 +49,10 @@ Timings depend on the machine's load: every result records ``load_avg_start`` / 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
+import sys
 import time
 import warnings
 
@@ -482,10 +491,76 @@ def part_scale(args) -> dict:
     return out
 
 
+# ---------------------------------------------------------------------------------- sets
+def _multiview_sets() -> dict:
+    """Data set name -> npz path: the shared multi-view sets, and mfeat (all six views)."""
+    sets = {f.stem: f for f in sorted((SHARED_DATA / "multiview").glob("*.npz"))}
+    sets["mfeat"] = SHARED_DATA / "mfeat.npz"
+    return sets
+
+
+def _fit_one_set(path: str) -> dict:
+    """One default fit on one data set, one BLAS thread (run in a child process)."""
+    from threadpoolctl import threadpool_limits
+
+    from mkdist.errors import MkdistError
+
+    d = np.load(path)
+    views = [d[f"view{i}"] for i in range(sum(k.startswith("view") for k in d.files))]
+    y = d["y"]
+    k = int(np.unique(y).size)
+    out = {"n": int(y.size), "view_dims": [int(v.shape[1]) for v in views], "n_clusters": k}
+    est = LateFusionClustering(n_clusters=k, random_state=0)
+    with threadpool_limits(1), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t0 = time.perf_counter()
+        try:
+            est.fit(views)
+        except MkdistError as e:
+            return {**out, "refused": f"{type(e).__name__}: {e}", "fit_s": time.perf_counter() - t0}
+        fit_s = time.perf_counter() - t0
+    diag = est.diagnostics_
+    return {**out, "fit_s": round(fit_s, 3), **{m: round(v, 4) for m, v in scores(y, est.labels_).items()},
+            "timings": {m: round(v, 3) for m, v in diag["timings"].items()}, "n_iter": int(est.n_iter_),
+            "n_landmarks": int(est.model_.n_landmarks), "embedding_dim": int(est.embedding_dim_),
+            "n_kernels": len(est.kernels_), "kept_kernels": len(est.kept_kernels_),
+            "dropped_without_eigensolve": sum(not r["pep_exact"] for r in est.dropped_kernels_),
+            "warnings": sorted({type(w.message).__name__ for w in caught})}
+
+
+def part_sets(args) -> dict:
+    import multiprocessing as mp
+
+    available = _multiview_sets()
+    names = [s for s in args.sets.split(",") if s] if args.sets else list(available)
+    unknown = sorted(set(names) - set(available))
+    if unknown:
+        raise SystemExit(f"unknown data sets {unknown}; available: {sorted(available)}")
+    ctx = mp.get_context("spawn")  # a fresh interpreter per set: no state or heap carried over
+    rows = {}
+    for name in names:
+        with ctx.Pool(1) as pool:
+            job = pool.apply_async(_fit_one_set, (str(available[name]),))
+            try:
+                rows[name] = job.get(timeout=args.timeout)
+            except mp.TimeoutError:
+                rows[name] = {"fit_s": None, "timed_out_after_s": args.timeout}
+            pool.terminate()
+        print(json.dumps({"set": name, **rows[name]}), file=sys.stderr, flush=True)
+    times = [r["fit_s"] for r in rows.values() if r.get("fit_s") is not None and "refused" not in r]
+    slow = sorted(n for n, r in rows.items() if r.get("fit_s") is None or r["fit_s"] >= 60.0)
+    return {"data": "shared multi-view sets (all views) + UCI mfeat (6 views); LateFusionClustering defaults, "
+                    "n_clusters = number of classes, random_state=0, one BLAS thread, one child process per set",
+            "timeout_s": args.timeout, "sets": rows,
+            "max_fit_s": max(times) if times else None, "total_fit_s": float(sum(times)),
+            "target": {"rule": "every default fit < 60 s (or a clear mkdist error)", "failing": slow,
+                       "holds": not slow}}
+
+
 # ---------------------------------------------------------------------------------- main
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--part", required=True, choices=["mfeat", "oos", "mnist", "scale"])
+    ap.add_argument("--part", required=True, choices=["mfeat", "oos", "mnist", "scale", "sets"])
     ap.add_argument("--seeds", type=int, default=10, help="mfeat, oos: seeds 0..seeds-1")
     ap.add_argument("--landmarks", default="2000,5000", help="mnist: landmark counts of the fit + assign runs")
     ap.add_argument("--kernels", default="mkkm12,rbf-grid", help="mnist: comma-separated kernel sets")
@@ -495,6 +570,8 @@ def main():
     ap.add_argument("--profile", action="store_true", help="mnist: cProfile the --fit-n fit")
     ap.add_argument("--n", type=int, default=1_000_000, help="scale: rows of W1")
     ap.add_argument("--scheduler", default="cluster", choices=["cluster", "threads"], help="scale")
+    ap.add_argument("--sets", default="", help="sets: comma-separated data set names (default: all)")
+    ap.add_argument("--timeout", type=float, default=180.0, help="sets: seconds before a fit is abandoned")
     args = ap.parse_args()
     load0 = os.getloadavg()
     t0 = time.perf_counter()

@@ -281,6 +281,10 @@ def filter_basis(S_hat, Z: np.ndarray, order: int) -> np.ndarray:
     return B
 
 
+#: Simplex weights at or below this are rounding residue of an active bound (``simplex_qp``).
+_SIMPLEX_ZERO = 1e-10
+
+
 def simplex_qp(M: np.ndarray, x0: np.ndarray) -> np.ndarray:
     """argmin x^T M x over the probability simplex (M symmetric PSD, small), never worse than x0."""
     m = M.shape[0]
@@ -294,7 +298,9 @@ def simplex_qp(M: np.ndarray, x0: np.ndarray) -> np.ndarray:
         bounds=[(0.0, 1.0)] * m,
         constraints=[{"type": "eq", "fun": lambda x: x.sum() - 1.0, "jac": lambda x: np.ones_like(x)}],
         options={"ftol": 1e-15, "maxiter": 500})
-    x = np.clip(res.x, 0.0, None)
+    # SLSQP leaves ~1e-16 on the bounds it makes active: exact zeros there, since a caller may
+    # skip what a zero weight multiplies (late fusion applies only the filters weighted > 0).
+    x = np.where(res.x > _SIMPLEX_ZERO, res.x, 0.0)
     if not x.sum() > 0:
         return x0
     x /= x.sum()

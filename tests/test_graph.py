@@ -114,5 +114,10 @@ def test_simplex_qp_by_hand_and_never_worse_than_the_start():
     x0 = np.full(5, 0.2)
     x = simplex_qp(M, x0)
     assert x @ M @ x <= x0 @ M @ x0 + 1e-12
+    # A weight the optimum puts on an active bound is exactly 0 (callers skip what it weights).
+    M = np.diag([1.0, 1.0, 100.0]) + 50.0 * np.outer([0, 0, 1], [0, 0, 1])
+    M[2, :2] = M[:2, 2] = 20.0  # the third direction only adds to the objective
+    x = simplex_qp(M, np.full(3, 1 / 3))
+    assert x[2] == 0.0 and x[:2] == pytest.approx([0.5, 0.5], abs=1e-6)
     # A zero matrix: nothing to minimise, the start is kept.
     np.testing.assert_array_equal(simplex_qp(np.zeros((3, 3)), np.full(3, 1 / 3)), np.full(3, 1 / 3))

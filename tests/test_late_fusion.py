@@ -7,7 +7,8 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from mkdist._kernels import nearest_center
-from mkdist._late_fusion import LateFusionClustering, LateFusionModel, _fit_fusion, _fit_seeds
+from mkdist._graph import apply_filter, build_graph
+from mkdist._late_fusion import LateFusionClustering, LateFusionModel, _FilterMoments, _fit_fusion, _fit_seeds
 from mkdist._methods import get_method
 from mkdist._state import StateArrays
 from mkdist.errors import DegenerateKernelWarning, InputValidationError
@@ -62,6 +63,32 @@ def test_objective_never_increases(blobs_views, params):
     assert np.all(np.diff(steps) <= 1e-10 * steps[0])  # every single step (Y, gamma, mu)
 
 
+@pytest.mark.parametrize("n", [40, 6])  # D = 9 <= n (through Ybar^T G_i H) and D > n (through P_w)
+def test_filter_moments_give_the_residual_grams_of_the_filtered_partitions(n):
+    # alpha_p and M from the moments equal <(I - P_Y) G_i H_p, (I - P_Y) G_j H_p> with the filters applied.
+    rng = np.random.default_rng(0)
+    k, order = 2, 2  # k != the 3 filters: the contractions must pick the right axis
+    parts = [np.linalg.qr(rng.normal(size=(n, d)))[0] for d in (3, 4, 2)]
+    H = np.hstack(parts)
+    slices = [slice(0, 3), slice(3, 7), slice(7, 9)]
+    graphs = [build_graph(P, min(4, n - 2)) for P in parts]
+    mu0 = np.array([0.5, 0.3, 0.2])
+    moments = _FilterMoments(H, slices, graphs, order, mu0)
+    labels = np.r_[np.arange(k), rng.integers(0, k, n - k)]
+    same = labels[:, None] == labels[None, :]
+    R = np.eye(n) - same / np.bincount(labels)[labels][None, :]  # I - P_Y
+    Q = []
+    for cols in slices:
+        W = np.stack([(R @ apply_filter(g.S_hat, H[:, cols], order)).ravel() for g in graphs])
+        Q.append(W @ W.T)
+    lab = moments.labelling(labels, k)
+    mu, w = np.array([0.2, 0.7, 0.1]), np.array([0.5, 2.0, 1.0])
+    np.testing.assert_allclose(lab.alpha(mu), [mu @ q @ mu for q in Q], atol=1e-12)
+    np.testing.assert_allclose(lab.gram(w), sum(wp * q for wp, q in zip(w, Q)), atol=1e-12)
+    direct = sum(m_ * apply_filter(g.S_hat, H, order) for m_, g in zip(mu0, graphs))
+    np.testing.assert_allclose(moments.GH0, direct, atol=1e-14)
+
+
 def test_order_zero_is_plain_late_fusion(blobs_views):
     views, _ = blobs_views
     m = LateFusionClustering(3, n_landmarks=120, graph_filter_order=0, random_state=0, **FAST).fit(views)
@@ -95,7 +122,7 @@ def test_out_of_sample_formula_reproduces_landmark_rows(fitted):
     order = model.graph_filter_order
     Hg = model.partitions * model.gamma_cols[None, :]
     rebuilt = (1 - 2.0**-order) * Hg
-    for i, B in model.bases.items():
+    for i, B in model.oos.bases.items():
         rebuilt += model.filter_weights[i] * (model.graphs[i].S_hat @ B)
     np.testing.assert_allclose(rebuilt, model.embedding, atol=1e-12)
 
@@ -152,7 +179,7 @@ def test_algorithm1_labels_are_the_nearest_centroid_labels(fitted, order, filter
     """Algorithm 1 ends with Lloyd run to a fixed point, so its (scikit-learn) labels are the
     nearest-centroid labels the estimator gives the landmarks (and predict gives every row)."""
     model = fitted.model_
-    fusion = _fit_fusion(model.partitions, model.column_kernel, model.graphs, n_clusters=3, order=order,
+    fusion = _fit_fusion(model.partitions, model.column_kernel, model.graphs, model.copies, n_clusters=3, order=order,
                          learn_mu=filter_weights == "learned", n_init=3, max_iter=30, tol=1e-6, random_state=seed)
     np.testing.assert_array_equal(fusion.labels, nearest_center(fusion.embedding, fusion.centers))
 
@@ -235,6 +262,32 @@ def test_degenerate_kernels_are_dropped_and_recorded(blobs_views):
         m0 = LateFusionClustering(3, kernels=kernels, n_landmarks=120, min_pep_ratio=0.0, random_state=0,
                                   n_init=3).fit(views)
     assert m0.dropped_kernels_ == [] and m0.kept_kernels_.size == 3
+
+
+def test_kernels_with_one_partition_are_merged_into_algorithm1_on_all_copies(blobs_views, monkeypatch):
+    views, _ = blobs_views
+    # Gaussians 50 and 100 x the largest distance: the same normalised kernel to 1e-4.
+    kernels = [{"view": 0, "kind": "rbf"}, {"view": 0, "kind": "rbf", "bandwidth_rule": "max", "multiplier": 50},
+               {"view": 0, "kind": "rbf", "bandwidth_rule": "max", "multiplier": 100}, {"view": 1, "kind": "rbf"}]
+    params = dict(kernels=kernels, n_landmarks=120, random_state=0, n_init=3)
+    merged = LateFusionClustering(3, **params).fit(views)
+    assert [(r["index"], r["into"]) for r in merged.merged_kernels_] in ([(2, 1)], [(1, 2)])
+    assert merged.kept_kernels_.size == 3 and merged.model_.copies.tolist().count(2) == 1
+    q, p = merged.merged_kernels_[0]["index"], merged.merged_kernels_[0]["into"]
+    assert merged.view_weights_[q] == merged.view_weights_[p] > 0
+    assert merged.filter_weights_[q] == merged.filter_weights_[p]
+    assert merged.view_weights_.sum() == pytest.approx(1.0) and merged.filter_weights_.sum() == pytest.approx(1.0)
+    # The same as Algorithm 1 on both copies (merging off): objective, gamma, the copies' summed mu, H~'s distances.
+    monkeypatch.setattr("mkdist._late_fusion._DUPLICATE_RTOL", -1.0)
+    apart = LateFusionClustering(3, **params).fit(views)
+    assert apart.merged_kernels_ == [] and apart.kept_kernels_.size == 4
+    np.testing.assert_allclose(merged.objective_history_, apart.objective_history_, rtol=1e-4)
+    np.testing.assert_allclose(merged.view_weights_, apart.view_weights_, atol=1e-4)
+    mu_m, mu_a = merged.filter_weights_, apart.filter_weights_
+    np.testing.assert_allclose(mu_m[q] + mu_m[p], mu_a[q] + mu_a[p], atol=1e-4)
+    np.testing.assert_array_equal(merged.labels_, apart.labels_)
+    Hm, Ha = merged.model_.embedding, apart.model_.embedding
+    np.testing.assert_allclose(Hm @ Hm.T, Ha @ Ha.T, atol=1e-4 * np.abs(Ha @ Ha.T).max())
 
 
 def test_same_seed_same_result_and_float32(blobs_views):
