@@ -338,7 +338,7 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
     """
     t0 = time.perf_counter()
     names = list(landmark_views)
-    specs = resolve_kernel_specs(kernels, names)
+    specs = resolve_kernel_specs(kernels, names, landmark_views)
     scaling = FeatureScaling.fit(scale, landmark_views)
     lv = scaling.apply(landmark_views, np.float64) if scaling is not None else landmark_views
     lv = {k: np.asarray(v, dtype=np.float64) for k, v in lv.items()}

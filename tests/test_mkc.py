@@ -164,3 +164,26 @@ def test_collapsed_weights_are_reported():
         warnings.simplefilter("error")
         _warn_collapsed_weights(np.array([0.4, 0.6]), ["a", "b"], "simplemkkm")
         _warn_collapsed_weights(np.array([0.0, 1.0]), ["a", "b"], "uniform")
+
+
+def test_scipy_sparse_views_are_densified_and_match_dense_input(blobs):
+    import scipy.sparse
+
+    views, y = blobs
+    sparse = [scipy.sparse.csr_matrix(np.where(np.abs(v) > 1.0, v, 0.0)) for v in views]
+    dense = [s.toarray() for s in sparse]
+    a = MultipleKernelClustering(3, kernels="auto", n_landmarks=60, random_state=0).fit(sparse)
+    b = MultipleKernelClustering(3, kernels="auto", n_landmarks=60, random_state=0).fit(dense)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    np.testing.assert_array_equal(a.predict(sparse), b.predict(dense))
+
+
+def test_sparse_view_too_large_to_densify_is_refused(monkeypatch):
+    import scipy.sparse
+
+    from mkdist import _validation
+
+    monkeypatch.setattr(_validation, "SPARSE_DENSIFY_MAX_BYTES", 1000)
+    X = scipy.sparse.random(100, 50, density=0.01, format="csr", random_state=0)
+    with pytest.raises(InputValidationError, match=r"scipy.sparse matrix of shape \(100, 50\).*TruncatedSVD"):
+        MultipleKernelClustering(3).fit(X)
