@@ -21,6 +21,7 @@ __all__ = [
     "DriftDetectedError",
     "EmbeddingStabilityWarning",
     "DegenerateKernelWarning",
+    "KernelWeightsWarning",
 ]
 
 
@@ -85,3 +86,7 @@ class EmbeddingStabilityWarning(RuntimeWarning):
 
 class DegenerateKernelWarning(RuntimeWarning):
     """A base kernel carries (almost) no cluster structure and was dropped or down-weighted."""
+
+
+class KernelWeightsWarning(RuntimeWarning):
+    """Learned kernel weights and uniform weights cluster the data differently: compare both."""
