@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import shutil
 import platform
 import statistics
 import sys
@@ -63,3 +65,55 @@ def w1_input(N: int, chunk_rows: int = 50_000) -> Path:
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as c, Client(c):
         ds.to_zarr(path, mode="w", consolidated=False, zarr_format=3)
     return path
+
+
+def local_cluster(n_workers: int = 2):
+    """A LocalCluster of ``n_workers`` processes x 1 thread, started as mkdist starts its own."""
+    from distributed import Client, LocalCluster
+
+    from mkdist.pipeline import worker_malloc_settings
+
+    with worker_malloc_settings():  # as mkdist's own clusters (mkdist/_worker_env.py)
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                               memory_limit="8GiB")
+    return cluster, Client(cluster)
+
+
+def worker_peak_rss(client) -> dict:
+    """Peak resident memory of every worker process over its life (fresh cluster per run)."""
+    peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    return {addr: round(v / 2**30, 3) for addr, v in peaks.items()}
+
+
+def run_pipeline(N: int, store: Path, *, report: bool = False, **params) -> dict:
+    """W1 at N rows through ``mkdist.cluster`` on a fresh 2-worker LocalCluster, end to end from
+    Zarr into ``store`` (replaced); with ``report`` the run report is timed after the run, as
+    ``cluster_flow`` writes it (it reads the stored <= 20k-row sample, never the embedding)."""
+    import xarray as xr
+
+    import mkdist
+
+    src = w1_input(N)
+    if store.exists():
+        shutil.rmtree(store)
+    y = xr.open_zarr(src, consolidated=False)["y"].values
+    cluster, client = local_cluster()
+    out: dict = {"N": N}
+    try:
+        client.run(lambda: __import__("mkdist"))  # workers import the library before the clock starts
+        t0 = time.perf_counter()
+        res = mkdist.cluster(str(src), str(store), random_state=0, **{**W1, **params})
+        out["end_to_end_s"] = total = time.perf_counter() - t0
+        peaks = worker_peak_rss(client)
+        if report:
+            t0 = time.perf_counter()
+            out["report"] = mkdist.pipeline.write_report(str(store))
+            out["report_s"] = time.perf_counter() - t0
+            out["report_share_of_run"] = out["report_s"] / total
+        labels = res.labels.compute()
+    finally:
+        client.close()
+        cluster.close()
+    return {**out, "stages": res.timings, "kmeans": res.metrics["kmeans"],
+            "scores": mkdist.clustering_scores(y, labels), "worker_peak_rss_gib": peaks,
+            "max_worker_peak_rss_gib": max(peaks.values()), "store": str(store)}

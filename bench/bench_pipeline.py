@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
-import shutil
 import time
-from pathlib import Path
 
 # One BLAS thread per worker process: two workers on two cores must not oversubscribe.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -27,48 +24,13 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from _common import OUT, SHARED_DATA, W1, emit, machine, timed, w1_input  # noqa: E402
+from _common import (  # noqa: E402
+    OUT, SHARED_DATA, W1, emit, local_cluster, machine, run_pipeline, timed, w1_input, worker_peak_rss,
+)
 
-def local_cluster():
-    from distributed import Client, LocalCluster
+# local_cluster and worker_peak_rss are imported from here by other bench scripts.
+__all__ = ["local_cluster", "worker_peak_rss"]
 
-    from mkdist._worker_env import worker_malloc_settings
-
-    with worker_malloc_settings():  # as mkdist's own clusters (mkdist/_worker_env.py)
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                               memory_limit="8GiB")
-    return cluster, Client(cluster)
-
-
-def worker_peak_rss(client) -> dict:
-    """Peak resident memory of every worker process over its life (fresh cluster per run)."""
-    peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    return {addr: round(v / 2**30, 3) for addr, v in peaks.items()}
-
-
-def run_pipeline(N: int, store_root: Path, **params) -> dict:
-    import xarray as xr
-
-    import mkdist
-
-    src = w1_input(N)
-    store = store_root / f"run-{N}.zarr"
-    if store.exists():
-        shutil.rmtree(store)
-    y = xr.open_zarr(src, consolidated=False)["y"].values
-    cluster, client = local_cluster()
-    try:
-        t0 = time.perf_counter()
-        res = mkdist.cluster(str(src), str(store), random_state=0, **{**W1, **params})
-        total = time.perf_counter() - t0
-        labels = res.labels.compute()
-        peaks = worker_peak_rss(client)
-    finally:
-        client.close()
-        cluster.close()
-    return {"N": N, "end_to_end_s": total, "stages": res.timings, "kmeans": res.metrics["kmeans"],
-            "scores": mkdist.clustering_scores(y, labels), "worker_peak_rss_gib": peaks,
-            "max_worker_peak_rss_gib": max(peaks.values())}
 
 
 def floor(N: int, n_passes: int, n_init: int) -> dict:
@@ -107,7 +69,7 @@ def floor(N: int, n_passes: int, n_init: int) -> dict:
 
 def part_floor(args):
     store_root = OUT / "stores"
-    pipe = run_pipeline(args.n, store_root)
+    pipe = run_pipeline(args.n, store_root / f"run-{args.n}.zarr")
     passes = pipe["kmeans"]["n_iter"] if pipe["kmeans"] else 20
     fl = floor(args.n, passes, n_init=3)
     return {"pipeline": pipe, "floor": fl, "ratio_pipeline_over_floor": pipe["end_to_end_s"] / fl["total_s"],
@@ -116,7 +78,7 @@ def part_floor(args):
 
 def part_scaling(args):
     ns = [int(x) for x in args.ns.split(",")]
-    runs = [run_pipeline(N, OUT / "stores") for N in ns]
+    runs = [run_pipeline(N, OUT / "stores" / f"run-{N}.zarr") for N in ns]
     base = runs[0]["end_to_end_s"]
     return {"runs": runs, "time_ratio_vs_first": {r["N"]: r["end_to_end_s"] / base for r in runs},
             "target": "time(1M)/time(100k) <= 11; worker peak RSS <= 2 GiB and flat in N"}
@@ -134,7 +96,7 @@ def part_peers(args):
     src = w1_input(args.n)
     ds = xr.open_zarr(src, consolidated=False)
     y = ds["y"].values
-    out = {"mkdist": run_pipeline(args.n, OUT / "stores")}
+    out = {"mkdist": run_pipeline(args.n, OUT / "stores" / f"run-{args.n}.zarr")}
     cluster, client = local_cluster()
     try:
         X = da.concatenate([ds["view0"].data, ds["view1"].data], axis=1).rechunk({1: -1}).persist()

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -28,52 +27,9 @@ import time
 
 import numpy as np
 
-from _common import OUT, W1, emit, machine, median, w1_input
+from _common import OUT, W1, emit, local_cluster, machine, median, run_pipeline, w1_input
 
 N_LLOYD = 20
-
-
-# ----------------------------------------------------------------------------- helpers
-def local_cluster(n_workers: int = 2):
-    from distributed import Client, LocalCluster
-
-    from mkdist._worker_env import worker_malloc_settings
-
-    with worker_malloc_settings():  # as mkdist's own clusters (mkdist/_worker_env.py)
-        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                               memory_limit="8GiB")
-    return cluster, Client(cluster)
-
-
-def worker_peak_rss(client) -> dict:
-    peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    return {addr: round(v / 2**30, 3) for addr, v in peaks.items()}
-
-
-def run_pipeline(N: int, tag: str = "speed") -> dict:
-    import xarray as xr
-
-    import mkdist
-
-    src = w1_input(N)
-    store = OUT / "stores" / f"{tag}-{N}.zarr"
-    if store.exists():
-        shutil.rmtree(store)
-    y = xr.open_zarr(src, consolidated=False)["y"].values
-    cluster, client = local_cluster()
-    try:
-        client.run(lambda: __import__("mkdist"))  # workers import the library before the clock starts
-        t0 = time.perf_counter()
-        res = mkdist.cluster(str(src), str(store), random_state=0, **W1)
-        total = time.perf_counter() - t0
-        labels = res.labels.compute()
-        peaks = worker_peak_rss(client)
-    finally:
-        client.close()
-        cluster.close()
-    return {"N": N, "end_to_end_s": total, "stages": res.timings, "kmeans": res.metrics["kmeans"],
-            "scores": mkdist.clustering_scores(y, labels), "worker_peak_rss_gib": peaks,
-            "max_worker_peak_rss_gib": max(peaks.values()), "store": str(store)}
 
 
 # ----------------------------------------------------------------------------- the floor
@@ -237,7 +193,7 @@ def dask_ml_kmeans(N: int) -> dict:
 
 
 def part_floor(args):
-    pipe = run_pipeline(args.n)
+    pipe = run_pipeline(args.n, OUT / "stores" / f"speed-{args.n}.zarr", report=True)
     floors = [floor(args.n, pipe["store"], b) for b in (8192, 512)]
     best = min(floors, key=lambda f: f["total_s"])
     peer = dask_ml_kmeans(args.n)
@@ -262,7 +218,7 @@ def part_embed(args):
     from mkdist.storage import RunStore
 
     src = str(w1_input(args.n))
-    base = run_pipeline(args.n, tag="embed-base")  # a stored model to embed with
+    base = run_pipeline(args.n, OUT / "stores" / f"embed-base-{args.n}.zarr")  # a stored model to embed with
     out = {"N": args.n}
     for n_workers in (1, 2):
         store = OUT / "stores" / f"embed-{n_workers}.zarr"
@@ -353,7 +309,7 @@ def part_fit(args):
 # ----------------------------------------------------------------------------- scale
 def part_scale(args):
     ns = [int(x) for x in args.ns.split(",")]
-    runs = [run_pipeline(N, tag="scale") for N in ns]
+    runs = [run_pipeline(N, OUT / "stores" / f"scale-{N}.zarr", report=True) for N in ns]
     for r in runs:
         shutil.rmtree(r["store"], ignore_errors=True)
     return {"runs": runs, "time_ratio_vs_first": {r["N"]: r["end_to_end_s"] / runs[0]["end_to_end_s"] for r in runs},

@@ -18,7 +18,10 @@ checks them for NaN/inf inside the task and names the view, chunk and first bad 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import contextvars
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,7 +29,8 @@ import numpy as np
 from ._validation import is_dask_array
 from .errors import InputValidationError
 
-__all__ = ["RowBlocks", "align_row_chunks", "check_chunk_finite", "cache_block_rows", "DEFAULT_BLOCK_ROWS"]
+__all__ = ["RowBlocks", "align_row_chunks", "check_chunk_finite", "cache_block_rows", "report_passes",
+           "DEFAULT_BLOCK_ROWS"]
 
 #: Rows per sub-block inside a task (and per step over NumPy input): a (4096, 1000) float32
 #: kernel block is 16 MB, large enough for efficient GEMMs, small enough to stay in cache-
@@ -46,6 +50,22 @@ def cache_block_rows(n_cols: int, itemsize: int = 4, target: int = CACHE_BLOCK_B
     return int(min(8192, max(64, target // max(1, n_cols * itemsize))))
 
 RowFunction = Callable[[list, Any], np.ndarray]
+
+#: Called after every computed pass over Dask rows (``reduce``) with the pass's layer name and
+#: seconds; set by :func:`report_passes`.  Iterative fits (power k-means, the distributed
+#: k-means, Nystrom's reductions) make one such pass per iteration, so this is their progress.
+_PASS_REPORTER: contextvars.ContextVar[Callable[[str, float], None] | None] = contextvars.ContextVar(
+    "mkdist_pass_reporter", default=None)
+
+
+@contextlib.contextmanager
+def report_passes(callback: Callable[[str, float], None]) -> Iterator[None]:
+    """Call ``callback(layer_name, seconds)`` after each pass over Dask rows in the block."""
+    token = _PASS_REPORTER.set(callback)
+    try:
+        yield
+    finally:
+        _PASS_REPORTER.reset(token)
 
 
 def check_chunk_finite(view_names: Sequence[str], blocks: Sequence[np.ndarray], chunk_index: int,
@@ -254,4 +274,11 @@ class RowBlocks:
         # name on the dashboard instead of a generic "sum".
         total = da.reduction(partials, chunk=np.sum, aggregate=np.sum, combine=np.sum, axis=0,
                              dtype=np.float64, split_every=split_every, name=layer.rsplit("-", 1)[0])
-        return np.asarray(total.compute()) if compute else total
+        if not compute:
+            return total
+        t0 = time.perf_counter()
+        out = np.asarray(total.compute())
+        reporter = _PASS_REPORTER.get()
+        if reporter is not None:
+            reporter(layer.rsplit("-", 1)[0], time.perf_counter() - t0)
+        return out

@@ -18,7 +18,6 @@ import dataclasses
 import warnings
 
 import numpy as np
-from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
@@ -137,6 +136,9 @@ def kmeans(H, n_clusters: int, *, n_init: int = 3, max_iter: int = 100, tol: flo
     with warnings.catch_warnings():
         # Fewer distinct sample rows than clusters: duplicate centres are legal here.
         warnings.simplefilter("ignore", ConvergenceWarning)
+        # Imported here: sklearn.cluster costs ~0.3 s of import, which every CLI refusal would pay.
+        from sklearn.cluster import KMeans
+
         start = KMeans(n_clusters, n_init=n_init, max_iter=max_iter, tol=tol,
                        random_state=rng.randint(np.iinfo(np.int32).max)).fit(sample)
     centers = np.asarray(start.cluster_centers_, dtype=np.float64)

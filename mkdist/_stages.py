@@ -15,15 +15,18 @@ calls them in order.  No method name appears here: the pipeline asks the estimat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from ._blocks import report_passes
 from ._config import ClusterResult, RunConfig
 from ._drift import check_thresholds, drift_statistics
 from ._io import check_labels_out, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
@@ -62,6 +65,31 @@ LEASE_TTL = 60.0
 
 
 # ----------------------------------------------------------------------------- helpers
+@contextlib.contextmanager
+def _pass_progress(stage: str, enabled: bool):
+    """With ``enabled``, one status line on stderr that counts the passes over the rows of an
+    iterative fit (power k-means, k-means, Nystrom's reductions: one pass per iteration),
+    which a progress bar per pass would turn into dozens of bars."""
+    if not enabled:
+        yield
+        return
+    state = {"passes": 0, "seconds": 0.0}
+    t0 = time.perf_counter()
+
+    def show(layer: str, seconds: float) -> None:
+        state["passes"] += 1
+        state["seconds"] += seconds
+        sys.stderr.write(f"\r{stage}: pass {state['passes']} over the rows ({layer}, {seconds:.1f} s)   ")
+        sys.stderr.flush()
+
+    with report_passes(show):
+        yield
+    if state["passes"]:
+        sys.stderr.write(f"\r{stage}: {state['passes']} passes over the rows in "
+                         f"{time.perf_counter() - t0:.1f} s{' ' * 30}\n")
+        sys.stderr.flush()
+
+
 def _persist(x, progress: bool = False):
     """Persist on the active scheduler and wait (with a progress bar if asked)."""
     import dask
@@ -370,7 +398,7 @@ def stage_landmarks(store, views: Any) -> float:
     return time.perf_counter() - t0
 
 
-def stage_model(store, views: Any = None) -> float:
+def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
     """Fit the run's model: on the stored landmarks (on this process) when the plan has a
     landmarks stage, else the estimator's own (distributed) ``fit`` on ``views``."""
     store = as_store(store)
@@ -384,7 +412,8 @@ def stage_model(store, views: Any = None) -> float:
         rows = {n: np.asarray(ds[f"X__{n}"].values) for n in ds.attrs["view_names"]}
         est.fit_landmarks(rows, np.asarray(ds["landmark_index"].values), config.random_state)
     else:
-        est.fit(load_views(views))
+        with _pass_progress("model", progress):
+            est.fit(load_views(views))
     ds = state_to_dataset(est.model_state(), config.method)
     ds.attrs["timings"] = to_jsonable(getattr(est, "diagnostics_", {}).get("timings", {}))
     ds.attrs["elapsed_s"] = time.perf_counter() - t0
@@ -491,7 +520,8 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
         H = _HANDOFF.pop(_handoff_key(store, "embedding"), None)
         if H is None:
             H = _persist(store.read_stage("embedding")["embedding"].data, progress)
-        km = est.fit_centroids(H, config.random_state)  # None: the method keeps its landmark centroids
+        with _pass_progress("k-means", progress):
+            km = est.fit_centroids(H, config.random_state)  # None: the method keeps its landmark centroids
         labels, distance = assign_with_distance(H, est.cluster_centers_)
         shown = H
         variables["cluster_centers"] = (("cluster", "component"), est.cluster_centers_)
@@ -549,7 +579,7 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
 #: The stage functions by stage name (the flows run the plan's stages through this table).
 _STAGE_FUNCTIONS = {
     "landmarks": lambda store, views, progress: {"sample_s": stage_landmarks(store, views)},
-    "model": lambda store, views, progress: {"fit_s": stage_model(store, views)},
+    "model": lambda store, views, progress: {"fit_s": stage_model(store, views, progress=progress)},
     "embedding": lambda store, views, progress: stage_embedding(store, views, progress=progress),
     "labels": lambda store, views, progress: stage_labels(store, views, progress=progress),
 }

@@ -43,6 +43,10 @@ def _environment(quiet: bool, debug: bool) -> None:
     # Prefect reads its settings at import: set them before the flows are imported.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
+    # With no server configured, Prefect starts a temporary one in this process and gives it
+    # 20 s by default; on this 2-core machine under load it took longer (the demo failed with
+    # "Timed out while attempting to connect to ephemeral Prefect API server").
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     if quiet and not debug:
         os.environ["PREFECT_LOGGING_LEVEL"] = "CRITICAL"
         os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
-from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
-from sklearn.metrics.cluster import contingency_matrix
 
 __all__ = ["clustering_accuracy", "nmi", "ari", "purity", "clustering_scores"]
+
+# sklearn.metrics is imported inside the functions: it costs ~0.25 s of import that every
+# `mkdist` command (and every refusal of bad arguments) would otherwise pay.
 
 
 def _contingency(labels_true, labels_pred) -> np.ndarray:
@@ -24,6 +25,8 @@ def _contingency(labels_true, labels_pred) -> np.ndarray:
         )
     if labels_true.size == 0:
         raise ValueError("labels are empty.")
+    from sklearn.metrics.cluster import contingency_matrix
+
     return contingency_matrix(labels_true, labels_pred)
 
 
@@ -64,12 +67,16 @@ def purity(labels_true, labels_pred) -> float:
 
 def nmi(labels_true, labels_pred) -> float:
     """Normalised mutual information (arithmetic normalisation, as scikit-learn)."""
+    from sklearn.metrics import normalized_mutual_info_score
+
     _contingency(labels_true, labels_pred)
     return float(normalized_mutual_info_score(np.ravel(labels_true), np.ravel(labels_pred)))
 
 
 def ari(labels_true, labels_pred) -> float:
     """Adjusted Rand index."""
+    from sklearn.metrics import adjusted_rand_score
+
     _contingency(labels_true, labels_pred)
     return float(adjusted_rand_score(np.ravel(labels_true), np.ravel(labels_pred)))
 

@@ -3,7 +3,6 @@ keyed by the input's ids, drift of new batches against the fit."""
 
 from __future__ import annotations
 
-import dask.array as da
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd

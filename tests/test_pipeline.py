@@ -292,3 +292,16 @@ def test_run_options_reach_other_methods_or_are_refused(data, tmp_path):
     with pytest.raises(InputValidationError, match="does not use `n_landmarks`"):
         cluster(_dask(views), str(tmp_path / "x.zarr"), 3, n_landmarks=10, method="mv-rff-power")
     assert not (tmp_path / "x.zarr").exists()
+
+
+def test_iterative_fits_show_their_passes_as_progress(dask_client, data, tmp_path, capsys):
+    """A fit-predict method's model stage is a loop of passes over the rows: with progress on,
+    the run counts them on one status line (no bar per pass, and nothing when progress is off)."""
+    views, _ = data
+    cluster(_dask(views), str(tmp_path / "quiet.zarr"), 3, method="rff-power", random_state=0)
+    assert "passes over the rows" not in capsys.readouterr().err
+    cluster(_dask(views), str(tmp_path / "shown.zarr"), 3, method="rff-power", random_state=0, progress=True)
+    err = capsys.readouterr().err
+    fit = load_estimator(str(tmp_path / "shown.zarr"))
+    assert f"model: {fit.n_iter_} passes over the rows" in err, err[-500:]
+    assert "model: pass 1 over the rows (mkdist-" in err

@@ -239,7 +239,19 @@ def _timed_cli(*args, env=None):
     return r, time.perf_counter() - t0
 
 
-def test_cli_refuses_bad_arguments_fast_in_one_line(cli_input, tmp_path):
+#: Runs the CLI's main in this interpreter and, at exit, writes which of the heavy runtimes it
+#: imported to the file named by argv[1]: a refusal must come before Prefect or Dask start.
+_CLI_WITH_IMPORT_RECORD = """
+import atexit, json, runpy, sys
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps(
+    sorted(m for m in ("prefect", "distributed", "prefect_dask") if m in sys.modules))))
+sys.argv = ["mkdist"] + sys.argv[2:]
+runpy.run_module("mkdist.cli", run_name="__main__")
+"""
+
+
+def test_cli_refuses_bad_arguments_in_one_line_before_prefect_or_dask(cli_input, tmp_path):
     store = str(tmp_path / "s.zarr")
     bad_config = tmp_path / "bad.toml"
     bad_config.write_text("n_clusters = 3\nkernels = [unclosed\n")
@@ -253,16 +265,17 @@ def test_cli_refuses_bad_arguments_fast_in_one_line(cli_input, tmp_path):
         (["--config", str(unknown)], "does not take `bogus_option`"),
         (["--n-clusters", "3", "--n-landmarks", "10", "--method", "rff-power"], "does not use `n_landmarks`"),
     ]
-    times = []
+    record = tmp_path / "imported.json"
     for args, message in cases:
-        r, seconds = _timed_cli("run", "--input", cli_input, "--store", store, *args)
+        r = subprocess.run([sys.executable, "-c", _CLI_WITH_IMPORT_RECORD, str(record), "run", "--input", cli_input,
+                            "--store", store, *args], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2, (args, r.stderr)
         assert message in r.stderr and r.stderr.strip().count("\n") == 0, (args, r.stderr)
         assert "Traceback" not in r.stderr and r.stdout == ""
-        times.append(seconds)
+        # Refused before any runtime started: what made refusals take 16-24 s (issue 13).  The
+        # seconds a refusal takes are measured by bench/bench_robustness.py, not asserted here.
+        assert json.loads(record.read_text()) == [], (args, record.read_text())
     assert not Path(store).exists()
-    # The bound of the issue: a refusal within 2 s (the median, so one slow start does not decide).
-    assert sorted(times)[len(times) // 2] < 2.0, times
 
 
 def test_cli_reports_an_unreachable_scheduler_with_its_address(cli_input, tmp_path):
