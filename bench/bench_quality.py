@@ -243,21 +243,14 @@ def summarize(agg: dict, datasets: list[str], methods: list[str]) -> dict:
 
     ranks: dict[str, list[float]] = {m: [] for m in methods}
     for ds in datasets:
-        vals = {m: acc(ds, m) for m in methods}
-        # A method without a result ranks last (ties share the mean rank).
-        order = sorted(methods, key=lambda m: -(vals[m] if vals[m] is not None else -1.0))
-        pos = {}
-        i = 0
-        while i < len(order):
-            j = i
-            key = vals[order[i]] if vals[order[i]] is not None else -1.0
-            while j + 1 < len(order) and (vals[order[j + 1]] if vals[order[j + 1]] is not None else -1.0) == key:
-                j += 1
-            for m in order[i:j + 1]:
-                pos[m] = (i + j) / 2 + 1
-            i = j + 1
-        for m in methods:
-            ranks[m].append(pos[m])
+        # Ranked among the methods run on this set; one without a result (refused, timeout)
+        # ranks last, ties share the mean rank.
+        ran = [m for m in methods if (ds, m) in cells]
+        score = {m: acc(ds, m) if acc(ds, m) is not None else -1.0 for m in ran}
+        for m in ran:
+            better = sum(1 for o in ran if score[o] > score[m])
+            ties = sum(1 for o in ran if score[o] == score[m])
+            ranks[m].append(better + (ties + 1) / 2)
     out = {}
     for m in methods:
         row = {"mean_rank": float(np.mean(ranks[m])) if ranks[m] else None}
@@ -337,7 +330,9 @@ def markdown(agg: dict, datasets: list[str], methods: list[str], summary: dict, 
             lines.append("| ran / refused / timeout / bug | | | | | " + " | ".join(
                 "/".join(str(summary[m]["counts"].get(s, 0) + (summary[m]["counts"].get("not-run", 0)
                                                              if s == "timeout" else 0))
-                         for s in ("ok", "refused", "timeout", "bug")) for m in methods) + " |")
+                         for s in ("ok", "refused", "timeout", "bug"))
+                + (f" ({summary[m]['counts']['missing']} not run)" if summary[m]["counts"].get("missing") else "")
+                for m in methods) + " |")
         lines.append("")
     lines += ["**Fit time, median over seeds (s)**", "", head, sep]
     for ds in datasets:
