@@ -175,7 +175,7 @@ def read_records(path: Path) -> list[dict]:
 def run(args) -> None:
     import mkdist  # noqa: F401 - imported once here, before the children fork
 
-    path = RESULTS_DIR / f"{args.tag}.jsonl"
+    path = RESULTS_DIR / f"{args.tag.split(',')[-1]}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     done = {(r["dataset"], r["method"], r["seed"]) for r in read_records(path)}
     for ds in args.datasets:
@@ -369,7 +369,9 @@ def main():
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--jobs", type=int, default=1, help="data sets run side by side (the machine is shared)")
     ap.add_argument("--timeout", type=float, default=120.0)
-    ap.add_argument("--tag", default="current", help="results file bench/out/quality/<tag>.jsonl")
+    ap.add_argument("--tag", default="current",
+                    help="results file bench/out/quality/<tag>.jsonl; a comma-separated list is read in order "
+                         "(later files replace earlier records of the same cell) and runs append to the last")
     ap.add_argument("--markdown", action="store_true", help="print the RESULTS.md tables (no fits)")
     ap.add_argument("--report-only", action="store_true", help="print the JSON of the stored results (no fits)")
     args = ap.parse_args()
@@ -388,8 +390,12 @@ def main():
                 p.join()
         else:
             run(args)
-    records = [r for r in read_records(RESULTS_DIR / f"{args.tag}.jsonl")
-               if r["dataset"] in args.datasets and r["method"] in args.methods]
+    # Several tags: a later file's record replaces an earlier one's for the same cell and seed.
+    latest = {}
+    for tag in args.tag.split(","):
+        for r in read_records(RESULTS_DIR / f"{tag}.jsonl"):
+            latest[(r["dataset"], r["method"], r["seed"])] = r
+    records = [r for r in latest.values() if r["dataset"] in args.datasets and r["method"] in args.methods]
     present = [m for m in args.methods if any(r["method"] == m for r in records)]
     agg = aggregate(records, args.seeds)
     datasets = [d for d in args.datasets if d in agg["info"]]

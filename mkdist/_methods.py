@@ -179,11 +179,6 @@ def data_facts(views: Any) -> dict[str, Any]:
 #: features (raw images: the two MNIST/USPS sets, where GMLKM reaches ACC 0.965-0.972 against
 #: 0.70-0.86 for MultipleKernelClustering and 0.91 for k-means; bench/RESULTS.md, quality).
 LATE_FUSION_MIN_DIM = 256
-#: ... and MultipleKernelClustering with a 2K-column embedding when K is at most this
-#: (measured, seed 0: 2K raised ACC on 15 of the 21 shared sets with K <= 10 and lowered it on
-#: 5 of the 7 with K > 10, where 2K columns reach into noise).
-WIDE_EMBEDDING_MAX_K = 10
-
 
 def choose_method(views: Any, n_clusters: int) -> MethodChoice:
     """The method (and kernels) ``method="auto"`` runs on an input, from its shape alone.
@@ -193,7 +188,7 @@ def choose_method(views: Any, n_clusters: int) -> MethodChoice:
     * every view dense (at least 10% non-zero entries) with >= ``LATE_FUSION_MIN_DIM``
       features: ``late-fusion`` with its defaults;
     * otherwise ``mkc`` with ``kernels="auto"`` (cosine on sparse views, three RBF kernels on
-      dense ones) and ``embedding_dim = 2K`` when K <= ``WIDE_EMBEDDING_MAX_K``.
+      dense ones) and its default embedding (2K columns for K <= 10, K above).
 
     Parameters
     ----------
@@ -207,16 +202,13 @@ def choose_method(views: Any, n_clusters: int) -> MethodChoice:
     """
     facts = data_facts(views)
     dims, sparse = facts["dims"], facts["sparse_views"]
-    n_landmarks = min(facts["n_samples"], 1000)  # MultipleKernelClustering's default landmark count
     if not sparse and min(dims) >= LATE_FUSION_MIN_DIM:
         return MethodChoice(
             "late-fusion", {},
             f"every view is dense with >= {LATE_FUSION_MIN_DIM} features (dims {dims}), like the raw images "
             "where graph-filtered late fusion beat the other methods (bench/RESULTS.md, quality)", facts)
-    params: dict[str, Any] = {"kernels": "auto"}
     what = (f"views {sparse} are sparse (cosine kernel), the others dense (RBF kernels)" if sparse
             else "every view is dense (RBF kernels)")
-    if n_clusters <= WIDE_EMBEDDING_MAX_K and 2 * n_clusters <= n_landmarks:
-        params["embedding_dim"] = 2 * n_clusters
-        what += f"; K = {n_clusters} <= {WIDE_EMBEDDING_MAX_K}: a 2K-column embedding"
-    return MethodChoice("mkc", params, f"{what} (bench/RESULTS.md, quality)", facts)
+    return MethodChoice("mkc", {"kernels": "auto"},
+                        f"{what}: multiple kernel clustering with its default embedding (bench/RESULTS.md, quality)",
+                        facts)

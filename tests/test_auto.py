@@ -6,7 +6,7 @@ import pytest
 
 import mkdist
 from mkdist._config import RunConfig
-from mkdist._methods import LATE_FUSION_MIN_DIM, WIDE_EMBEDDING_MAX_K, choose_method, data_facts
+from mkdist._methods import LATE_FUSION_MIN_DIM, choose_method, data_facts
 from mkdist.errors import InputValidationError
 from mkdist.pipeline import inspect_markdown, inspect_store
 
@@ -29,13 +29,13 @@ def test_facts_read_shapes_and_the_density_of_the_first_rows():
 def test_rule_by_shape():
     rng = np.random.default_rng(0)
     n = 400
-    # Sparse views: MultipleKernelClustering with the cosine kernel on them, 2K columns for small K.
+    # Sparse views: MultipleKernelClustering with the cosine kernel on them.
     c = choose_method([_words(n, 300, rng), rng.normal(size=(n, 8))], 5)
-    assert (c.method, c.params) == ("mkc", {"kernels": "auto", "embedding_dim": 10})
-    assert "['view0'] are sparse" in c.reason and c.facts["sparse_views"] == ["view0"]
-    # Dense low-dimensional views, many clusters: K columns.
-    c = choose_method([rng.normal(size=(n, 8)), rng.normal(size=(n, 30))], WIDE_EMBEDDING_MAX_K + 1)
     assert (c.method, c.params) == ("mkc", {"kernels": "auto"})
+    assert "['view0'] are sparse" in c.reason and c.facts["sparse_views"] == ["view0"]
+    # Dense low-dimensional views.
+    c = choose_method([rng.normal(size=(n, 8)), rng.normal(size=(n, 30))], 12)
+    assert (c.method, c.params) == ("mkc", {"kernels": "auto"}) and "every view is dense" in c.reason
     # Every view dense and wide (raw images): late fusion.
     c = choose_method([rng.random((n, LATE_FUSION_MIN_DIM)), rng.random((n, 2 * LATE_FUSION_MIN_DIM))], 10)
     assert c.method == "late-fusion" and "dense" in c.reason
@@ -43,7 +43,7 @@ def test_rule_by_shape():
     assert choose_method([rng.random((n, LATE_FUSION_MIN_DIM)), rng.random((n, 6))], 10).method == "mkc"
     # The choice is a fit-ready estimator, the user's parameters on top of the rule's.
     est = choose_method([rng.normal(size=(n, 4))], 3).make_estimator(3, random_state=0, n_landmarks=50)
-    assert isinstance(est, mkdist.MultipleKernelClustering) and est.embedding_dim == 6 and est.n_landmarks == 50
+    assert isinstance(est, mkdist.MultipleKernelClustering) and est.kernels == "auto" and est.n_landmarks == 50
 
 
 def test_run_config_resolves_auto_and_checks_user_params_against_the_choice():
@@ -52,7 +52,7 @@ def test_run_config_resolves_auto_and_checks_user_params_against_the_choice():
     config = RunConfig.from_options(n_clusters=3, method="auto", n_landmarks=60)
     config.check_params()  # nothing to check before the data is seen
     config.resolve(named)
-    assert config.method == "mkc" and config.params == {"kernels": "auto", "embedding_dim": 6, "n_landmarks": 60}
+    assert config.method == "mkc" and config.params == {"kernels": "auto", "n_landmarks": 60}
     assert config.auto["method"] == "mkc" and config.auto["facts"]["dims"] == [5, 5] and config.auto["reason"]
     # A parameter the chosen method does not take is refused, naming the choice.
     bad = RunConfig.from_options(n_clusters=3, method="auto", graph_filter_order=2)
@@ -70,8 +70,8 @@ def test_cluster_with_auto_records_the_choice_and_resumes(dask_client, tmp_path)
     assert res.metrics["scores"]["acc"] == 1.0
     params = res.store.params
     assert params["method"] == "mkc" and params["auto"]["method"] == "mkc"
-    assert params["params"]["embedding_dim"] == 6 and "dense" in params["auto"]["reason"]
-    assert res.model.embedding_dim == 6
+    assert params["params"]["kernels"] == "auto" and "dense" in params["auto"]["reason"]
+    assert res.model.kernels == "auto" and res.model.model_.n_components == 6  # 2K columns for K = 3
     text = inspect_markdown(inspect_store(url))
     assert "method chosen by auto: mkc" in text and "dense" in text
     # The same call resolves to the same run: every stage is resumed.

@@ -14,11 +14,12 @@ def test_fit_recovers_clusters_and_predict_agrees(blobs):
     m = MultipleKernelClustering(3, n_landmarks=60, random_state=0).fit(views)
     assert clustering_accuracy(y, m.labels_) == 1.0
     np.testing.assert_array_equal(m.predict(views), m.labels_)
-    assert m.transform(views).shape == (len(y), 3)
+    # K = 3 <= 10: the default embedding has 2K columns (default_embedding_dim).
+    assert m.transform(views).shape == (len(y), 6)
     assert m.kernel_weights_.shape == (6,) and m.kernel_weights_.sum() == pytest.approx(1)
     assert m.landmark_indices_.shape == (60,)
-    assert m.cluster_centers_.shape == (3, 3)
-    assert m.eigenvalues_.shape == (4,)
+    assert m.cluster_centers_.shape == (3, 6)
+    assert m.eigenvalues_.shape == (7,)
     assert len(m.objective_history_) == m.n_iter_ + 1
     assert {"lambda_K", "eigengaps", "gap_threshold", "min_gap_ratio", "relative_gap_K"} <= set(m.diagnostics_)
     assert m.diagnostics_["gap_threshold"] == pytest.approx(4 / np.sqrt(60))
@@ -140,12 +141,17 @@ def test_fused_embedding_equals_reference(blobs, center, normalize):
 
 
 def test_embedding_dim_widens_the_embedding(blobs):
+    from mkdist._mkc import default_embedding_dim
+
+    assert [default_embedding_dim(k, 1000) for k in (2, 10, 11, 40)] == [4, 20, 11, 40]
+    assert default_embedding_dim(10, 15) == 15 and default_embedding_dim(3, 3) == 3  # at most n landmarks
     views, y = blobs
-    m = MultipleKernelClustering(3, n_landmarks=60, embedding_dim=6, random_state=0).fit(views)
-    assert m.transform(views).shape == (len(y), 6) and m.cluster_centers_.shape == (3, 6)
+    m = MultipleKernelClustering(3, n_landmarks=60, embedding_dim=5, random_state=0).fit(views)
+    assert m.transform(views).shape == (len(y), 5) and m.cluster_centers_.shape == (3, 5)
     assert clustering_accuracy(y, m.labels_) == 1.0
     # the weights are the same SimpleMKKM fit; only the embedding is wider
-    base = MultipleKernelClustering(3, n_landmarks=60, random_state=0).fit(views)
+    base = MultipleKernelClustering(3, n_landmarks=60, embedding_dim=3, random_state=0).fit(views)
+    assert base.transform(views).shape == (len(y), 3)
     np.testing.assert_allclose(m.kernel_weights_, base.kernel_weights_)
     assert len(m.summary()["spectrum"]["values"]) >= 7
     with pytest.raises(InputValidationError, match="embedding_dim=2 must be >= n_clusters=3"):
