@@ -21,7 +21,6 @@ __all__ = [
     "DriftDetectedError",
     "EmbeddingStabilityWarning",
     "DegenerateKernelWarning",
-    "KernelWeightsWarning",
 ]
 
 
@@ -87,6 +86,3 @@ class EmbeddingStabilityWarning(RuntimeWarning):
 class DegenerateKernelWarning(RuntimeWarning):
     """A base kernel carries (almost) no cluster structure and was dropped or down-weighted."""
 
-
-class KernelWeightsWarning(RuntimeWarning):
-    """Learned kernel weights and uniform weights cluster the data differently: compare both."""

@@ -193,3 +193,16 @@ def test_sparse_view_too_large_to_densify_is_refused(monkeypatch):
     X = scipy.sparse.random(100, 50, density=0.01, format="csr", random_state=0)
     with pytest.raises(InputValidationError, match=r"scipy.sparse matrix of shape \(100, 50\).*TruncatedSVD"):
         MultipleKernelClustering(3).fit(X)
+
+
+def test_learned_weights_are_compared_with_uniform_weights(blobs):
+    views, _ = blobs
+    m = MultipleKernelClustering(3, n_landmarks=60, random_state=0).fit(views)
+    check = m.diagnostics_["weights_check"]
+    # Well-separated blobs: both weightings find the same landmark partition.
+    assert check["ari"] == pytest.approx(1.0) and check["agree"] is True
+    # SimpleMKKM minimises J, which starts at the uniform weights.
+    assert check["objective_learned"] <= check["objective_uniform"] + 1e-9
+    assert "weights_check" in m.summary()["diagnostics"]
+    assert "weights_check" not in MultipleKernelClustering(3, n_landmarks=60, weights="uniform",
+                                                           random_state=0).fit(views).diagnostics_
