@@ -51,10 +51,10 @@ def default_embedding_dim(n_clusters: int, n_landmarks: int) -> int:
     """Columns of the embedding when ``embedding_dim=None``: 2K for K <= 10, else K (<= n).
 
     Measured on the 28 shared multi-view sets (bench/RESULTS.md, quality; 5 seeds): with 2K
-    columns the mean ACC rose on 12 of the 19 sets with K <= 10 and fell on 5 (UCI mfeat
-    0.913 -> 0.940, MSRC-v1 0.72 -> 0.92); in the seed-0 exploration it fell on 5 of the 7 sets
-    with K > 10 (ORL, K = 40: 0.88 -> 0.76), where the extra eigenvectors carry noise.  Late
-    fusion's d = 2k is the same observation.
+    columns the mean ACC rose on 14 of the 21 sets with K <= 10 and fell on 5 (UCI mfeat
+    0.913 -> 0.940, MSRC-v1 0.72 -> 0.92, ACM 0.80 -> 0.72); in the seed-0 exploration it fell
+    on 5 of the 7 sets with K > 10 (ORL, K = 40: 0.88 -> 0.76), where the extra eigenvectors
+    carry noise.  Late fusion's d = 2k is the same observation.
     """
     d = 2 * n_clusters if n_clusters <= WIDE_EMBEDDING_MAX_K else n_clusters
     return int(max(n_clusters, min(d, n_landmarks)))
@@ -339,14 +339,14 @@ def compare_with_uniform(stack: np.ndarray, learned, n_clusters: int, *, normali
                          random_state: int | None = 0) -> dict[str, Any]:
     """How far the learned weights move the landmark clustering away from uniform weights.
 
-    SimpleMKKM's weights do not always pay: on the shared multi-view sets learned and uniform
-    weights each won on about half (bench/RESULTS.md, quality section), and no unsupervised
-    quantity measured there (the K-th eigen-gap, PEP, silhouette, this agreement) told the
-    winner in more than 15 of 25 sets.  What can be known without labels is whether the choice
-    matters: the landmarks are clustered with both combined kernels (one more eigensolve of the
-    uniform kernel, k-means on n rows) and the two partitions compared.  It is a diagnostic,
-    not a warning: the partitions differ (ARI < 0.8) on 24 of the 28 shared sets, where each
-    weighting won about as often.
+    SimpleMKKM's weights do not always pay: on the 28 shared multi-view sets learned weights
+    won on 17, uniform weights on 6, 5 ties (bench/RESULTS.md, quality section), and no
+    unsupervised quantity measured there (the K-th eigen-gap, PEP, silhouette, this agreement)
+    told the winner in more than 15 of 25 sets.  What can be known without labels is whether
+    the choice matters: the landmarks are clustered with both combined kernels (one more
+    eigensolve of the uniform kernel, k-means on n rows) and the two partitions compared.  It
+    is a diagnostic, not a warning: the partitions differ (ARI < 0.8) on 24 of the 28 sets,
+    whichever weighting won there.
 
     Parameters
     ----------
