@@ -299,13 +299,13 @@ def as_views(X: Any, *, min_samples: int = 1) -> dict[str, Any]:
             f"Expected a 2-D array (n_samples, n_features), got a 1-D array of shape {X.shape}: view "
             "'view0' must be 2-D. Reshape your data either using array.reshape(-1, 1) if it has a single "
             "feature or array.reshape(1, -1) if it is a single sample.")
-    if isinstance(X, Mapping):
+    if _is_sparse(X):  # before Mapping: a scipy.sparse DOK matrix is a dict of (row, column) keys
+        items = [("view0", X)]
+    elif isinstance(X, Mapping):
         items = list(X.items())
         for key, _ in items:
             if not isinstance(key, str):
                 raise InputValidationError(f"view names must be strings, got {key!r} ({type(key).__name__}).")
-    elif _is_sparse(X):
-        items = [("view0", X)]
     elif isinstance(X, (list, tuple)) and len(X) > 0 and all(
         hasattr(v, "shape") or isinstance(v, Sequence) for v in X
     ) and not _looks_like_single_table(X):
