@@ -99,8 +99,9 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
     report : bool, default=True
         Write the run report (``<store>.report.html``) and link it from the summary artifact.
     method : str, default=DEFAULT_METHOD ("mkc")
-        A registered method (``mkdist.available_methods()``); its stage plan decides which
-        stage tasks run.
+        A registered method (``mkdist.available_methods()``), or "auto" (chosen from the
+        input's shape when the store opens, recorded in it: ``mkdist.choose_method``); its
+        stage plan decides which stage tasks run.
     options : dict, optional
         Parameters of the method's estimator (``weights``, ``scale``, ...), ``method_params``,
         or ``write_kernel_blocks`` (see ``mkdist.pipeline.RunConfig.from_options``).

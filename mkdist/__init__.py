@@ -8,7 +8,7 @@ Public API
 ----------
 Estimators : MultipleKernelClustering, NystromSpectralClustering, RFFKernelPowerKMeans,
              MultiViewRFFPowerKMeans, LateFusionClustering (the method registry:
-             available_methods, get_method)
+             available_methods, get_method; choose_method, the rule of method="auto")
 Pipeline   : cluster, assign, load_views, load_estimator, RunConfig, ClusterResult
              (and the stage functions in mkdist.pipeline)
 Functions  : simple_mkkm, average_kernel_kmeans, embed, spectral_diagnostics, kmeans,
@@ -30,7 +30,7 @@ from ._late_fusion import LateFusionClustering
 from ._io import load_views
 from ._kernels import STANDARD_KERNEL_SETS, FittedKernel, KernelSpec, rbf_grid
 from ._kmeans import KMeansResult, kmeans
-from ._methods import available_methods, get_method
+from ._methods import MethodChoice, available_methods, choose_method, get_method
 from ._pep import principal_eigenvalue_proportion
 from ._simplemkkm import SimpleMKKMResult, average_kernel_kmeans, simple_mkkm
 from .datasets import make_multiview_blobs
@@ -50,6 +50,8 @@ __all__ = [
     "LateFusionClustering",
     "available_methods",
     "get_method",
+    "choose_method",
+    "MethodChoice",
     "principal_eigenvalue_proportion",
     "default_n_landmarks",
     "cluster",

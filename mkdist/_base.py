@@ -94,6 +94,7 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = True  # scipy.sparse views are densified (mkdist._validation)
         tags.non_deterministic = False
         return tags
 

@@ -9,7 +9,7 @@ from numbers import Integral
 from typing import Any
 
 from ._kernels import KernelSpec
-from ._methods import DEFAULT_METHOD, available_methods, get_method
+from ._methods import AUTO_METHOD, DEFAULT_METHOD, available_methods, choose_method, get_method
 from ._validation import Interval, collect_constraints, validate_params
 from .errors import InputValidationError
 
@@ -37,7 +37,8 @@ class RunConfig:
     ----------
     n_clusters : int
     method : str, default=DEFAULT_METHOD ("mkc")
-        A registered method (``mkdist.available_methods()``).
+        A registered method (``mkdist.available_methods()``), or "auto": the method is chosen
+        from the input's shape when the run opens (:meth:`resolve`, ``mkdist.choose_method``).
     random_state : int or None, default=None
         One seed for every random step of the run; None draws one when the run is opened
         (and a resumed run adopts the stored one).
@@ -48,6 +49,9 @@ class RunConfig:
     write_kernel_blocks : bool, default=False
         Also store every partial kernel block P_p (N x n x m values: 24 GB in float32 for
         N = 1M, n = 1000, m = 6), for methods that offer it (``optional_stages``).
+    auto : dict or None, default=None
+        Set by :meth:`resolve` for ``method="auto"``: the chosen method, the parameters the
+        rule set, the reason and the facts of the data it decided on (stored with the run).
     """
 
     n_clusters: int
@@ -55,6 +59,7 @@ class RunConfig:
     random_state: int | None = None
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     write_kernel_blocks: bool = False
+    auto: dict[str, Any] | None = None
 
     @classmethod
     def from_options(cls, **options: Any) -> RunConfig:
@@ -67,8 +72,13 @@ class RunConfig:
         options = dict(options)
         fields = {f.name for f in dataclasses.fields(cls)}
         method = options.get("method") or DEFAULT_METHOD
-        est_cls = get_method(method)
-        accepted = set(est_cls().get_params()) - {"n_clusters", "random_state"}
+        if method == AUTO_METHOD:
+            # Any method's parameter may be given; the chosen method's constraints check them
+            # when the run opens (``resolve``).
+            accepted = {p for m in available_methods() for p in get_method(m)().get_params()}
+        else:
+            accepted = set(get_method(method)().get_params())
+        accepted -= {"n_clusters", "random_state"}
         params = dict(options.pop("params", None) or {})
         method_params = dict(options.pop("method_params", None) or {})
         unknown = sorted(set(method_params) - accepted)
@@ -102,7 +112,31 @@ class RunConfig:
 
     @property
     def estimator_class(self) -> type:
+        if self.method == AUTO_METHOD:
+            raise InputValidationError('method="auto" is resolved from the input first (RunConfig.resolve).')
         return get_method(self.method)
+
+    def resolve(self, views: Mapping[str, Any]) -> RunConfig:
+        """For ``method="auto"``: choose the method from the input, in place; returns self.
+
+        The rule's parameters come first, the user's own override them; both must be
+        parameters of the chosen method.  The choice, its reason and the facts behind it are
+        kept in ``auto`` (stored with the run).  Deterministic for a given input (the facts
+        are read from its first rows), so a resumed run resolves to the same method.
+        """
+        if self.method != AUTO_METHOD:
+            return self
+        choice = choose_method(views, self.n_clusters)
+        accepted = set(get_method(choice.method)().get_params())
+        refused = sorted(set(self.params) - accepted)
+        if refused:
+            raise InputValidationError(
+                f'method="auto" chose {choice.method!r} ({choice.reason}), which does not take {refused}; '
+                f"its parameters are {sorted(accepted - {'n_clusters', 'random_state'})}.")
+        self.method = choice.method
+        self.params = {**{k: _plain(v) for k, v in choice.params.items()}, **self.params}
+        self.auto = choice.to_json()
+        return self
 
     def make_estimator(self):
         """The method's estimator with this run's parameters (the method's ``run_defaults`` first)."""
@@ -111,7 +145,10 @@ class RunConfig:
         return cls(n_clusters=self.n_clusters, random_state=self.random_state, **params)
 
     def check_params(self) -> None:
-        """Check the method's parameters against its constraint table (no input needed)."""
+        """Check the method's parameters against its constraint table (no input needed;
+        ``method="auto"`` is checked once :meth:`resolve` has chosen)."""
+        if self.method == AUTO_METHOD:
+            return
         est = self.make_estimator()
         validate_params(collect_constraints(type(est), "_param_constraints"), est.get_params(deep=False))
 

@@ -120,6 +120,9 @@ def inspect_markdown(info: dict) -> str:
     if info.get("cleaned") is not None:
         lines.append(f"cleaned: {len(info['cleaned'])} leftover(s) of crashed writes removed")
         lines += [f"  {p}" for p in info["cleaned"]]
+    auto = (info["attrs"].get("params") or {}).get("auto")
+    if auto:
+        lines.append(f"method chosen by auto: {auto['method']} {auto['params']} -- {auto['reason']}")
     model = info.get("model")
     if model:
         lines.append("model:")
@@ -133,6 +136,11 @@ def inspect_markdown(info: dict) -> str:
         for k in ("lambda_K", "min_gap_ratio", "relative_gap_K"):
             if k in diag:
                 lines.append(f"  {k:<14} {_fmt(diag[k])}")
+        check = diag.get("weights_check")
+        if check:
+            verdict = ("agree" if check["agree"] else
+                       "DIFFER: the choice of weights matters here; compare with weights='uniform'")
+            lines.append(f"  learned vs uniform weights: landmark partitions ARI {check['ari']:.2f} ({verdict})")
         pep = model.get("pep")
         if pep:
             t = pep.get("t") or "K"

@@ -31,7 +31,7 @@ from ._config import ClusterResult, RunConfig
 from ._drift import check_thresholds, drift_statistics
 from ._io import check_labels_out, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
 from ._kmeans import assign_with_distance
-from ._methods import DEFAULT_METHOD, get_method
+from ._methods import AUTO_METHOD, DEFAULT_METHOD, get_method
 from ._sampling import gather_rows
 from ._state import dataset_to_state, state_to_dataset, to_jsonable
 from .errors import DamagedStoreError, InputValidationError
@@ -246,7 +246,7 @@ def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool 
     checked against the input's metadata (shapes, views); a store that holds another run is
     refused unless ``overwrite``, as is a store another live run is writing (even with
     ``overwrite``).  ``config.random_state=None`` adopts the seed of a stored run of the same
-    input (to resume it).
+    input (to resume it); ``config.method="auto"`` is resolved to a method here (in place).
 
     Returns
     -------
@@ -264,6 +264,10 @@ def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool 
     from mkdist.storage import RunStore
 
     views = load_views(views)
+    if config.method == AUTO_METHOD:
+        config.resolve(views)
+        config.check_params()
+        logger.info("method='auto' chose %r: %s", config.method, config.auto["reason"])
     config.validate(views)
     fingerprint = views_fingerprint(views)
     existing = None
@@ -617,7 +621,10 @@ def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_land
     random_state : int, optional
         One seed for the run (stored; drawn when None).
     method : str, default=DEFAULT_METHOD ("mkc")
-        A registered method (``mkdist.available_methods()``).
+        A registered method (``mkdist.available_methods()``), or "auto": the method and its
+        kernels are chosen from the input's shape by :func:`mkdist.choose_method`; the choice
+        and its reason are stored with the run (``store.params["auto"]``, shown by
+        ``mkdist inspect``).
     overwrite : bool, default=False
         Replace a store that holds a different run.
     progress : bool, default=False

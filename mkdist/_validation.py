@@ -207,16 +207,35 @@ def collect_constraints(cls: type, attr: str = "_param_constraints") -> dict[str
 
 
 # ============================================================================ input views
-def _reject_sparse(name: str, value: Any) -> None:
-    if type(value).__module__.startswith("scipy.sparse"):
-        raise TypeError(
-            f"view {name!r} is a sparse matrix; sparse input is not supported: pass a dense array "
-            "(X.toarray())."
-        )
+#: A scipy.sparse view is densified when its dense form takes at most this many bytes.
+SPARSE_DENSIFY_MAX_BYTES = 2 * 2**30
+
+
+def _is_sparse(value: Any) -> bool:
+    return type(value).__module__.startswith("scipy.sparse")
+
+
+def _densify_sparse(name: str, value: Any) -> np.ndarray:
+    """A scipy.sparse view as a dense array (float32 unless it is float64).
+
+    Every kernel mkdist computes is a dense block against dense landmarks (sparse x dense
+    products save nothing once a kernel's (b, n) block is formed), and the shared text and graph
+    sets hold at most 10,000 x 5,000 values: densifying is the simple, exact route.  Views too
+    large for it are refused with what to do instead.
+    """
+    dtype = np.float64 if value.dtype == np.float64 else np.float32
+    nbytes = int(value.shape[0]) * int(value.shape[1]) * np.dtype(dtype).itemsize
+    if nbytes > SPARSE_DENSIFY_MAX_BYTES:
+        raise InputValidationError(
+            f"view {name!r} is a scipy.sparse matrix of shape {value.shape}: dense it would take "
+            f"{nbytes / 2**30:.1f} GiB (more than {SPARSE_DENSIFY_MAX_BYTES / 2**30:.0f} GiB); reduce its columns "
+            "first (e.g. sklearn.decomposition.TruncatedSVD) or pass it as a chunked Dask array.")
+    return np.asarray(value.toarray(), dtype=dtype)
 
 
 def _to_array(name: str, value: Any) -> Any:
-    _reject_sparse(name, value)
+    if _is_sparse(value):
+        value = _densify_sparse(name, value)
     if is_dask_array(value) or isinstance(value, np.ndarray):
         arr = value
     else:
@@ -272,15 +291,17 @@ def as_views(X: Any, *, min_samples: int = 1) -> dict[str, Any]:
     Returns
     -------
     views : dict of str to ndarray or dask.array.Array
-        Every view has the same number of rows. Arrays are not copied.
+        Every view has the same number of rows. Arrays are not copied (a scipy.sparse view
+        is densified: see ``_densify_sparse``).
     """
-    _reject_sparse("view0", X)
     if getattr(X, "ndim", None) == 1:
         raise InputValidationError(
             f"Expected a 2-D array (n_samples, n_features), got a 1-D array of shape {X.shape}: view "
             "'view0' must be 2-D. Reshape your data either using array.reshape(-1, 1) if it has a single "
             "feature or array.reshape(1, -1) if it is a single sample.")
-    if isinstance(X, Mapping):
+    if _is_sparse(X):  # before Mapping: a scipy.sparse DOK matrix is a dict of (row, column) keys
+        items = [("view0", X)]
+    elif isinstance(X, Mapping):
         items = list(X.items())
         for key, _ in items:
             if not isinstance(key, str):

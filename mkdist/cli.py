@@ -205,10 +205,11 @@ def _cluster_options(fn):
 @click.option("--n-clusters", type=click.IntRange(min=1), help="Number of clusters K (or in --config).")
 @click.option("--config", "config_path", default=None, help="TOML/JSON/YAML file of run options.")
 @click.option("--n-landmarks", type=click.IntRange(min=1), default=None)
-@click.option("--kernels", default=None, help="Kernel set name (rbf-grid, rbf, mkkm12, ...).")
+@click.option("--kernels", default=None, help="Kernel set name (auto, rbf-grid, rbf, mkkm12, ...).")
 @click.option("--method", default=None,
-              help="A registered method (see `mkdist methods`; default mkc); estimator parameters go "
-                   "in --config (top level or under method_params).")
+              help="A registered method (see `mkdist methods`; default mkc), or auto (chosen from the "
+                   "data's shape, recorded in the store); estimator parameters go in --config (top level "
+                   "or under method_params).")
 @click.option("--random-state", type=click.IntRange(min=0), default=None)
 @click.option("--label-key", default=None, help="Variable holding true labels: adds ACC/NMI to the metrics.")
 @click.option("--labels-out", default=None, help="Also write id, cluster, distance per row as Parquet here.")

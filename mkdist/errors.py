@@ -85,3 +85,4 @@ class EmbeddingStabilityWarning(RuntimeWarning):
 
 class DegenerateKernelWarning(RuntimeWarning):
     """A base kernel carries (almost) no cluster structure and was dropped or down-weighted."""
+

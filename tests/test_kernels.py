@@ -147,3 +147,16 @@ def test_bandwidths_a_power_of_two_apart_share_one_exp(data, dtype, monkeypatch)
     for i, k in enumerate(ks):
         ref = np.exp(-d2 / (2 * k.sigma**2)) if k.kind == "rbf" else np.exp(-np.sqrt(d2) / k.sigma)
         np.testing.assert_allclose(blocks[i], ref, **tol)
+
+
+def test_auto_kernel_set_gives_sparse_views_the_cosine_kernel():
+    rng = np.random.default_rng(0)
+    dense = rng.normal(size=(50, 4))
+    words = (rng.random((50, 300)) < 0.02) * rng.integers(1, 5, (50, 300))  # 2% non-zero: a text view
+    specs = resolve_kernel_specs("auto", ["d", "w"], {"d": dense, "w": words.astype(float)})
+    assert [(s.view, s.kind) for s in specs] == [("d", "rbf")] * 3 + [("w", "cosine")]
+    assert [s.multiplier for s in specs[:3]] == [0.5, 1.0, 2.0]
+    # Without rows (a parameter check), every view counts as dense.
+    assert [s.kind for s in resolve_kernel_specs("auto", ["d", "w"])] == ["rbf"] * 6
+    with pytest.raises(InputValidationError, match="unknown kernel set 'nope'.*'auto'"):
+        resolve_kernel_specs("nope", ["d"])

@@ -14,11 +14,12 @@ def test_fit_recovers_clusters_and_predict_agrees(blobs):
     m = MultipleKernelClustering(3, n_landmarks=60, random_state=0).fit(views)
     assert clustering_accuracy(y, m.labels_) == 1.0
     np.testing.assert_array_equal(m.predict(views), m.labels_)
-    assert m.transform(views).shape == (len(y), 3)
+    # K = 3 <= 10: the default embedding has 2K columns (default_embedding_dim).
+    assert m.transform(views).shape == (len(y), 6)
     assert m.kernel_weights_.shape == (6,) and m.kernel_weights_.sum() == pytest.approx(1)
     assert m.landmark_indices_.shape == (60,)
-    assert m.cluster_centers_.shape == (3, 3)
-    assert m.eigenvalues_.shape == (4,)
+    assert m.cluster_centers_.shape == (3, 6)
+    assert m.eigenvalues_.shape == (7,)
     assert len(m.objective_history_) == m.n_iter_ + 1
     assert {"lambda_K", "eigengaps", "gap_threshold", "min_gap_ratio", "relative_gap_K"} <= set(m.diagnostics_)
     assert m.diagnostics_["gap_threshold"] == pytest.approx(4 / np.sqrt(60))
@@ -140,12 +141,17 @@ def test_fused_embedding_equals_reference(blobs, center, normalize):
 
 
 def test_embedding_dim_widens_the_embedding(blobs):
+    from mkdist._mkc import default_embedding_dim
+
+    assert [default_embedding_dim(k, 1000) for k in (2, 10, 11, 40)] == [4, 20, 11, 40]
+    assert default_embedding_dim(10, 15) == 15 and default_embedding_dim(3, 3) == 3  # at most n landmarks
     views, y = blobs
-    m = MultipleKernelClustering(3, n_landmarks=60, embedding_dim=6, random_state=0).fit(views)
-    assert m.transform(views).shape == (len(y), 6) and m.cluster_centers_.shape == (3, 6)
+    m = MultipleKernelClustering(3, n_landmarks=60, embedding_dim=5, random_state=0).fit(views)
+    assert m.transform(views).shape == (len(y), 5) and m.cluster_centers_.shape == (3, 5)
     assert clustering_accuracy(y, m.labels_) == 1.0
     # the weights are the same SimpleMKKM fit; only the embedding is wider
-    base = MultipleKernelClustering(3, n_landmarks=60, random_state=0).fit(views)
+    base = MultipleKernelClustering(3, n_landmarks=60, embedding_dim=3, random_state=0).fit(views)
+    assert base.transform(views).shape == (len(y), 3)
     np.testing.assert_allclose(m.kernel_weights_, base.kernel_weights_)
     assert len(m.summary()["spectrum"]["values"]) >= 7
     with pytest.raises(InputValidationError, match="embedding_dim=2 must be >= n_clusters=3"):
@@ -164,3 +170,39 @@ def test_collapsed_weights_are_reported():
         warnings.simplefilter("error")
         _warn_collapsed_weights(np.array([0.4, 0.6]), ["a", "b"], "simplemkkm")
         _warn_collapsed_weights(np.array([0.0, 1.0]), ["a", "b"], "uniform")
+
+
+def test_scipy_sparse_views_are_densified_and_match_dense_input(blobs):
+    import scipy.sparse
+
+    views, y = blobs
+    sparse = [scipy.sparse.csr_matrix(np.where(np.abs(v) > 1.0, v, 0.0)) for v in views]
+    dense = [s.toarray() for s in sparse]
+    a = MultipleKernelClustering(3, kernels="auto", n_landmarks=60, random_state=0).fit(sparse)
+    b = MultipleKernelClustering(3, kernels="auto", n_landmarks=60, random_state=0).fit(dense)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    np.testing.assert_array_equal(a.predict(sparse), b.predict(dense))
+
+
+def test_sparse_view_too_large_to_densify_is_refused(monkeypatch):
+    import scipy.sparse
+
+    from mkdist import _validation
+
+    monkeypatch.setattr(_validation, "SPARSE_DENSIFY_MAX_BYTES", 1000)
+    X = scipy.sparse.random(100, 50, density=0.01, format="csr", random_state=0)
+    with pytest.raises(InputValidationError, match=r"scipy.sparse matrix of shape \(100, 50\).*TruncatedSVD"):
+        MultipleKernelClustering(3).fit(X)
+
+
+def test_learned_weights_are_compared_with_uniform_weights(blobs):
+    views, _ = blobs
+    m = MultipleKernelClustering(3, n_landmarks=60, random_state=0).fit(views)
+    check = m.diagnostics_["weights_check"]
+    # Well-separated blobs: both weightings find the same landmark partition.
+    assert check["ari"] == pytest.approx(1.0) and check["agree"] is True
+    # SimpleMKKM minimises J, which starts at the uniform weights.
+    assert check["objective_learned"] <= check["objective_uniform"] + 1e-9
+    assert "weights_check" in m.summary()["diagnostics"]
+    assert "weights_check" not in MultipleKernelClustering(3, n_landmarks=60, weights="uniform",
+                                                           random_state=0).fit(views).diagnostics_
