@@ -61,7 +61,7 @@ def top_eigenpairs(K: np.ndarray, k: int, *, vectors: bool = True):
     Lanczos (ARPACK, ``which="LA"``, tol 1e-10, fixed start vector) when n >= 64 and
     k <= n / 4; otherwise, or when ARPACK does not converge, LAPACK ``syevr`` through
     ``eigh(subset_by_index=...)``, whose count is checked because it can return fewer
-    pairs on ties (then the full solver).
+    pairs on ties (then the full solver, as when syevr fails outright on a degenerate spectrum).
     """
     n = K.shape[0]
     k = min(k, n)
@@ -80,8 +80,15 @@ def top_eigenpairs(K: np.ndarray, k: int, *, vectors: bool = True):
     if k >= n:
         res = scipy.linalg.eigh(K, eigvals_only=not vectors, check_finite=False)
     else:
-        res = scipy.linalg.eigh(K, eigvals_only=not vectors, subset_by_index=[n - k, n - 1], check_finite=False)
-        count = (res if not vectors else res[0]).shape[0]
+        try:
+            res = scipy.linalg.eigh(K, eigvals_only=not vectors, subset_by_index=[n - k, n - 1],
+                                    check_finite=False)
+            count = (res if not vectors else res[0]).shape[0]
+        except np.linalg.LinAlgError:
+            # syevr stops with "Internal Error" on some massively degenerate spectra (a centred
+            # kernel of identical off-diagonal entries: n - 1 equal eigenvalues); the full
+            # divide-and-conquer solver handles them.
+            count = -1
         if count != k:
             res = scipy.linalg.eigh(K, eigvals_only=not vectors, check_finite=False)
     if not vectors:
