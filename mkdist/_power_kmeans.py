@@ -1045,22 +1045,11 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
         Feature scaling per view, estimated on the init sample and folded into the
         frequencies (no scaled copy of X is made).  None uses the features as given.
     n_init : int, default=10
-        Restarts of the whole power k-means on the init sample (all rows when N <= 20,000),
-        each with its own random frequencies, its own k-means start (best of
-        ``START_KMEANS_N_INIT`` = 10 k-means++ runs on its features) and its own annealing;
-        one is kept by ``restart_selection`` and, when the sample is not all rows, refined
-        by passes over all rows.  Restarts cost no pass over the data.  ``n_init=1`` is one
-        run.  The random frequencies, more than the start, decide which partition a run
-        reaches (bench/RESULTS.md, "Seeds"): restarts that redraw them make the seed matter
-        little.
+        Restarts of the whole power k-means on the init sample, each with its own
+        frequencies, k-means start and annealing (see :class:`MultiViewRFFPowerKMeans`).
     restart_selection : {"agreement", "objective"}, default="agreement"
-        Which restart is kept.  "agreement": the one whose partition of the sample agrees
-        best with the others' (highest mean adjusted Rand index: the medoid of the
-        partitions; between two restarts the lower objective).  "objective": the lowest
-        final objective, sum_i min_j C_ij (+ lambda sum_l alpha_l log alpha_l for the
-        multi-view model) -- the function every run anneals towards (s -> -infinity).  The
-        objective hardly tracks the partitions' accuracy across restarts (rank correlation
-        0.05 on hw2sources, negative on mfeat), the agreement does: see bench/RESULTS.md.
+        Which restart is kept: the medoid of their partitions or the lowest final objective
+        (see :class:`MultiViewRFFPowerKMeans`).
     random_state : int, RandomState or None, default=None
         Seeds the init sample, the bandwidth sample and one seed per restart, from which a
         restart draws its frequencies and its k-means start (one integer seed per fit: None
@@ -1231,9 +1220,9 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
         ``START_KMEANS_N_INIT`` = 10 k-means++ runs on its features) and its own annealing;
         one is kept by ``restart_selection`` and, when the sample is not all rows, refined
         by passes over all rows.  Restarts cost no pass over the data.  ``n_init=1`` is one
-        run.  The random frequencies, more than the start, decide which partition a run
-        reaches (bench/RESULTS.md, "Seeds"): restarts that redraw them make the seed matter
-        little.
+        run.  Restarts that shared the frequencies reached nearly the same partition, while
+        other frequencies moved ACC by up to 0.2 (hw2sources), so each restart redraws them
+        (bench/RESULTS.md, "Seeds").
     restart_selection : {"agreement", "objective"}, default="agreement"
         Which restart is kept.  "agreement": the one whose partition of the sample agrees
         best with the others' (highest mean adjusted Rand index: the medoid of the
