@@ -2,6 +2,7 @@
 ``MultiViewRFFPowerKMeans`` (IP-RFF-MKPKM) and ``RFFKernelPowerKMeans`` (RFF-KPKM), printing JSON.
 
     python bench/bench_power_kmeans.py --part mfeat [--seeds 10]
+    python bench/bench_power_kmeans.py --part seeds [--seeds 10] [--data hw2sources,...] [--settings ...]
     python bench/bench_power_kmeans.py --part scale [--n 1000000] [--variants]   # --n 100000: quick
 
 ``mfeat``: UCI multiple features, the paper's HW2 setting (2000 points, 10 classes, two views
@@ -29,6 +30,14 @@ features as stored.  Scores (ACC, NMI, ARI: mean/std/min/max over seeds) and fit
 * ``investigation``: why the defaults are below the paper: s0 grid x scale, lambda grid,
   bandwidth rule, the baselines with feature scaling, and the best IP setting found (highest
   mean ACC over all IP configurations run; chosen on the labels, as the paper's grid search).
+
+``seeds``: how much the seed decides.  ACC mean / std / min / max over ``--seeds`` seeds on
+``SEED_SETS`` (mfeat HW2 = pix + fac as above, and the shared multi-view files hw2sources,
+uci_digit3, scene15, mnist4, wikipedia, ccv; k = their number of classes) for the settings
+"mv defaults" (``MultiViewRFFPowerKMeans(k)``), "mv scale='standard'", "mv
+restart_selection='objective'" (keep the lowest-objective restart), "mv n_init=1" (one
+run, no restart), "mv n_init=1 scale='standard'" (one run each: the scaling's effect at a
+tenth of the cost) and "plain defaults" (``RFFKernelPowerKMeans(k)`` on the view list).
 
 ``scale``: workload W1 of ``bench_pipeline.py`` (its Zarr input, its ``w1_input``), two
 workers x 1 thread on ``LocalCluster(host="127.0.0.1")``, a fresh cluster per estimator (peak
@@ -64,7 +73,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
-from _common import emit, load_mfeat, machine, timed  # noqa: E402
+from _common import SHARED_DATA, emit, load_mfeat, machine, timed  # noqa: E402
 from sklearn.cluster import KMeans  # noqa: E402
 
 from mkdist import MultipleKernelClustering  # noqa: E402
@@ -274,6 +283,58 @@ def part_mfeat(args) -> dict:
     return out
 
 
+# ----------------------------------------------------------------------------- seeds
+#: The multi-view sets of ``--part seeds``: mfeat's HW2 pair and the shared multi-view files
+#: with dense, not-too-wide views (n from 2,000 to 6,773, 2-3 views, k from 4 to 20).
+SEED_SETS = ("mfeat-hw2", "hw2sources", "uci_digit3", "scene15", "mnist4", "wikipedia", "ccv")
+
+
+def load_views(name: str):
+    """The views (list of float64 arrays) and labels of a ``SEED_SETS`` entry."""
+    if name == "mfeat-hw2":
+        views, y = load_mfeat()
+        return [views[3], views[1]], y
+    d = np.load(SHARED_DATA / "multiview" / f"{name}.npz")
+    return [np.asarray(d[f"view{i}"], dtype=np.float64)
+            for i in range(sum(f.startswith("view") for f in d.files))], d["y"]
+
+
+def part_seeds(args) -> dict:
+    """Mean / std of ACC over seeds: MultiViewRFFPowerKMeans with its defaults, standardised,
+    with one run (``n_init=1``, no restart); RFFKernelPowerKMeans with its defaults."""
+    seeds = list(range(args.seeds))
+    names = args.data.split(",") if args.data else list(SEED_SETS)
+    settings = {
+        "mv defaults": lambda k, s: MultiViewRFFPowerKMeans(k, random_state=s),
+        "mv scale='standard'": lambda k, s: MultiViewRFFPowerKMeans(k, scale="standard", random_state=s),
+        "mv restart_selection='objective'": lambda k, s: MultiViewRFFPowerKMeans(
+            k, restart_selection="objective", random_state=s),
+        "mv n_init=1": lambda k, s: MultiViewRFFPowerKMeans(k, n_init=1, random_state=s),
+        "mv n_init=1 scale='standard'": lambda k, s: MultiViewRFFPowerKMeans(k, n_init=1, scale="standard",
+                                                                             random_state=s),
+        "plain defaults": lambda k, s: RFFKernelPowerKMeans(k, random_state=s),
+    }
+    chosen = args.settings.split(",") if args.settings else list(settings)
+    out = {"seeds": seeds, "settings": chosen, "data": {}}
+    for name in names:
+        X, y = load_views(name)
+        k = int(y.max()) + 1
+        res = {"n": int(len(y)), "k": k, "view_dims": [int(v.shape[1]) for v in X]}
+        for setting in chosen:
+            r = evaluate(lambda s: settings[setting](k, s), X, y, seeds)
+            res[setting] = {"acc_mean": r["acc"]["mean"], "acc_std": r["acc"]["std"],
+                            "acc_min": r["acc"]["min"], "acc_max": r["acc"]["max"],
+                            "nmi_mean": r["nmi"]["mean"], "fit_s_median": r["fit_s"]["median"],
+                            "acc_per_seed": [round(row["acc"], 4) for row in r["per_seed"]]}
+            print(f"[seeds] {name} {setting}: acc {r['acc']['mean']:.3f} ({r['acc']['std']:.3f})",
+                  file=sys.stderr, flush=True)
+        out["data"][name] = res
+    out["table"] = [{"data": name, "setting": setting, "acc_mean": round(v[setting]["acc_mean"], 3),
+                     "acc_std": round(v[setting]["acc_std"], 3)}
+                    for name, v in out["data"].items() for setting in chosen]
+    return out
+
+
 # ----------------------------------------------------------------------------- scale
 def task_summary(records) -> dict:
     from dask.utils import key_split
@@ -319,7 +380,9 @@ def run_dask(make, src, y) -> dict:
         out.update(n_iter=est.n_iter_, s0=est.s0_, s_final=est.s_, converged=bool(est.diagnostics_["converged"]),
                    view_weights=[float(a) for a in est.view_weights_],
                    bandwidths=[float(b) for b in est.bandwidths_], n_components=est.n_components_,
-                   timings=est.diagnostics_["timings"])
+                   timings=est.diagnostics_["timings"],
+                   restarts={key: est.diagnostics_["restarts"][key]
+                             for key in ("rows", "selection", "best", "n_iter", "agreement", "final_objective")})
     else:
         out.update(n_iter=int(est.n_iter_), timings=est.diagnostics_["timings"])
     return out
@@ -356,9 +419,11 @@ def part_scale(args) -> dict:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--part", required=True, choices=["mfeat", "scale"])
+    ap.add_argument("--part", required=True, choices=["mfeat", "seeds", "scale"])
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--data", default="", help="seeds: comma-separated sets (default: SEED_SETS)")
+    ap.add_argument("--settings", default="", help="seeds: comma-separated settings (default: all)")
     ap.add_argument("--variants", action="store_true",
                     help="scale: also IP-RFF-MKPKM with lambda scaled to N and RFF-MKPKM with alpha 1/2")
     args = ap.parse_args()

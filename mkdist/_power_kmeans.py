@@ -3,6 +3,11 @@
 Algorithm 1 (RFF-KPKM) and Algorithm 2 (IP-RFF-MKPKM, eq. 20-31) of the RFF power k-means
 seed (``seeds/rff-kernel-power-kmeans.txt``; see ``docs/algorithms.md`` section 4).
 
+A fit runs ``n_init`` restarts in memory on the init sample (each its own random frequencies,
+k-means start and annealing), keeps one (``restart_selection``) and, when the sample is not
+all rows, refines it by passes over all rows from its final centroids and power, as the
+MKC k-means does (``mkdist._kmeans``): restarts cost no pass over the data.
+
 Every iteration is one pass over the rows through the row engine (:class:`RowBlocks`).  A
 row block's random Fourier features are computed once and kept between passes when they fit
 a memory budget: NumPy input within ``FEATURE_CACHE_BYTES``; Dask input as a persisted Dask
@@ -34,6 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import adjusted_rand_score
 
 from ._base import MkdistEstimator, resolve_seed
 from ._blocks import RowBlocks
@@ -89,6 +95,16 @@ FEATURE_PERSIST_FRACTION = 0.25
 #: or a cluster vanished).  See ``_fit_loop``.
 OBJECTIVE_RTOL = 1e-5
 
+#: k-means++ runs (scikit-learn ``KMeans`` n_init) behind the start of each power k-means
+#: restart; the restarts themselves are the estimator's ``n_init``.
+START_KMEANS_N_INIT = 10
+
+#: Rows of the init sample (all when it has fewer) that the k-means of a restart's start
+#: runs on: best-of-10 k-means on all 20,000 rows was 80% of a restart's time (11 of 14 s on
+#: W1), and a start needs centroids, not a partition of the sample (500 rows per cluster at
+#: k = 10).  The typicality and s0 are then taken over the whole sample.
+START_SAMPLE_SIZE = 5_000
+
 #: s0="auto" is -S0_GAP_FACTOR / median_i(log C_i(2) - log C_i(1)), with C_i(1) <= C_i(2)
 #: the two smallest assignment costs of point i at the k-means start (see Notes).
 S0_GAP_FACTOR = 1.0
@@ -102,6 +118,8 @@ LAM_PER_POINT = 100.0 / 2000.0
 #: The bandwidth rules of ``bandwidth`` (see ``mkdist._kernels.bandwidth_statistic``).
 _BANDWIDTH_RULES = ("median", "mean")
 _D_RULES = ("main", "appendix")
+#: The rules of ``restart_selection`` (see ``_select_restart``).
+_RESTART_RULES = ("agreement", "objective")
 
 
 def default_n_components(n_clusters: int, rule: str = "main") -> int:
@@ -305,6 +323,18 @@ def _row_features(blocks: list, features: _FeatureMap) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- fit helpers
+def _feature_map_of(frequencies: Sequence[np.ndarray], centers: Sequence[np.ndarray],
+                    scales: Sequence[np.ndarray]) -> _FeatureMap:
+    """The passes' feature map of frequencies W_l (d_l, D) in the scaled coordinates
+    x -> (x - center) / scale, the scaling folded into the projections."""
+    projections, offsets = [], []
+    for W, c, sc in zip(frequencies, centers, scales):
+        P = W / sc[:, None]
+        projections.append(np.ascontiguousarray(P))
+        offsets.append(-(c @ P))
+    return _FeatureMap(tuple(projections), tuple(offsets), FEATURE_DTYPE)
+
+
 def _view_features(rows: RowBlocks, features: _FeatureMap) -> list:
     """phi_l of every row in ``features.dtype``, one map per view over that view's rows only
     (NumPy or lazy Dask; a Dask map checks its chunks for NaN/inf)."""
@@ -501,9 +531,125 @@ def _fit_loop(rows: RowBlocks, model: _Model, *, s0: float, annealing: float, an
         if (shift <= tol or (stalled and tol > 0)) and not merged and not vanished.any():
             converged = True
             break
-    return {"model": model, "s_history": np.asarray(s_hist), "objective_history": np.asarray(obj_hist),
-            "n_iter": n_iter, "n_merged_iterations": n_merged, "merged_at_end": bool(merged),
+    return {"model": model, "s_next": s, "s_history": np.asarray(s_hist),
+            "objective_history": np.asarray(obj_hist), "n_iter": n_iter, "n_merged_iterations": n_merged, "merged_at_end": bool(merged),
             "n_reseeded": n_reseeded, "converged": converged}
+
+
+def _start(phis: Sequence[np.ndarray], k: int, rs: np.random.RandomState, *, possibilistic: bool,
+           fuzzifier: float) -> _Model:
+    """One restart's start: k-means (k-means++, START_KMEANS_N_INIT runs) on the view-averaged
+    RFF features ``phis`` (float64, the init sample; START_SAMPLE_SIZE of its rows drawn by
+    ``rs`` when it has more), uniform view weights and, for the possibilistic model, the
+    typicality at these centroids over all of ``phis``.  The model reads feature rows."""
+    L, n = len(phis), phis[0].shape[0]
+    rows = np.sort(rs.choice(n, START_SAMPLE_SIZE, replace=False)) if n > START_SAMPLE_SIZE else slice(None)
+    stacked = np.hstack([phi[rows] for phi in phis]) * math.sqrt(1.0 / L)
+    km = KMeans(k, n_init=START_KMEANS_N_INIT, random_state=rs.randint(np.iinfo(np.int32).max))
+    with warnings.catch_warnings():
+        # Fewer distinct points than k is handled by the fit (duplicate centroids are legal).
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        km.fit(stacked)
+    centroids = np.stack(np.split(km.cluster_centers_ / math.sqrt(1.0 / L), L, axis=1))
+    eta = None
+    if possibilistic:
+        # eta_{j,l} = mean_i ||phi_l(x_i) - theta_{j,l}||^2 at the start, kept fixed
+        # (re-estimating it every iteration cost 5 ACC points on mfeat).
+        eta = np.stack([d.mean(axis=0) for d in _sq_distances(phis, centroids)], axis=1)
+    return _Model(None, centroids, np.full(L, 1.0 / L), float("nan"), eta, fuzzifier)
+
+
+def _final_objective(phis: Sequence[np.ndarray], model: _Model, lam: float | None) -> float:
+    """The objective a run anneals towards, at its final parameters, on rows ``phis``:
+    sum_i min_j C_ij (+ lam sum_l alpha_l log alpha_l for the multi-view model).
+
+    min_j C_ij is the limit of the power mean M_s(C_i) as s -> -infinity, so runs that
+    stopped at different s are compared on one function, the k-means objective of the model
+    (for the possibilistic model with d~, i.e. at the memberships u of eq. 26).
+    """
+    value = float(_costs(phis, model).costs.min(axis=1).sum())
+    if lam is not None:
+        alpha = model.view_weights
+        value += lam * float(np.sum(alpha * np.log(np.maximum(alpha, 1e-300))))
+    return value
+
+
+def _select_restart(runs: Sequence[dict], rule: str) -> tuple[int, list[float]]:
+    """Index of the kept restart and each restart's agreement with the others.
+
+    ``agreement[r]`` is the mean adjusted Rand index of restart r's partition of the sample
+    with those of the other restarts (1.0 for a single restart).  "agreement" keeps the most
+    agreeing restart, the medoid of the partitions (ties, e.g. two restarts: the lower final
+    objective); "objective" the lowest ``final_objective``.
+    """
+    R = len(runs)
+    ari = np.ones((R, R))
+    for a in range(R):
+        for b in range(a + 1, R):
+            ari[a, b] = ari[b, a] = adjusted_rand_score(runs[a]["labels"], runs[b]["labels"])
+    agreement = ((ari.sum(axis=1) - 1.0) / max(R - 1, 1)).tolist()
+    objective = np.array([r["final_objective"] for r in runs])
+    if rule == "objective" or R < 3:
+        return int(np.argmin(objective)), agreement
+    return int(np.lexsort((objective, -np.asarray(agreement)))[0]), agreement
+
+
+@dataclasses.dataclass
+class _Restarter:
+    """One restart on the init sample from one integer seed: its own frequencies W_l (drawn
+    from the seed at the fit's bandwidths), its own k-means start, its own annealing."""
+
+    sample: list            # L arrays (n, d_l), float64
+    names: list
+    centers: list
+    scales: list
+    sigmas: list
+    D: int
+    k: int
+    possibilistic: bool
+    fuzzifier: float
+    s0: Any                 # "auto" or a float
+    block_rows: int
+    lam: float | None       # lambda for the sample's n rows
+    loop: dict
+
+    def features(self, frequencies: list) -> tuple[list[np.ndarray], RowBlocks]:
+        """float64 features of the sample (start, eta, s0, reseeding, objective) and its
+        passes' features (``FEATURE_DTYPE``, block by block as over all rows)."""
+        fmap = _feature_map_of(frequencies, self.centers, self.scales)
+        phis = fmap(self.sample, dtype=np.float64)
+        raw = RowBlocks(dict(zip(self.names, self.sample)), block_rows=self.block_rows)
+        return phis, RowBlocks(dict(zip(self.names, _view_features(raw, fmap))), block_rows=self.block_rows)
+
+    def __call__(self, seed: int) -> dict[str, Any]:
+        rs = np.random.RandomState(seed)
+        # W ~ N(0, sigma^-2 I) in the scaled coordinates (Gaussian kernel, bandwidth sigma).
+        frequencies = [rs.standard_normal((v.shape[1], self.D)) / sigma
+                       for v, sigma in zip(self.sample, self.sigmas)]
+        phis, rows = self.features(frequencies)
+        model = _start(phis, self.k, rs, possibilistic=self.possibilistic, fuzzifier=self.fuzzifier)
+        s0 = _auto_s0(_costs(phis, model).costs) if self.s0 == "auto" else float(self.s0)
+        out = _fit_loop(rows, model, s0=s0, lam=self.lam, reseed_pool=phis, **self.loop)
+        out.update(seed=int(seed), s0=s0, frequencies=frequencies,
+                   final_objective=_final_objective(phis, out["model"], self.lam),
+                   labels=rows.map(_row_labels, out["model"], n_cols=None, dtype=np.int64))
+        return out
+
+
+def _run_restarts(restart: _Restarter, seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """``restart(seed)`` for every seed: as tasks on the workers of a distributed cluster when
+    one is the scheduler (the sample is shipped once; a restart is seconds of in-memory work),
+    else one after the other in this process.  The same function either way."""
+    client = _distributed_client()
+    if client is None or len(seeds) < 2:
+        return [restart(seed) for seed in seeds]
+    remote = client.scatter(dataclasses.replace(restart, loop={**restart.loop, "trace": None}),
+                            broadcast=True, hash=False)
+    return client.gather(client.map(_call_restart, [remote] * len(seeds), seeds, pure=False))
+
+
+def _call_restart(restart: _Restarter, seed: int) -> dict[str, Any]:
+    return restart(seed)
 
 
 def _feature_peps(phis: Sequence[np.ndarray], view_weights: np.ndarray, k: int) -> dict[str, Any]:
@@ -540,6 +686,7 @@ class _RFFPowerKMeansBase(MkdistEstimator):
         "tol": [Interval(Real, 0, None)],
         "scale": [Options(None, *SCALINGS)],
         "n_init": [Interval(Integral, 1, None)],
+        "restart_selection": [Options(*_RESTART_RULES)],
         "chunk_size": [Interval(Integral, 1, None)],
     }
 
@@ -588,11 +735,12 @@ class _RFFPowerKMeansBase(MkdistEstimator):
         p = self._check_params(N, views)
         rows = RowBlocks(views, block_rows=int(self.chunk_size))
         L, k, D = len(views), int(self.n_clusters), p["D"]
-        # One RandomState for every draw, in this order (it fixes what a seed gives): the
-        # sample, per view the median bandwidth's rows and the frequencies, the k-means seed.
+        # One RandomState for the fit's draws, in this order (it fixes what a seed gives): the
+        # sample, per view the median bandwidth's rows, one seed per restart.  A restart draws
+        # its frequencies and its k-means seed from its own seed (see ``_draw_restart``).
         rng = np.random.RandomState(resolve_seed(self.random_state))
 
-        # One read of the sample rows: scaling, bandwidths, k-means start, eta, s0.
+        # One read of the sample rows: scaling, bandwidths, the restarts.
         sample_idx = (np.arange(N) if N <= INIT_SAMPLE_SIZE
                       else np.sort(rng.choice(N, INIT_SAMPLE_SIZE, replace=False)))
         arrays = dict(zip(rows.names, rows.arrays))
@@ -606,7 +754,7 @@ class _RFFPowerKMeansBase(MkdistEstimator):
                         f"Input contains NaN or infinity: view {name!r}, row {row}.")
         scaling = FeatureScaling.fit(self.scale, sample)
         where = "all rows" if N <= INIT_SAMPLE_SIZE else f"{sample_idx.size} sampled rows"
-        centers, scales, sigmas, frequencies = [], [], [], []
+        centers, scales, sigmas = [], [], []
         for (name, v), rule in zip(sample.items(), p["bandwidths"]):
             c = np.zeros(v.shape[1]) if scaling is None else scaling.offset[name]
             sc = np.ones(v.shape[1]) if scaling is None else scaling.scale[name]
@@ -619,53 +767,52 @@ class _RFFPowerKMeansBase(MkdistEstimator):
             centers.append(c)
             scales.append(sc)
             sigmas.append(sigma)
-            # W ~ N(0, sigma^-2 I) in the scaled coordinates (Gaussian kernel, bandwidth sigma).
-            frequencies.append(rng.standard_normal((v.shape[1], D)) / sigma)
         self._set_fitted_views(views)
         self.feature_centers_ = centers
         self.feature_scales_ = scales
         self.bandwidths_ = np.asarray(sigmas)
-        self.rff_frequencies_ = frequencies
         self.n_components_ = D
-        features = self._feature_map()
         timings["sample_s"] = time.perf_counter() - t0
-        # The features of every row that fit the budget: on a distributed cluster the workers
-        # compute them while this process runs the k-means start below.
+
+        # The restarts on the sample, each with its own frequencies, k-means start and annealing.
+        t0 = time.perf_counter()
+        n = sample_idx.size
+        lam = p["lam"]
+        restart = _Restarter(
+            sample=list(sample.values()), names=rows.names, centers=centers, scales=scales,
+            sigmas=sigmas, D=D, k=k, possibilistic=self._possibilistic, fuzzifier=p["fuzzifier"],
+            s0=self.s0, block_rows=int(self.chunk_size),
+            # lambda per point is the model's: eq. 31 sums the view costs over the rows it sees.
+            lam=None if lam is None else lam * n / N,
+            loop=dict(annealing=float(self.annealing), anneal_every=int(self.anneal_every),
+                      max_iter=int(self.max_iter), tol=float(self.tol),
+                      trace=getattr(self, "_trace", None)))
+        runs = _run_restarts(restart, [int(seed) for seed in rng.randint(np.iinfo(np.int32).max,
+                                                                         size=int(self.n_init))])
+        best, agreement = _select_restart(runs, self.restart_selection)
+        run = result = runs[best]
+        self.rff_frequencies_ = run["frequencies"]
+        features = self._feature_map()
+        phis, sample_rows = restart.features(run["frequencies"])
+        timings["restarts_s"] = time.perf_counter() - t0
+
+        # The winner refined over all rows, from its final centroids and s, when the sample is
+        # not all of them.  Its features are kept between passes when they fit the budget.
+        t0 = time.perf_counter()
+        refine = N > n
         data_rows = rows
-        cached = _feature_rows(rows, features)
-
-        # k-means on the (view-averaged) RFF features of the sample, in float64.
-        t0 = time.perf_counter()
-        phis = features(list(sample.values()), dtype=np.float64)
-        stacked = np.hstack(phis) * math.sqrt(1.0 / L)
-        km = KMeans(k, n_init=int(self.n_init), random_state=rng.randint(np.iinfo(np.int32).max))
-        with warnings.catch_warnings():
-            # Fewer distinct points than k is handled below (duplicate centroids are legal).
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            km.fit(stacked)
-        centroids = np.stack(np.split(km.cluster_centers_ / math.sqrt(1.0 / L), L, axis=1))
-        alpha = np.full(L, 1.0 / L)
-        eta = None
-        if self._possibilistic:
-            # eta_{j,l} = mean_i ||phi_l(x_i) - theta_{j,l}||^2 at the start, kept fixed
-            # (re-estimating it every iteration cost 5 ACC points on mfeat).
-            eta = np.stack([d.mean(axis=0) for d in _sq_distances(phis, centroids)], axis=1)
-        model = _Model(features, centroids, alpha, float("nan"), eta, p["fuzzifier"])
-        start_costs = _costs(phis, model).costs
-        s0 = _auto_s0(start_costs) if self.s0 == "auto" else float(self.s0)
-        timings["init_s"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        if cached is not None:
-            _wait_persisted(cached)
-            rows, model = cached, dataclasses.replace(model, features=None)
-        timings["features_s"] = time.perf_counter() - t0  # beyond the k-means start
-        t0 = time.perf_counter()
-        result = _fit_loop(rows, model, s0=s0, annealing=float(self.annealing),
-                           anneal_every=int(self.anneal_every), max_iter=int(self.max_iter),
-                           tol=float(self.tol), lam=p["lam"], reseed_pool=phis,
-                           trace=getattr(self, "_trace", None))
-        timings["iterations_s"] = time.perf_counter() - t0
+        if refine:
+            cached = _feature_rows(rows, features)
+            model = dataclasses.replace(run["model"], features=features)
+            if cached is not None:
+                _wait_persisted(cached)
+                rows, model = cached, dataclasses.replace(model, features=None)
+            timings["features_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            result = {**_fit_loop(rows, model, s0=run["s_next"], lam=lam, reseed_pool=phis,
+                                  **restart.loop), "s0": run["s0"]}
+        timings["refine_s"] = time.perf_counter() - t0
+        s0 = result["s0"]
         final = result["model"]
         self.s0_ = float(s0)
         self.s_ = float(result["s_history"][-1])
@@ -680,6 +827,13 @@ class _RFFPowerKMeansBase(MkdistEstimator):
             self.lam_ = float(p["lam"])
         self.diagnostics_ = {key: result[key] for key in
                              ("converged", "n_merged_iterations", "merged_at_end", "n_reseeded")}
+        self.diagnostics_["restarts"] = {
+            "rows": int(n), "selection": self.restart_selection, "best": best,
+            "final_objective": [r["final_objective"] for r in runs], "agreement": agreement,
+            "seed": [r["seed"] for r in runs], "s0": [r["s0"] for r in runs],
+            "s_final": [float(r["s_history"][-1]) for r in runs],
+            "n_iter": [int(r["n_iter"]) for r in runs],
+            "converged": [bool(r["converged"]) for r in runs]}
         self.diagnostics_["timings"] = timings
         self.diagnostics_["pep"] = _feature_peps(phis, final.view_weights, k)
         if result["merged_at_end"]:
@@ -691,20 +845,18 @@ class _RFFPowerKMeansBase(MkdistEstimator):
         # NumPy input: the rows of the last pass (the cached features).  Dask input: the raw
         # rows, so that the lazy labels_ holds no reference to the persisted features (their
         # memory is released with the fit) -- the same features, recomputed by the same map.
-        # The data was checked by the first pass.
-        if rows.is_dask:
+        # Without a refinement the last passes walked the sample, i.e. all rows in order.
+        # The data was checked by the first pass (or with the sample).
+        if not refine:
+            rows = sample_rows
+        if data_rows.is_dask:
             rows, final = data_rows, dataclasses.replace(final, features=features)
         self.labels_ = rows.map(_row_labels, final, n_cols=None, dtype=np.int64,
                                 name="rff-power-labels", check_finite=False)
         return self
 
     def _feature_map(self) -> _FeatureMap:
-        projections, offsets = [], []
-        for W, c, sc in zip(self.rff_frequencies_, self.feature_centers_, self.feature_scales_):
-            P = W / sc[:, None]
-            projections.append(np.ascontiguousarray(P))
-            offsets.append(-(c @ P))
-        return _FeatureMap(tuple(projections), tuple(offsets), FEATURE_DTYPE)
+        return _feature_map_of(self.rff_frequencies_, self.feature_centers_, self.feature_scales_)
 
     def _model(self) -> _Model:
         return _Model(self._feature_map(), self.centroids_, self.view_weights_, self.s_,
@@ -893,12 +1045,15 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
         Feature scaling per view, estimated on the init sample and folded into the
         frequencies (no scaled copy of X is made).  None uses the features as given.
     n_init : int, default=10
-        k-means restarts for the initial centroids (scikit-learn ``KMeans`` on the RFF
-        features of the init sample).
+        Restarts of the whole power k-means on the init sample, each with its own
+        frequencies, k-means start and annealing (see :class:`MultiViewRFFPowerKMeans`).
+    restart_selection : {"agreement", "objective"}, default="agreement"
+        Which restart is kept: the medoid of their partitions or the lowest final objective
+        (see :class:`MultiViewRFFPowerKMeans`).
     random_state : int, RandomState or None, default=None
-        Seeds the init sample, the bandwidth sample, the frequencies and the k-means start
-        (one integer seed per fit: None or a RandomState gives one draw, see
-        ``mkdist._base.resolve_seed``).
+        Seeds the init sample, the bandwidth sample and one seed per restart, from which a
+        restart draws its frequencies and its k-means start (one integer seed per fit: None
+        or a RandomState gives one draw, see ``mkdist._base.resolve_seed``).
     chunk_size : int, default=8192
         Rows per block: NumPy input is walked in blocks of this many rows, and a Dask task
         walks its row chunk in blocks of this many rows (Dask input keeps its own chunks).
@@ -932,7 +1087,8 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
         Objective per iteration (sum of power means of the assignment costs; for the
         multi-view model plus lambda times the view-weight entropy term).
     n_iter_ : int
-        Passes over the data.
+        Passes over all rows of the kept run: its passes over the sample when the sample
+        is all rows, else the passes that refined it over all rows.
     view_names_ : list of str
     n_features_per_view_ : dict of str to int
     n_features_in_ : int
@@ -945,6 +1101,9 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
         :func:`mkdist.principal_eigenvalue_proportion`) of each view's RFF kernel
         Phi_l Phi_l^T (``base``) and of the combined kernel sum_l alpha_l Phi_l Phi_l^T
         (``combined``), on the init sample (up to 20,000 rows) from the 2D-wide side.
+        ``restarts``: ``rows`` (of the sample they ran on), ``selection``, ``best`` (index
+        of the kept restart) and per restart ``seed``, ``final_objective``, ``agreement``,
+        ``s0``, ``s_final``, ``n_iter``, ``converged``.
 
     Notes
     -----
@@ -963,9 +1122,12 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
     *Collapse guard.*  A cluster whose total weight vanishes is re-seeded at the init
     sample's worst-served point; merged centroids are counted and warned about at the end.
 
-    *Scale.*  Each iteration is one pass over the rows: a block recomputes its features
-    from the stored frequencies (never stored for Dask input) and returns k x (2DL + ...)
-    partial sums, added by a tree reduction.  Memory per task is O(chunk x 2DL).
+    *Scale.*  The restarts run in memory on the init sample (20,000 rows at most), so
+    they cost the same at any N.  When N is larger, the kept run is refined by passes over
+    all rows from its final centroids and s (a few passes: the annealing is done).  A pass
+    is one map over the row chunks (features kept between passes within the memory budget,
+    else recomputed from the stored frequencies) returning k x (2DL + ...) partial sums,
+    added by a tree reduction.  Memory per task is O(chunk x 2DL).
 
     Examples
     --------
@@ -981,8 +1143,8 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
 
     def __init__(self, n_clusters: int = 8, *, n_components=None, bandwidth="median", s0="auto",
                  annealing: float = 1.04, anneal_every: int = 2, max_iter: int = 300,
-                 tol: float = 1e-6, scale=None, n_init: int = 10, random_state=None,
-                 chunk_size: int = 8192):
+                 tol: float = 1e-6, scale=None, n_init: int = 10, restart_selection: str = "agreement",
+                 random_state=None, chunk_size: int = 8192):
         self.n_clusters = n_clusters
         self.n_components = n_components
         self.bandwidth = bandwidth
@@ -993,6 +1155,7 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
         self.tol = tol
         self.scale = scale
         self.n_init = n_init
+        self.restart_selection = restart_selection
         self.random_state = random_state
         self.chunk_size = chunk_size
 
@@ -1052,12 +1215,26 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
         Feature scaling per view, estimated on the init sample and folded into the
         frequencies (no scaled copy of X is made).  None uses the features as given.
     n_init : int, default=10
-        k-means restarts for the initial centroids (scikit-learn ``KMeans`` on the RFF
-        features of the init sample).
+        Restarts of the whole power k-means on the init sample (all rows when N <= 20,000),
+        each with its own random frequencies, its own k-means start (best of
+        ``START_KMEANS_N_INIT`` = 10 k-means++ runs on its features) and its own annealing;
+        one is kept by ``restart_selection`` and, when the sample is not all rows, refined
+        by passes over all rows.  Restarts cost no pass over the data.  ``n_init=1`` is one
+        run.  Restarts that shared the frequencies reached nearly the same partition, while
+        other frequencies moved ACC by up to 0.2 (hw2sources), so each restart redraws them
+        (bench/RESULTS.md, "Seeds").
+    restart_selection : {"agreement", "objective"}, default="agreement"
+        Which restart is kept.  "agreement": the one whose partition of the sample agrees
+        best with the others' (highest mean adjusted Rand index: the medoid of the
+        partitions; between two restarts the lower objective).  "objective": the lowest
+        final objective, sum_i min_j C_ij (+ lambda sum_l alpha_l log alpha_l for the
+        multi-view model) -- the function every run anneals towards (s -> -infinity).  The
+        objective hardly tracks the partitions' accuracy across restarts (rank correlation
+        0.05 on hw2sources, negative on mfeat), the agreement does: see bench/RESULTS.md.
     random_state : int, RandomState or None, default=None
-        Seeds the init sample, the bandwidth sample, the frequencies and the k-means start
-        (one integer seed per fit: None or a RandomState gives one draw, see
-        ``mkdist._base.resolve_seed``).
+        Seeds the init sample, the bandwidth sample and one seed per restart, from which a
+        restart draws its frequencies and its k-means start (one integer seed per fit: None
+        or a RandomState gives one draw, see ``mkdist._base.resolve_seed``).
     chunk_size : int, default=8192
         Rows per block: NumPy input is walked in blocks of this many rows, and a Dask task
         walks its row chunk in blocks of this many rows (Dask input keeps its own chunks).
@@ -1093,7 +1270,8 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
         Objective per iteration (sum of power means of the assignment costs; for the
         multi-view model plus lambda times the view-weight entropy term).
     n_iter_ : int
-        Passes over the data.
+        Passes over all rows of the kept run: its passes over the sample when the sample
+        is all rows, else the passes that refined it over all rows.
     view_names_ : list of str
     n_features_per_view_ : dict of str to int
     n_features_in_ : int
@@ -1106,6 +1284,9 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
         :func:`mkdist.principal_eigenvalue_proportion`) of each view's RFF kernel
         Phi_l Phi_l^T (``base``) and of the combined kernel sum_l alpha_l Phi_l Phi_l^T
         (``combined``), on the init sample (up to 20,000 rows) from the 2D-wide side.
+        ``restarts``: ``rows`` (of the sample they ran on), ``selection``, ``best`` (index
+        of the kept restart) and per restart ``seed``, ``final_objective``, ``agreement``,
+        ``s0``, ``s_final``, ``n_iter``, ``converged``.
     typicality_ : ndarray of shape (n_clusters, L)
         eta_{j,l} = mean_i ||phi_l(x_i) - theta_{j,l}||^2 at the start, kept fixed
         (re-estimating it every iteration cost 5 ACC points on mfeat).
@@ -1127,9 +1308,12 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
     *Collapse guard.*  A cluster whose total weight vanishes is re-seeded at the init
     sample's worst-served point; merged centroids are counted and warned about at the end.
 
-    *Scale.*  Each iteration is one pass over the rows: a block recomputes its features
-    from the stored frequencies (never stored for Dask input) and returns k x (2DL + ...)
-    partial sums, added by a tree reduction.  Memory per task is O(chunk x 2DL).
+    *Scale.*  The restarts run in memory on the init sample (20,000 rows at most), so
+    they cost the same at any N.  When N is larger, the kept run is refined by passes over
+    all rows from its final centroids and s (a few passes: the annealing is done).  A pass
+    is one map over the row chunks (features kept between passes within the memory budget,
+    else recomputed from the stored frequencies) returning k x (2DL + ...) partial sums,
+    added by a tree reduction.  Memory per task is O(chunk x 2DL).
 
     Examples
     --------
@@ -1151,7 +1335,8 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
     def __init__(self, n_clusters: int = 8, *, n_components=None, bandwidth="median", s0="auto",
                  lam="auto", fuzzifier: float = 2.0, annealing: float = 1.04,
                  anneal_every: int = 2, max_iter: int = 300, tol: float = 1e-6, scale=None,
-                 n_init: int = 10, random_state=None, chunk_size: int = 8192):
+                 n_init: int = 10, restart_selection: str = "agreement", random_state=None,
+                 chunk_size: int = 8192):
         self.n_clusters = n_clusters
         self.n_components = n_components
         self.bandwidth = bandwidth
@@ -1164,6 +1349,7 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
         self.tol = tol
         self.scale = scale
         self.n_init = n_init
+        self.restart_selection = restart_selection
         self.random_state = random_state
         self.chunk_size = chunk_size
 

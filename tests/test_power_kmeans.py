@@ -313,6 +313,94 @@ def test_feature_cache_gives_the_same_fit(views, monkeypatch):
     np.testing.assert_array_equal(recomputed.objective_history_, cached.objective_history_)
 
 
+@pytest.fixture
+def recorded_restarts(monkeypatch):
+    """Every restart a fit runs: (the restarter, its seed, its result)."""
+    import mkdist._power_kmeans as module
+
+    calls = []
+    run = module._Restarter.__call__
+
+    def record(self, seed):
+        out = run(self, seed)
+        calls.append((self, seed, out))
+        return out
+
+    monkeypatch.setattr(module._Restarter, "__call__", record)
+    return calls
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+@pytest.mark.parametrize("rule", ["objective", "agreement"])
+def test_restarts_keep_the_run_their_rule_selects(cls, overlapping, recorded_restarts, rule):
+    """The fit keeps the lowest objective ("objective") or the partition agreeing most with the
+    others (mean ARI, "agreement"), and is that run (the sample is all rows: no refinement)."""
+    from sklearn.metrics import adjusted_rand_score
+
+    X, _ = overlapping
+    est = cls(4, n_init=4, restart_selection=rule, random_state=1).fit(X)
+    diag = est.diagnostics_["restarts"]
+    assert len(recorded_restarts) == 4 and diag["selection"] == rule and diag["rows"] == 160
+    objectives = []
+    for r, (_, seed, out) in enumerate(recorded_restarts):
+        assert diag["seed"][r] == seed
+        assert diag["final_objective"][r] == out["final_objective"]
+        objectives.append(out["final_objective"])
+    # the runs differ (else the rule has nothing to choose)
+    assert len({round(o, 9) for o in objectives}) > 1
+    labels = [out["labels"] for _, _, out in recorded_restarts]
+    ari = np.array([[adjusted_rand_score(a, b) for b in labels] for a in labels])
+    agreement = (ari.sum(axis=1) - 1) / 3
+    np.testing.assert_allclose(diag["agreement"], agreement, rtol=1e-12)
+    if rule == "objective":
+        assert diag["best"] == int(np.argmin(objectives))
+    else:
+        assert agreement[diag["best"]] == agreement.max()
+    chosen = recorded_restarts[diag["best"]][2]
+    np.testing.assert_array_equal(est.centroids_, chosen["model"].centroids)
+    np.testing.assert_array_equal(est.labels_, chosen["labels"])
+    np.testing.assert_array_equal(est.rff_frequencies_[0], chosen["frequencies"][0])
+    assert est.n_iter_ == chosen["n_iter"]
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_a_restart_run_alone_gives_the_same_result(cls, overlapping, recorded_restarts):
+    """A restart is a function of its seed: run again it repeats its objective and partition,
+    and n_init=1 is the first restart of a fit with more (the same seed), alone."""
+    X, _ = overlapping
+    many = cls(4, n_init=3, random_state=1).fit(X)
+    runs = list(recorded_restarts)
+    for restarter, seed, out in runs:
+        again = restarter(seed)
+        assert again["final_objective"] == out["final_objective"]
+        np.testing.assert_array_equal(again["labels"], out["labels"])
+    recorded_restarts.clear()
+    one = cls(4, n_init=1, random_state=1).fit(X)
+    assert len(recorded_restarts) == 1 and one.diagnostics_["restarts"]["best"] == 0
+    first = runs[0][2]
+    assert one.diagnostics_["restarts"]["final_objective"] == [first["final_objective"]]
+    np.testing.assert_array_equal(one.labels_, first["labels"])
+    np.testing.assert_array_equal(one.objective_history_, first["objective_history"])
+    assert many.diagnostics_["restarts"]["seed"][0] == one.diagnostics_["restarts"]["seed"][0]
+
+
+def test_the_winner_is_refined_over_all_rows(views, monkeypatch, recorded_restarts):
+    """Sample smaller than the data: the restarts run on the sample, then only the winner
+    passes over all rows, from its final centroids and s, with lambda per point unchanged."""
+    import mkdist._power_kmeans as module
+
+    monkeypatch.setattr(module, "INIT_SAMPLE_SIZE", 90)
+    X, y = views
+    est = MultiViewRFFPowerKMeans(3, n_init=3, random_state=0).fit(X)
+    diag = est.diagnostics_["restarts"]
+    assert diag["rows"] == 90 and all(r.lam == pytest.approx(0.05 * 90) for r, _, _ in recorded_restarts)
+    assert est.lam_ == pytest.approx(0.05 * 150)
+    winner = recorded_restarts[diag["best"]][2]
+    assert est.s_history_[0] == winner["s_next"] and est.s0_ == winner["s0"]
+    assert est.n_iter_ >= 1 and {"restarts_s", "features_s", "refine_s"} <= set(est.diagnostics_["timings"])
+    assert nmi(y, est.labels_) == 1.0
+
+
 def test_one_cluster_is_allowed(views):
     X, _ = views
     est = RFFKernelPowerKMeans(1, n_init=1, random_state=0).fit(X)
@@ -322,24 +410,33 @@ def test_one_cluster_is_allowed(views):
 # ----------------------------------------------------------------------------- Dask
 @pytest.mark.parametrize("cls", ESTIMATORS)
 @pytest.mark.parametrize("dtype, rtol, obj_rtol", [(np.float64, 1e-8, 1e-10), (np.float32, 1e-4, 1e-5)])
-def test_dask_matches_numpy_with_one_compute_per_iteration(cls, views, dtype, rtol, obj_rtol, monkeypatch):
+@pytest.mark.parametrize("sample_size", [150, 100])
+def test_dask_matches_numpy_with_one_compute_per_iteration(cls, views, dtype, rtol, obj_rtol, sample_size,
+                                                           monkeypatch):
     """Same arithmetic on differently cut row blocks: equal up to summation order (float32
-    features: their rounding, ~1e-5 of a centroid coordinate)."""
+    features: their rounding, ~1e-5 of a centroid coordinate).  With the sample all rows the
+    restarts are the fit (one compute: the sample); else the winner is refined over all rows
+    with one compute per pass."""
     import dask
     import dask.array as da
 
     import mkdist._power_kmeans as module
 
     monkeypatch.setattr(module, "FEATURE_DTYPE", dtype)
+    monkeypatch.setattr(module, "INIT_SAMPLE_SIZE", sample_size)
     X, y = views
     ref = _fit(cls, X)
     Xd = [da.from_array(v, chunks=(40, 5)) for v in X]
     counter = CountingScheduler()
     with dask.config.set(scheduler=counter):
         est = _fit(cls, Xd, chunk_size=16)
-    # one compute for the init sample, one persist of the features (they fit the local
-    # budget, FEATURE_CACHE_BYTES), then one per iteration; labels_ stays lazy
-    assert counter.calls == est.n_iter_ + 2
+    if sample_size == 150:
+        assert counter.calls == 1
+    else:
+        # the sample, one persist of the features (they fit the local budget,
+        # FEATURE_CACHE_BYTES), then one per pass; labels_ stays lazy
+        assert counter.calls == est.n_iter_ + 2
+    assert est.diagnostics_["restarts"]["rows"] == sample_size
     assert est.n_iter_ == ref.n_iter_
     np.testing.assert_allclose(est.centroids_, ref.centroids_, rtol=rtol, atol=rtol * 1e-2)
     np.testing.assert_allclose(est.view_weights_, ref.view_weights_, rtol=rtol)
@@ -351,13 +448,16 @@ def test_dask_matches_numpy_with_one_compute_per_iteration(cls, views, dtype, rt
 @pytest.mark.parametrize("chunks_in_budget, persisted", [(10.0, 4), (2.5, 2), (0.5, 0)])
 def test_distributed_features_are_persisted_within_the_memory_budget(views, dask_client, monkeypatch,
                                                                       chunks_in_budget, persisted):
-    """On a distributed cluster the first row chunks' features that fit the budget are
-    persisted (futures on the workers), the rest recomputed in every pass; the fit is the
-    same either way, and the same as for NumPy input up to float32 summation order."""
+    """On a distributed cluster the restarts run on the workers and the first row chunks'
+    features that fit the budget are persisted (futures on the workers), the rest recomputed
+    in every pass; the fit is the same either way, and the same as for NumPy input up to
+    float32 summation order."""
     import dask.array as da
 
     import mkdist._power_kmeans as module
 
+    # the features of all rows serve the refinement of the winner, when the sample is not all rows
+    monkeypatch.setattr(module, "INIT_SAMPLE_SIZE", 100)
     X, _ = views
     Xd = [da.from_array(v, chunks=(40, 5)) for v in X]             # chunks of 40, 40, 40, 30 rows
     ref = _fit(MultiViewRFFPowerKMeans, X)
@@ -375,6 +475,10 @@ def test_distributed_features_are_persisted_within_the_memory_budget(views, dask
     est = _fit(MultiViewRFFPowerKMeans, Xd)
     assert est.n_iter_ == ref.n_iter_
     np.testing.assert_allclose(est.centroids_, ref.centroids_, rtol=1e-4, atol=1e-6)
+    # the restarts ran as tasks on the workers: the same runs as in this process
+    assert est.diagnostics_["restarts"]["seed"] == ref.diagnostics_["restarts"]["seed"]
+    np.testing.assert_allclose(est.diagnostics_["restarts"]["final_objective"],
+                               ref.diagnostics_["restarts"]["final_objective"], rtol=1e-10)
     np.testing.assert_array_equal(est.labels_.compute(), ref.labels_)
 
 
@@ -503,6 +607,8 @@ def test_summary_reports_views_kernels_and_pep(cls, views):
      r"`bandwidth\[1\]`='silverman' must be 'median' or 'mean' or a positive number"),
     (RFFKernelPowerKMeans, {"bandwidth": "silverman"}, r"`bandwidth`='silverman'"),
     (RFFKernelPowerKMeans, {"scale": "robust"}, r"`scale`='robust'"),
+    (RFFKernelPowerKMeans, {"n_init": 0}, r"`n_init`=0 must be >= 1"),
+    (MultiViewRFFPowerKMeans, {"restart_selection": "best"}, r"`restart_selection`='best'"),
     (RFFKernelPowerKMeans, {"n_clusters": 151}, r"n_samples=150 should be >= n_clusters=151"),
 ])
 def test_bad_parameters_are_rejected_before_work(cls, params, match, views, monkeypatch):
