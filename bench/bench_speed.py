@@ -4,6 +4,8 @@
     python bench/bench_speed.py --part embed --n 300000    # embed stage: 1 vs 2 workers vs one thread / 2
     python bench/bench_speed.py --part fit                 # landmark fit vs one full eigh, quiet and busy
     python bench/bench_speed.py --part scale --ns 1000000,10000000   # end to end and worker memory vs N
+    python bench/bench_speed.py --part labels --n 300000 --reference-python OLD/.venv/bin/python
+                                     # same seed, same labels as an older checkout's pipeline?
 
 Workload W1 (``_common.w1_input``): two 32-feature float32 views, 10 clusters, ``rbf-grid``
 kernels, 1000 landmarks, read from Zarr; LocalCluster of 2 worker processes x 1 thread.
@@ -306,6 +308,61 @@ def part_fit(args):
     return out
 
 
+# ----------------------------------------------------------------------------- same labels
+#: Run by each interpreter in a fresh process: W1 through mkdist.cluster on a 2 x 1
+#: LocalCluster, labels saved to argv[3].  Only API that every mkdist version has.
+_LABELS_JOB = """
+import json, sys, time
+import numpy as np
+from distributed import Client, LocalCluster
+import mkdist
+src, store, out, params = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+if __name__ == "__main__":
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as c, Client(c):
+        t0 = time.perf_counter()
+        res = mkdist.cluster(src, store, random_state=0, **params)
+        np.save(out, np.asarray(res.labels.compute()))
+        print(json.dumps({"seconds": time.perf_counter() - t0, "version": mkdist.__file__}))
+"""
+
+
+def _labels_with(python: str, N: int, tag: str, params: dict) -> tuple[np.ndarray, dict]:
+    import json
+
+    src = w1_input(N)
+    store = OUT / "stores" / f"labels-{tag}-{N}.zarr"
+    shutil.rmtree(store, ignore_errors=True)
+    out = OUT / f"labels-{tag}-{N}.npy"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    r = subprocess.run([python, "-c", _LABELS_JOB, str(src), str(store), str(out), json.dumps(params)],
+                       capture_output=True, text=True, env=env, cwd=str(OUT), timeout=3600)
+    if r.returncode:
+        raise SystemExit(f"{python}: {r.stderr[-2000:]}")
+    shutil.rmtree(store, ignore_errors=True)
+    return np.load(out), json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def part_labels(args):
+    import xarray as xr
+
+    import mkdist
+
+    if not args.reference_python:
+        raise SystemExit("--part labels needs --reference-python (the interpreter of an older checkout)")
+    y = xr.open_zarr(w1_input(args.n), consolidated=False)["y"].values
+    ref, ref_info = _labels_with(args.reference_python, args.n, "reference", W1)
+    out = {"N": args.n, "reference": {**ref_info, "scores": mkdist.clustering_scores(y, ref)}}
+    # The same arithmetic as the reference (K embedding columns, its default then), and this
+    # version's defaults.
+    for name, params in (("same_arithmetic", {**W1, "embedding_dim": W1["n_clusters"]}), ("defaults", W1)):
+        lab, info = _labels_with(sys.executable, args.n, name, params)
+        matched = mkdist.clustering_accuracy(ref, lab)  # share of rows with the same label, up to renaming
+        out[name] = {**info, "params": params, "scores": mkdist.clustering_scores(y, lab),
+                     "identical_labels": bool(np.array_equal(lab, ref)), "share_same_up_to_renaming": matched,
+                     "ari_vs_reference": mkdist.ari(ref, lab)}
+    return out
+
+
 # ----------------------------------------------------------------------------- scale
 def part_scale(args):
     ns = [int(x) for x in args.ns.split(",")]
@@ -318,10 +375,11 @@ def part_scale(args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--part", required=True, choices=["floor", "embed", "fit", "scale"])
+    ap.add_argument("--part", required=True, choices=["floor", "embed", "fit", "scale", "labels"])
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--ns", default="1000000,10000000")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--reference-python", help="--part labels: the Python of an older mkdist checkout")
     args = ap.parse_args()
     emit({"bench": f"speed/{args.part}", "machine": machine(), "workload": W1, **globals()[f"part_{args.part}"](args)})
 

@@ -636,11 +636,13 @@ class _Restarter:
         return out
 
 
-def _run_restarts(restart: _Restarter, seeds: Sequence[int]) -> list[dict[str, Any]]:
-    """``restart(seed)`` for every seed: as tasks on the workers of a distributed cluster when
-    one is the scheduler (the sample is shipped once; a restart is seconds of in-memory work),
-    else one after the other in this process.  The same function either way."""
-    client = _distributed_client()
+def _run_restarts(restart: _Restarter, seeds: Sequence[int], *, on_cluster: bool) -> list[dict[str, Any]]:
+    """``restart(seed)`` for every seed: with ``on_cluster`` (Dask input) as tasks on the
+    workers of a distributed cluster when one is the scheduler (the sample is shipped once; a
+    restart is seconds of in-memory work), else one after the other in this process.  The same
+    function either way.  NumPy input stays in this process, as it does for every mkdist
+    estimator, whether or not a Client happens to be the default scheduler."""
+    client = _distributed_client() if on_cluster else None
     if client is None or len(seeds) < 2:
         return [restart(seed) for seed in seeds]
     remote = client.scatter(dataclasses.replace(restart, loop={**restart.loop, "trace": None}),
@@ -788,7 +790,8 @@ class _RFFPowerKMeansBase(MkdistEstimator):
                       max_iter=int(self.max_iter), tol=float(self.tol),
                       trace=getattr(self, "_trace", None)))
         runs = _run_restarts(restart, [int(seed) for seed in rng.randint(np.iinfo(np.int32).max,
-                                                                         size=int(self.n_init))])
+                                                                         size=int(self.n_init))],
+                             on_cluster=rows.is_dask)
         best, agreement = _select_restart(runs, self.restart_selection)
         run = result = runs[best]
         self.rff_frequencies_ = run["frequencies"]
