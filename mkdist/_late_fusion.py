@@ -179,7 +179,7 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
     rng = np.random.RandomState(random_state)
     t0 = time.perf_counter()
     names = list(landmark_views)
-    specs = resolve_kernel_specs(kernels, names)
+    specs = resolve_kernel_specs(kernels, names, landmark_views)  # "auto" reads the views' sparsity
     n = next(iter(landmark_views.values())).shape[0]
     _check_constant_views(specs, landmark_views, center, embedding_dim)
     scaling = FeatureScaling.fit(scale, landmark_views)
