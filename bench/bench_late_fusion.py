@@ -48,7 +48,9 @@
 * ``grid``: a candidate default setting (``--params``, JSON of LateFusionClustering parameters
   on top of its defaults) over every shared multi-view set and mfeat, seeds 0..``--seeds``-1,
   each fit in a forked child with one BLAS thread and a hard ``--timeout`` (a value "k" or "2k"
-  stands for the set's number of clusters, e.g. ``{"embedding_dim": "k"}``); records are
+  stands for the set's number of clusters, e.g. ``{"embedding_dim": "k"}``, "2k|k" for 2k if k <= 10
+  else k; ``kernels`` may be
+  ``{"sparse": [...], "dense": [...]}``, kernel set names or kinds per view type); records are
   appended to bench/out/late_fusion_grid/<tag>.jsonl (cells already there are skipped).  The
   summary compares the mean ACC per set with ``KMeans(n_init=10)`` on the min-max-scaled
   concatenation read from ``bench/out/quality/<--baseline>.jsonl`` (bench_quality.py's
@@ -575,6 +577,18 @@ def part_sets(args) -> dict:
 GRID_DIR = OUT / "late_fusion_grid"
 
 
+def _kernels_by_view_type(by_type: dict, views) -> list:
+    """``{"sparse": [...], "dense": [...]}`` -> kernel specs per view: each entry names a set of
+    STANDARD_KERNEL_SETS or a single kind ("cosine", "linear"); sparse as in ``kernels="auto"``."""
+    from mkdist._kernels import SPARSE_DENSITY, STANDARD_KERNEL_SETS, KernelSpec, view_density
+
+    specs = []
+    for i, v in enumerate(views):
+        for name in by_type["sparse" if view_density(v) < SPARSE_DENSITY else "dense"]:
+            specs += STANDARD_KERNEL_SETS[name](i) if name in STANDARD_KERNEL_SETS else [KernelSpec(view=i, kind=name)]
+    return specs
+
+
 def _grid_child(conn, views, y, params: dict, seed: int) -> None:
     """One fit with ``params`` in a forked child, one BLAS thread; sends a JSON-able record."""
     from threadpoolctl import threadpool_limits
@@ -586,8 +600,11 @@ def _grid_child(conn, views, y, params: dict, seed: int) -> None:
         with threadpool_limits(1), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             # "k" / "2k" as a value stand for the set's number of clusters (per-set embedding_dim).
-            resolved = {name: {"k": k, "2k": 2 * k}.get(v, v) if isinstance(v, str) else v
-                        for name, v in params.items()}
+            # "2k|k": 2k for k <= 10, else k (MultipleKernelClustering's embedding rule).
+            per_set = {"k": k, "2k": 2 * k, "3k": 3 * k, "2k|k": 2 * k if k <= 10 else k}
+            resolved = {name: per_set.get(v, v) if isinstance(v, str) else v for name, v in params.items()}
+            if isinstance(resolved.get("kernels"), dict):  # a kernel set per view type
+                resolved["kernels"] = _kernels_by_view_type(resolved["kernels"], views)
             est = LateFusionClustering(k, random_state=seed, **resolved)
             t0 = time.perf_counter()
             est.fit(views)
