@@ -196,7 +196,7 @@ def part_mfeat(args) -> dict:
 
     abl = {}
     for name, params, base in [
-        ("cure_default(min_pep_ratio=0.1)", {}, base_cure),
+        (f"cure_default(min_pep_ratio={LateFusionClustering().min_pep_ratio:g})", {}, base_cure),
         ("no_cure(min_pep_ratio=0)", {"min_pep_ratio": 0.0}, base_all),
         ("no_cure+uniform_mu", {"min_pep_ratio": 0.0, "filter_weights": "uniform"}, base_all),
         ("cure+uniform_mu", {"filter_weights": "uniform"}, base_cure),
