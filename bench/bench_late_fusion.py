@@ -5,6 +5,8 @@
     python bench/bench_late_fusion.py --part mnist  [--landmarks 2000,5000] [--fit-n 10000] [--profile]
     python bench/bench_late_fusion.py --part scale  --n 1000000 [--scheduler cluster]   # Dask
     python bench/bench_late_fusion.py --part sets   [--sets ccv,leaves100] [--timeout 180]
+    python bench/bench_late_fusion.py --part grid   --params '{"kernels": "auto"}' --tag NAME [--seeds 5]
+                                                    [--sets a,b] [--timeout 120] [--baseline TAG]
 
 * ``mfeat``: view3 (pix, 2000 x 240), kernels "mkkm12", all 2000 points as landmarks,
   scale="minmax", d = 2k.  ACC/NMI/ARI mean and std over seeds for graph_filter_order 1, 2,
@@ -43,6 +45,17 @@
   kernels kept, or the mkdist error it refused the set with.  Target (issue 15): every fit
   under 60 s.
 
+* ``grid``: a candidate default setting (``--params``, JSON of LateFusionClustering parameters
+  on top of its defaults) over every shared multi-view set and mfeat, seeds 0..``--seeds``-1,
+  each fit in a forked child with one BLAS thread and a hard ``--timeout`` (a value "k" or "2k"
+  stands for the set's number of clusters, e.g. ``{"embedding_dim": "k"}``, "2k|k" for 2k if k <= 10
+  else k; ``kernels`` may be
+  ``{"sparse": [...], "dense": [...]}``, kernel set names or kinds per view type); records are
+  appended to bench/out/late_fusion_grid/<tag>.jsonl (cells already there are skipped).  The
+  summary compares the mean ACC per set with ``KMeans(n_init=10)`` on the min-max-scaled
+  concatenation read from ``bench/out/quality/<--baseline>.jsonl`` (bench_quality.py's
+  ``kmeans`` column, same seeds): the sets won, the mean ACC, the slowest fit and its steps.
+
 Timings depend on the machine's load: every result records ``load_avg_start`` / ``_end``.
 """
 
@@ -57,7 +70,7 @@ import time
 import warnings
 
 import numpy as np
-from _common import SHARED_DATA, emit, machine
+from _common import OUT, SHARED_DATA, emit, machine
 
 from mkdist import MultipleKernelClustering
 from mkdist._kmeans import kmeans
@@ -183,7 +196,7 @@ def part_mfeat(args) -> dict:
 
     abl = {}
     for name, params, base in [
-        ("cure_default(min_pep_ratio=0.1)", {}, base_cure),
+        (f"cure_default(min_pep_ratio={LateFusionClustering().min_pep_ratio:g})", {}, base_cure),
         ("no_cure(min_pep_ratio=0)", {"min_pep_ratio": 0.0}, base_all),
         ("no_cure+uniform_mu", {"min_pep_ratio": 0.0, "filter_weights": "uniform"}, base_all),
         ("cure+uniform_mu", {"filter_weights": "uniform"}, base_cure),
@@ -499,15 +512,18 @@ def _multiview_sets() -> dict:
     return sets
 
 
+def _load_set(path) -> tuple[list[np.ndarray], np.ndarray]:
+    d = np.load(path)
+    return [d[f"view{i}"] for i in range(sum(k.startswith("view") for k in d.files))], d["y"]
+
+
 def _fit_one_set(path: str) -> dict:
     """One default fit on one data set, one BLAS thread (run in a child process)."""
     from threadpoolctl import threadpool_limits
 
     from mkdist.errors import MkdistError
 
-    d = np.load(path)
-    views = [d[f"view{i}"] for i in range(sum(k.startswith("view") for k in d.files))]
-    y = d["y"]
+    views, y = _load_set(path)
     k = int(np.unique(y).size)
     out = {"n": int(y.size), "view_dims": [int(v.shape[1]) for v in views], "n_clusters": k}
     est = LateFusionClustering(n_clusters=k, random_state=0)
@@ -557,11 +573,135 @@ def part_sets(args) -> dict:
                        "holds": not slow}}
 
 
+# ---------------------------------------------------------------------------------- grid
+GRID_DIR = OUT / "late_fusion_grid"
+
+
+def _kernels_by_view_type(by_type: dict, views) -> list:
+    """``{"sparse": [...], "dense": [...]}`` -> kernel specs per view: each entry names a set of
+    STANDARD_KERNEL_SETS or a single kind ("cosine", "linear"); sparse as in ``kernels="auto"``."""
+    from mkdist._kernels import SPARSE_DENSITY, STANDARD_KERNEL_SETS, KernelSpec, view_density
+
+    specs = []
+    for i, v in enumerate(views):
+        for name in by_type["sparse" if view_density(v) < SPARSE_DENSITY else "dense"]:
+            specs += STANDARD_KERNEL_SETS[name](i) if name in STANDARD_KERNEL_SETS else [KernelSpec(view=i, kind=name)]
+    return specs
+
+
+def _grid_child(conn, views, y, params: dict, seed: int) -> None:
+    """One fit with ``params`` in a forked child, one BLAS thread; sends a JSON-able record."""
+    from threadpoolctl import threadpool_limits
+
+    from mkdist.errors import MkdistError
+
+    k = int(np.unique(y).size)
+    try:
+        with threadpool_limits(1), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # "k" / "2k" as a value stand for the set's number of clusters (per-set embedding_dim).
+            # "2k|k": 2k for k <= 10, else k (MultipleKernelClustering's embedding rule).
+            per_set = {"k": k, "2k": 2 * k, "3k": 3 * k, "2k|k": 2 * k if k <= 10 else k}
+            resolved = {name: per_set.get(v, v) if isinstance(v, str) else v for name, v in params.items()}
+            if isinstance(resolved.get("kernels"), dict):  # a kernel set per view type
+                resolved["kernels"] = _kernels_by_view_type(resolved["kernels"], views)
+            est = LateFusionClustering(k, random_state=seed, **resolved)
+            t0 = time.perf_counter()
+            est.fit(views)
+            fit_s = time.perf_counter() - t0
+        diag = est.diagnostics_
+        rec = {"status": "ok", "fit_s": fit_s, **scores(y, est.labels_),
+               "timings": {m: round(v, 3) for m, v in diag["timings"].items()}, "n_iter": int(est.n_iter_),
+               "n_kernels": len(est.kernels_), "partitions": int(est.model_.kept.size),
+               "embedding_dim": int(est.embedding_dim_)}
+    except MkdistError as e:
+        rec = {"status": "refused", "error": f"{type(e).__name__}: {e}"}
+    except Exception as e:  # noqa: BLE001 - not an mkdist error: a bug, recorded as such
+        rec = {"status": "bug", "error": f"{type(e).__name__}: {e}"}
+    conn.send(rec)
+    conn.close()
+
+
+def _grid_cell(views, y, params, seed, timeout) -> dict:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_grid_child, args=(child, views, y, params, seed))
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    proc.start()
+    child.close()
+    rec = parent.recv() if parent.poll(timeout) else {"status": "timeout", "error": f"no result in {timeout:.0f} s"}
+    proc.join(timeout=5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+    return {**rec, "wall_s": time.perf_counter() - t0, "load_avg_1min": load}
+
+
+def _read_jsonl(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def part_grid(args) -> dict:
+    params = json.loads(args.params)
+    available = _multiview_sets()
+    names = [s for s in args.sets.split(",") if s] if args.sets else list(available)
+    path = GRID_DIR / f"{args.tag}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done = {(r["set"], r["seed"]) for r in _read_jsonl(path) if r.get("params") == params}
+    for name in names:
+        todo = [s for s in range(args.seeds) if (name, s) not in done]
+        if not todo:
+            continue
+        views, y = _load_set(available[name])
+        for seed in todo:
+            rec = {"set": name, "seed": seed, "params": params,
+                   **_grid_cell(views, y, params, seed, args.timeout)}
+            with path.open("a") as f:
+                f.write(json.dumps(rec, default=float) + "\n")
+            print(f"{name:18s} seed {seed}: {rec['status']:8s} acc={rec.get('acc', float('nan')):.3f} "
+                  f"fit={rec.get('fit_s', float('nan')):.1f}s load={rec['load_avg_1min']:.1f}",
+                  file=sys.stderr, flush=True)
+            if rec["status"] == "timeout":
+                break
+    kmeans: dict[str, list[float]] = {}
+    for r in _read_jsonl(OUT / "quality" / f"{args.baseline}.jsonl"):
+        if r["method"] == "kmeans" and r["seed"] < args.seeds and r["status"] == "ok":
+            kmeans.setdefault(r["dataset"], []).append(r["acc"])
+    rows = {}
+    for name in names:
+        recs = [r for r in _read_jsonl(path) if r["set"] == name and r.get("params") == params
+                and r["seed"] < args.seeds]
+        ok = [r for r in recs if r["status"] == "ok"]
+        row = {"runs": len(recs), "ok": len(ok)}
+        if ok and len(ok) == len(recs):
+            row.update(acc=float(np.mean([r["acc"] for r in ok])), acc_std=float(np.std([r["acc"] for r in ok])),
+                       nmi=float(np.mean([r["nmi"] for r in ok])),
+                       fit_s_max=float(max(r["fit_s"] for r in ok)),
+                       timings_of_slowest=max(ok, key=lambda r: r["fit_s"])["timings"],
+                       partitions=ok[0]["partitions"])
+        else:
+            row["status"] = next((r["status"] for r in recs if r["status"] != "ok"), "missing")
+        if name in kmeans:
+            row["kmeans_acc"] = float(np.mean(kmeans[name]))
+            row["beats_kmeans"] = bool("acc" in row and row["acc"] > row["kmeans_acc"])
+        rows[name] = row
+    accs = [r["acc"] for r in rows.values() if "acc" in r]
+    return {"params": params, "tag": args.tag, "seeds": args.seeds, "sets": rows,
+            "beats_kmeans": sum(r.get("beats_kmeans", False) for r in rows.values()),
+            "lost_to_kmeans": sorted(n for n, r in rows.items() if not r.get("beats_kmeans", False)),
+            "n_sets": len(rows), "mean_acc": float(np.mean(accs)) if accs else None,
+            "max_fit_s": max((r["fit_s_max"] for r in rows.values() if "fit_s_max" in r), default=None),
+            "over_60s": sorted(n for n, r in rows.items() if r.get("fit_s_max", 0) >= 60 or "status" in r)}
+
+
 # ---------------------------------------------------------------------------------- main
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--part", required=True, choices=["mfeat", "oos", "mnist", "scale", "sets"])
-    ap.add_argument("--seeds", type=int, default=10, help="mfeat, oos: seeds 0..seeds-1")
+    ap.add_argument("--part", required=True, choices=["mfeat", "oos", "mnist", "scale", "sets", "grid"])
+    ap.add_argument("--seeds", type=int, default=10, help="mfeat, oos, grid: seeds 0..seeds-1")
     ap.add_argument("--landmarks", default="2000,5000", help="mnist: landmark counts of the fit + assign runs")
     ap.add_argument("--kernels", default="mkkm12,rbf-grid", help="mnist: comma-separated kernel sets")
     ap.add_argument("--fit-n", type=int, default=10_000, help="mnist: landmarks of the timed big fit (0: skip)")
@@ -571,7 +711,10 @@ def main():
     ap.add_argument("--n", type=int, default=1_000_000, help="scale: rows of W1")
     ap.add_argument("--scheduler", default="cluster", choices=["cluster", "threads"], help="scale")
     ap.add_argument("--sets", default="", help="sets: comma-separated data set names (default: all)")
-    ap.add_argument("--timeout", type=float, default=180.0, help="sets: seconds before a fit is abandoned")
+    ap.add_argument("--timeout", type=float, default=180.0, help="sets, grid: seconds before a fit is abandoned")
+    ap.add_argument("--params", default="{}", help="grid: JSON of LateFusionClustering parameters")
+    ap.add_argument("--tag", default="current", help="grid: results file bench/out/late_fusion_grid/<tag>.jsonl")
+    ap.add_argument("--baseline", default="final", help="grid: bench_quality tag with the kmeans column")
     args = ap.parse_args()
     load0 = os.getloadavg()
     t0 = time.perf_counter()

@@ -52,6 +52,21 @@ def test_fit_recovers_clusters_and_learned_state(blobs_views, fitted):
     assert m.transform(views).shape == (len(y), D)
 
 
+def test_default_kernels_read_the_views_sparsity(blobs_views):
+    # kernels="auto" (the default) must see the landmark rows: cosine on a bag-of-words-like
+    # view (< 10% non-zero), three RBF kernels on the dense one.
+    views, y = blobs_views
+    rng = np.random.default_rng(0)
+    words = np.zeros((y.size, 200))
+    for c in range(3):  # each cluster uses its own 30 words, 8 per row
+        rows = np.flatnonzero(y == c)
+        words[rows[:, None], rng.integers(30 * c, 30 * c + 30, size=(rows.size, 8))] = 1.0
+    m = LateFusionClustering(3, n_landmarks=120, random_state=0, n_init=3).fit([views[0], words])
+    assert sorted((k.view, k.kind) for k in m.kernels_) == [("view0", "rbf")] * 3 + [("view1", "cosine")]
+    assert m.embedding_dim_ == 6 and m.get_params()["scale"] == "minmax"
+    assert clustering_accuracy(y, m.labels_) == 1.0
+
+
 @pytest.mark.parametrize("params", [{}, {"graph_filter_order": 0}, {"graph_filter_order": 3},
                                     {"filter_weights": "uniform"}])
 def test_objective_never_increases(blobs_views, params):
