@@ -38,7 +38,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse
-from sklearn.cluster import KMeans
 
 from ._base import LandmarkEmbeddingEstimator
 from ._blocks import RowBlocks, cache_block_rows
@@ -470,6 +469,9 @@ def _objective(alpha: np.ndarray, gamma: np.ndarray, copies: np.ndarray) -> floa
 
 def _kmeans_step(Z: np.ndarray, k: int, init, n_init: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Labels and centres: k-means++ restarts (init=None) or Lloyd from given centres to a fixed point."""
+    # Imported here, not at the top: `import mkdist` (and so every CLI refusal) skips sklearn.cluster.
+    from sklearn.cluster import KMeans
+
     if init is None:
         km = KMeans(k, n_init=n_init, random_state=seed).fit(Z)
     else:
