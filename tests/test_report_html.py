@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import io
 import re
-import time
 import warnings
 from html.parser import HTMLParser
 
@@ -405,17 +404,15 @@ def test_render_png_writes_next_to_a_remote_store():
     fs.rm("/reports", recursive=True)
 
 
-# ----------------------------------------------------------------------------- speed
-def test_page_with_20k_point_embedding_renders_fast(fitted_reports):
-    """A guard against a figure that scales badly: the measured CPU time is ~1 s on 2 shared
-    cores (see the module's timings); the bound leaves room for a slow CI machine."""
+# ----------------------------------------------------------------------------- a full-size sample
+def test_page_with_a_20k_point_embedding_sample_shows_it(fitted_reports):
+    """The largest sample a run stores (20k rows) is drawn, with the caption of its rows.  What the
+    report costs at N = 1M is measured by bench/bench_speed.py --part floor, not timed here."""
     data = dict(fitted_reports[METHODS[0]])
     rng = np.random.default_rng(1)
     labels = rng.integers(0, 10, 20_000)
     coords = rng.normal(size=(20_000, 2)) + 3 * np.c_[np.cos(labels), np.sin(labels)]
     data["embedding_sample"] = {"coords": coords.tolist(), "labels": labels.tolist(), "what": "20k rows"}
-    start = time.process_time()
     page = render_html(data)
-    elapsed = time.process_time() - start
     assert "fig-embedding" in page
-    assert elapsed < 10.0, f"rendering the page took {elapsed:.1f} s of CPU"
+    assert "20k rows. Compact, separate colour groups" in page
