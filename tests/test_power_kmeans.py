@@ -22,9 +22,11 @@ from mkdist._power_kmeans import (
     MultiViewRFFPowerKMeans,
     RFFKernelPowerKMeans,
     _auto_s0,
+    _consensus_labels,
     _fit_loop,
     _log_gap,
     _Model,
+    _partition_centroids,
     _power_mean_weights,
     _row_labels,
     default_n_components,
@@ -363,6 +365,96 @@ def test_restarts_keep_the_run_their_rule_selects(cls, overlapping, recorded_res
     assert est.n_iter_ == chosen["n_iter"]
 
 
+def test_consensus_of_identical_partitions_is_that_partition():
+    """Restarts that agree up to the names of their clusters have that partition as consensus."""
+    from sklearn.metrics import adjusted_rand_score
+
+    labels = np.random.default_rng(0).integers(0, 5, size=200)
+    renamed = [labels, (labels + 2) % 5, np.array([4, 3, 2, 1, 0])[labels]]
+    assert adjusted_rand_score(labels, _consensus_labels(renamed, 5, seed=0)) == 1.0
+
+
+def test_consensus_votes_out_an_error_the_restarts_do_not_share():
+    """Each of three partitions puts a different block of points in the wrong cluster; the
+    consensus puts every point where at least two of them put it (the true partition)."""
+    from sklearn.metrics import adjusted_rand_score
+
+    truth = np.repeat(np.arange(3), 30)
+    partitions = []
+    for r in range(3):
+        wrong = truth.copy()
+        wrong[30 * r: 30 * r + 8] = (r + 1) % 3
+        partitions.append(wrong)
+    assert all(adjusted_rand_score(truth, p) < 1.0 for p in partitions)
+    assert adjusted_rand_score(truth, _consensus_labels(partitions, 3, seed=0)) == 1.0
+
+
+def test_partition_centroids_are_the_cluster_means():
+    rng = np.random.default_rng(0)
+    phis = [rng.normal(size=(30, 6)), rng.normal(size=(30, 6))]  # every view has 2D features
+    labels = rng.integers(0, 3, size=30)  # cluster 3 is empty
+    out = _partition_centroids(phis, labels, 4)
+    assert out.shape == (2, 4, 6)
+    for v, phi in enumerate(phis):
+        for j in range(3):
+            np.testing.assert_allclose(out[v][j], phi[labels == j].mean(axis=0), rtol=1e-12)
+        np.testing.assert_allclose(out[v][3], phi.mean(axis=0), rtol=1e-12)
+
+
+@pytest.fixture
+def recorded_consensus(monkeypatch):
+    """The consensus runs a fit makes: (the consensus partition, the result of from_consensus)."""
+    import mkdist._power_kmeans as module
+
+    calls = []
+    consensus, continue_from = module._consensus_labels, module._Restarter.from_consensus
+
+    def record_labels(*args, **kwargs):
+        out = consensus(*args, **kwargs)
+        calls.append(out)
+        return out
+
+    def record_run(self, runs, seed):
+        out = continue_from(self, runs, seed)
+        calls.append(out)
+        return out
+
+    monkeypatch.setattr(module, "_consensus_labels", record_labels)
+    monkeypatch.setattr(module._Restarter, "from_consensus", record_run)
+    return calls
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_consensus_continues_from_the_restarts_consensus(cls, overlapping, recorded_restarts,
+                                                          recorded_consensus):
+    """restart_selection="consensus" (the default) continues the run from the consensus of the
+    restarts' partitions in the features of the restart agreeing most with it, and records it."""
+    from sklearn.metrics import adjusted_rand_score
+
+    X, _ = overlapping
+    est = cls(4, n_init=4, random_state=1).fit(X)
+    assert cls().restart_selection == "consensus"
+    diag = est.diagnostics_["restarts"]
+    assert diag["selection"] == "consensus" and len(recorded_restarts) == 4
+    consensus, (best, run, ari) = recorded_consensus
+    expected = [adjusted_rand_score(consensus, out["labels"]) for _, _, out in recorded_restarts]
+    np.testing.assert_allclose(diag["consensus_ari"], expected, rtol=1e-12)
+    assert diag["best"] == best == int(np.argmax(expected))
+    base = recorded_restarts[best][2]
+    np.testing.assert_array_equal(est.rff_frequencies_[0], base["frequencies"][0])
+    # the continued run starts at the base's final s, from the consensus clusters' means
+    assert run["s_history"][0] == base["s_next"] and est.s0_ == base["s0"]
+    assert diag["consensus_final_objective"] == run["final_objective"]
+    np.testing.assert_array_equal(est.labels_, run["labels"])
+    np.testing.assert_array_equal(est.centroids_, run["model"].centroids)
+    assert adjusted_rand_score(consensus, est.labels_) > 0.5
+    # one restart: nothing to combine, the fit is that restart
+    recorded_restarts.clear()
+    one = cls(4, n_init=1, random_state=1).fit(X)
+    assert one.diagnostics_["restarts"]["consensus_ari"] is None and len(recorded_consensus) == 2
+    np.testing.assert_array_equal(one.labels_, recorded_restarts[0][2]["labels"])
+
+
 @pytest.mark.parametrize("cls", ESTIMATORS)
 def test_a_restart_run_alone_gives_the_same_result(cls, overlapping, recorded_restarts):
     """A restart is a function of its seed: run again it repeats its objective and partition,
@@ -391,7 +483,7 @@ def test_the_winner_is_refined_over_all_rows(views, monkeypatch, recorded_restar
 
     monkeypatch.setattr(module, "INIT_SAMPLE_SIZE", 90)
     X, y = views
-    est = MultiViewRFFPowerKMeans(3, n_init=3, random_state=0).fit(X)
+    est = MultiViewRFFPowerKMeans(3, n_init=3, restart_selection="agreement", random_state=0).fit(X)
     diag = est.diagnostics_["restarts"]
     assert diag["rows"] == 90 and all(r.lam == pytest.approx(0.05 * 90) for r, _, _ in recorded_restarts)
     assert est.lam_ == pytest.approx(0.05 * 150)
@@ -608,7 +700,8 @@ def test_summary_reports_views_kernels_and_pep(cls, views):
     (RFFKernelPowerKMeans, {"bandwidth": "silverman"}, r"`bandwidth`='silverman'"),
     (RFFKernelPowerKMeans, {"scale": "robust"}, r"`scale`='robust'"),
     (RFFKernelPowerKMeans, {"n_init": 0}, r"`n_init`=0 must be >= 1"),
-    (MultiViewRFFPowerKMeans, {"restart_selection": "best"}, r"`restart_selection`='best'"),
+    (MultiViewRFFPowerKMeans, {"restart_selection": "best"}, r"`restart_selection`='best'.*'consensus'"),
+    (RFFKernelPowerKMeans, {"restart_selection": None}, r"`restart_selection`=None"),
     (RFFKernelPowerKMeans, {"n_clusters": 151}, r"n_samples=150 should be >= n_clusters=151"),
 ])
 def test_bad_parameters_are_rejected_before_work(cls, params, match, views, monkeypatch):
