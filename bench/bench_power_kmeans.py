@@ -4,6 +4,7 @@
     python bench/bench_power_kmeans.py --part mfeat [--seeds 10]
     python bench/bench_power_kmeans.py --part seeds [--seeds 10] [--data hw2sources,...] [--settings ...]
     python bench/bench_power_kmeans.py --part scale [--n 1000000] [--variants]   # --n 100000: quick
+    python bench/bench_power_kmeans.py --part timing [--seeds 1] [--data leaves100,ccv,...]
 
 ``mfeat``: UCI multiple features, the paper's HW2 setting (2000 points, 10 classes, two views
 of 240 and 216 features): view3 = pix (240) and view1 = fac (216) of ``mfeat.npz``, raw
@@ -335,6 +336,41 @@ def part_seeds(args) -> dict:
     return out
 
 
+# ----------------------------------------------------------------------------- timing
+#: The shared multi-view sets whose default power k-means fits were the slowest (issue 15:
+#: leaves100 K = 100, ccv N = 6773 K = 20) and the two the seeds table measures.
+TIMING_SETS = ("leaves100", "ccv", "hw2sources", "mfeat-hw2")
+
+
+def part_timing(args) -> dict:
+    """Fit time of both estimators' defaults (issue 15: < 60 s on every shared set), with the
+    number of restarts and start inits they chose, the stage timings and the load."""
+    seeds = list(range(args.seeds))
+    names = args.data.split(",") if args.data else list(TIMING_SETS)
+    out = {"seeds": seeds, "data": {}}
+    for name in names:
+        X, y = load_views(name)
+        k = int(y.max()) + 1
+        res = {"n": int(len(y)), "k": k, "view_dims": [int(v.shape[1]) for v in X]}
+        for cls in (RFFKernelPowerKMeans, MultiViewRFFPowerKMeans):
+            load = os.getloadavg()[0]
+            r = evaluate(lambda s: cls(k, random_state=s), X, y, seeds, extra=lambda est, s: {
+                "n_init": est.n_init_, "start_n_init": est.diagnostics_["restarts"]["start_n_init"],
+                "timings": est.diagnostics_["timings"]})
+            res[cls.__name__] = {"fit_s_max": max(row["fit_s"] for row in r["per_seed"]),
+                                 "fit_s_median": r["fit_s"]["median"], "acc_mean": r["acc"]["mean"],
+                                 "nmi_mean": r["nmi"]["mean"], "load_avg_1min_before": load,
+                                 "per_seed": [{key: row[key] for key in
+                                               ("seed", "acc", "fit_s", "n_init", "start_n_init", "timings")}
+                                              for row in r["per_seed"]]}
+            print(f"[timing] {name} {cls.__name__}: fit {res[cls.__name__]['fit_s_max']:.1f} s "
+                  f"acc {r['acc']['mean']:.3f} (load {load:.1f})", file=sys.stderr, flush=True)
+        out["data"][name] = res
+    out["max_fit_s"] = max(v[c]["fit_s_max"] for v in out["data"].values()
+                           for c in ("RFFKernelPowerKMeans", "MultiViewRFFPowerKMeans"))
+    return out
+
+
 # ----------------------------------------------------------------------------- scale
 def task_summary(records) -> dict:
     from dask.utils import key_split
@@ -419,10 +455,10 @@ def part_scale(args) -> dict:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--part", required=True, choices=["mfeat", "seeds", "scale"])
+    ap.add_argument("--part", required=True, choices=["mfeat", "seeds", "scale", "timing"])
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--n", type=int, default=1_000_000)
-    ap.add_argument("--data", default="", help="seeds: comma-separated sets (default: SEED_SETS)")
+    ap.add_argument("--data", default="", help="seeds / timing: comma-separated sets (default: SEED_SETS / TIMING_SETS)")
     ap.add_argument("--settings", default="", help="seeds: comma-separated settings (default: all)")
     ap.add_argument("--variants", action="store_true",
                     help="scale: also IP-RFF-MKPKM with lambda scaled to N and RFF-MKPKM with alpha 1/2")

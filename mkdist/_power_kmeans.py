@@ -4,8 +4,9 @@ Algorithm 1 (RFF-KPKM) and Algorithm 2 (IP-RFF-MKPKM, eq. 20-31) of the RFF powe
 seed (``seeds/rff-kernel-power-kmeans.txt``; see ``docs/algorithms.md`` section 4).
 
 A fit runs ``n_init`` restarts in memory on the init sample (each its own random frequencies,
-k-means start and annealing), keeps one (``restart_selection``) and, when the sample is not
-all rows, refines it by passes over all rows from its final centroids and power, as the
+k-means start and annealing), makes one run of them (``restart_selection``: by default
+continued from the consensus of their partitions) and, when the sample is not all rows,
+refines it by passes over all rows from its final centroids and power, as the
 MKC k-means does (``mkdist._kmeans``): restarts cost no pass over the data.
 
 Every iteration is one pass over the rows through the row engine (:class:`RowBlocks`).  A
@@ -96,8 +97,29 @@ FEATURE_PERSIST_FRACTION = 0.25
 OBJECTIVE_RTOL = 1e-5
 
 #: k-means++ runs (scikit-learn ``KMeans`` n_init) behind the start of each power k-means
-#: restart; the restarts themselves are the estimator's ``n_init``.
+#: restart, at most (see ``START_WORK``); the restarts themselves are the estimator's ``n_init``.
 START_KMEANS_N_INIT = 10
+
+#: The work of one pass of a restart is n k F products (n sample rows, k clusters, F = 2 D L
+#: features): a pass is two GEMMs of that size (the distances and the centroid sums), a
+#: restart 100-200 passes.  ``n_init="auto"`` runs as many restarts as fit RESTART_WORK
+#: products a pass, within [MIN_AUTO_RESTARTS, MAX_AUTO_RESTARTS]: 10 on every shared
+#: multi-view set with n k F <= 1e8 (hw2sources, mfeat: 8.6e6) and on the 1M run (20,000
+#: sample rows, k = 10: 8.6e7); 6 on ccv (n = 6773, K = 20: 1.6e8) and 3 on leaves100
+#: (K = 100, D = 595: 5.7e8), where 10 restarts took 110 s and ~4 minutes (bench/RESULTS.md).
+#: Three is the fewest partitions the consensus can vote with.
+RESTART_WORK = 1e9
+MIN_AUTO_RESTARTS = 3
+MAX_AUTO_RESTARTS = 10
+
+#: A restart's k-means start runs as many k-means++ inits (1 to START_KMEANS_N_INIT) as fit
+#: START_WORK products n_start k F (n_start = min(n, START_SAMPLE_SIZE)).  At K = 100 one
+#: init took 1.3 s (leaves100: 13 of a restart's 21 s), on ccv (no cluster structure) each
+#: Lloyd run ~0.6 s; and the start hardly decides the partition: restarts that shared the
+#: frequencies but not the start reached nearly the same ACC (bench/RESULTS.md, "Restarts
+#: and the seed").  Sets with n_start k F <= 2.5e7 keep 10 inits (hw2sources, mfeat, hdigit,
+#: the 1M run); ccv (2.4e8) and leaves100 (5.7e8) run one.
+START_WORK = 2.5e8
 
 #: Rows of the init sample (all when it has fewer) that the k-means of a restart's start
 #: runs on: best-of-10 k-means on all 20,000 rows was 80% of a restart's time (11 of 14 s on
@@ -537,15 +559,15 @@ def _fit_loop(rows: RowBlocks, model: _Model, *, s0: float, annealing: float, an
 
 
 def _start(phis: Sequence[np.ndarray], k: int, rs: np.random.RandomState, *, possibilistic: bool,
-           fuzzifier: float) -> _Model:
-    """One restart's start: k-means (k-means++, START_KMEANS_N_INIT runs) on the view-averaged
+           fuzzifier: float, n_init: int = START_KMEANS_N_INIT) -> _Model:
+    """One restart's start: k-means (k-means++, ``n_init`` runs) on the view-averaged
     RFF features ``phis`` (float64, the init sample; START_SAMPLE_SIZE of its rows drawn by
     ``rs`` when it has more), uniform view weights and, for the possibilistic model, the
     typicality at these centroids over all of ``phis``.  The model reads feature rows."""
     L, n = len(phis), phis[0].shape[0]
     rows = np.sort(rs.choice(n, START_SAMPLE_SIZE, replace=False)) if n > START_SAMPLE_SIZE else slice(None)
     stacked = np.hstack([phi[rows] for phi in phis]) * math.sqrt(1.0 / L)
-    km = KMeans(k, n_init=START_KMEANS_N_INIT, random_state=rs.randint(np.iinfo(np.int32).max))
+    km = KMeans(k, n_init=n_init, random_state=rs.randint(np.iinfo(np.int32).max))
     with warnings.catch_warnings():
         # Fewer distinct points than k is handled by the fit (duplicate centroids are legal).
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -655,6 +677,7 @@ class _Restarter:
     block_rows: int
     lam: float | None       # lambda for the sample's n rows
     loop: dict
+    start_n_init: int = START_KMEANS_N_INIT
 
     def features(self, frequencies: list) -> tuple[list[np.ndarray], RowBlocks]:
         """float64 features of the sample (start, eta, s0, reseeding, objective) and its
@@ -670,7 +693,8 @@ class _Restarter:
         frequencies = [rs.standard_normal((v.shape[1], self.D)) / sigma
                        for v, sigma in zip(self.sample, self.sigmas)]
         phis, rows = self.features(frequencies)
-        model = _start(phis, self.k, rs, possibilistic=self.possibilistic, fuzzifier=self.fuzzifier)
+        model = _start(phis, self.k, rs, possibilistic=self.possibilistic, fuzzifier=self.fuzzifier,
+                       n_init=self.start_n_init)
         s0 = _auto_s0(_costs(phis, model).costs) if self.s0 == "auto" else float(self.s0)
         return self._run(phis, rows, model, s0, seed=int(seed), s0=s0, frequencies=frequencies)
 
@@ -752,7 +776,7 @@ class _RFFPowerKMeansBase(MkdistEstimator):
         "max_iter": [Interval(Integral, 1, None)],
         "tol": [Interval(Real, 0, None)],
         "scale": [Options(None, *SCALINGS)],
-        "n_init": [Interval(Integral, 1, None)],
+        "n_init": [Options("auto"), Interval(Integral, 1, None)],
         "restart_selection": [Options(*_RESTART_RULES)],
         "chunk_size": [Interval(Integral, 1, None)],
     }
@@ -845,6 +869,11 @@ class _RFFPowerKMeansBase(MkdistEstimator):
         t0 = time.perf_counter()
         n = sample_idx.size
         lam = p["lam"]
+        pass_work = n * k * 2 * D * L
+        self.n_init_ = (int(self.n_init) if self.n_init != "auto"
+                        else int(np.clip(RESTART_WORK // pass_work, MIN_AUTO_RESTARTS, MAX_AUTO_RESTARTS)))
+        start_n_init = int(np.clip(START_WORK // (min(n, START_SAMPLE_SIZE) * k * 2 * D * L),
+                                   1, START_KMEANS_N_INIT))
         restart = _Restarter(
             sample=list(sample.values()), names=rows.names, centers=centers, scales=scales,
             sigmas=sigmas, D=D, k=k, possibilistic=self._possibilistic, fuzzifier=p["fuzzifier"],
@@ -853,9 +882,10 @@ class _RFFPowerKMeansBase(MkdistEstimator):
             lam=None if lam is None else lam * n / N,
             loop=dict(annealing=float(self.annealing), anneal_every=int(self.anneal_every),
                       max_iter=int(self.max_iter), tol=float(self.tol),
-                      trace=getattr(self, "_trace", None)))
+                      trace=getattr(self, "_trace", None)),
+            start_n_init=start_n_init)
         runs = _run_restarts(restart, [int(seed) for seed in rng.randint(np.iinfo(np.int32).max,
-                                                                         size=int(self.n_init))])
+                                                                         size=self.n_init_)])
         best, agreement = _select_restart(runs, self.restart_selection)
         run = runs[best]
         consensus_ari = None
@@ -900,6 +930,7 @@ class _RFFPowerKMeansBase(MkdistEstimator):
                              ("converged", "n_merged_iterations", "merged_at_end", "n_reseeded")}
         self.diagnostics_["restarts"] = {
             "rows": int(n), "selection": self.restart_selection, "best": best,
+            "start_n_init": start_n_init,
             "consensus_ari": consensus_ari,
             "consensus_final_objective": None if consensus_ari is None else run["final_objective"],
             "final_objective": [r["final_objective"] for r in runs], "agreement": agreement,
@@ -1117,12 +1148,14 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
     scale : None, "standard" or "minmax", default=None
         Feature scaling per view, estimated on the init sample and folded into the
         frequencies (no scaled copy of X is made).  None uses the features as given.
-    n_init : int, default=10
+    n_init : int >= 1 or "auto", default="auto"
         Restarts of the whole power k-means on the init sample, each with its own
-        frequencies, k-means start and annealing (see :class:`MultiViewRFFPowerKMeans`).
-    restart_selection : {"agreement", "objective"}, default="agreement"
-        Which restart is kept: the medoid of their partitions or the lowest final objective
-        (see :class:`MultiViewRFFPowerKMeans`).
+        frequencies, k-means start and annealing; "auto": 3 to 10 by the cost of a pass
+        (see :class:`MultiViewRFFPowerKMeans`).  The number run is ``n_init_``.
+    restart_selection : {"consensus", "agreement", "objective"}, default="consensus"
+        How the restarts give the fit: continued from the consensus of their partitions,
+        the medoid of their partitions or the lowest final objective (see
+        :class:`MultiViewRFFPowerKMeans`).
     random_state : int, RandomState or None, default=None
         Seeds the init sample, the bandwidth sample and one seed per restart, from which a
         restart draws its frequencies and its k-means start (one integer seed per fit: None
@@ -1161,7 +1194,10 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
         multi-view model plus lambda times the view-weight entropy term).
     n_iter_ : int
         Passes over all rows of the kept run: its passes over the sample when the sample
-        is all rows, else the passes that refined it over all rows.
+        is all rows (with "consensus": of the run continued from the consensus), else the
+        passes that refined it over all rows.
+    n_init_ : int
+        Restarts run (``n_init``, or the number "auto" chose).
     view_names_ : list of str
     n_features_per_view_ : dict of str to int
     n_features_in_ : int
@@ -1175,8 +1211,11 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
         Phi_l Phi_l^T (``base``) and of the combined kernel sum_l alpha_l Phi_l Phi_l^T
         (``combined``), on the init sample (up to 20,000 rows) from the 2D-wide side.
         ``restarts``: ``rows`` (of the sample they ran on), ``selection``, ``best`` (index
-        of the kept restart) and per restart ``seed``, ``final_objective``, ``agreement``,
-        ``s0``, ``s_final``, ``n_iter``, ``converged``.
+        of the kept restart; with "consensus" the one whose features the run continued in),
+        ``start_n_init`` (k-means++ inits of each start), ``consensus_ari`` (each restart's
+        adjusted Rand index with the consensus; None unless "consensus" ran) and
+        ``consensus_final_objective``, and per restart ``seed``, ``final_objective``,
+        ``agreement``, ``s0``, ``s_final``, ``n_iter``, ``converged``.
 
     Notes
     -----
@@ -1216,7 +1255,7 @@ class RFFKernelPowerKMeans(_RFFPowerKMeansBase):
 
     def __init__(self, n_clusters: int = 8, *, n_components=None, bandwidth="median", s0="auto",
                  annealing: float = 1.04, anneal_every: int = 2, max_iter: int = 300,
-                 tol: float = 1e-6, scale=None, n_init: int = 10, restart_selection: str = "consensus",
+                 tol: float = 1e-6, scale=None, n_init="auto", restart_selection: str = "consensus",
                  random_state=None, chunk_size: int = 8192):
         self.n_clusters = n_clusters
         self.n_components = n_components
@@ -1287,23 +1326,35 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
     scale : None, "standard" or "minmax", default=None
         Feature scaling per view, estimated on the init sample and folded into the
         frequencies (no scaled copy of X is made).  None uses the features as given.
-    n_init : int, default=10
+    n_init : int >= 1 or "auto", default="auto"
         Restarts of the whole power k-means on the init sample (all rows when N <= 20,000),
-        each with its own random frequencies, its own k-means start (best of
-        ``START_KMEANS_N_INIT`` = 10 k-means++ runs on its features) and its own annealing;
-        one is kept by ``restart_selection`` and, when the sample is not all rows, refined
-        by passes over all rows.  Restarts cost no pass over the data.  ``n_init=1`` is one
-        run.  Restarts that shared the frequencies reached nearly the same partition, while
-        other frequencies moved ACC by up to 0.2 (hw2sources), so each restart redraws them
-        (bench/RESULTS.md, "Seeds").
-    restart_selection : {"agreement", "objective"}, default="agreement"
-        Which restart is kept.  "agreement": the one whose partition of the sample agrees
-        best with the others' (highest mean adjusted Rand index: the medoid of the
-        partitions; between two restarts the lower objective).  "objective": the lowest
-        final objective, sum_i min_j C_ij (+ lambda sum_l alpha_l log alpha_l for the
-        multi-view model) -- the function every run anneals towards (s -> -infinity).  The
-        objective hardly tracks the partitions' accuracy across restarts (rank correlation
-        0.05 on hw2sources, negative on mfeat), the agreement does: see bench/RESULTS.md.
+        each with its own random frequencies, its own k-means start (best of up to
+        ``START_KMEANS_N_INIT`` = 10 k-means++ runs on its features, fewer when a run is
+        expensive: ``START_WORK``) and its own annealing; ``restart_selection`` makes one
+        run of them and, when the sample is not all rows, it is refined by passes over all
+        rows.  Restarts cost no pass over the data.  ``n_init=1`` is one run.  Restarts that
+        shared the frequencies reached nearly the same partition, while other frequencies
+        moved ACC by up to 0.2 (hw2sources), so each restart redraws them (bench/RESULTS.md,
+        "Seeds").  "auto": 10 restarts, fewer (at least 3) when one pass over the sample
+        costs more than ``RESTART_WORK`` / 10 products n k 2D L -- 6 on ccv (N = 6773,
+        K = 20), 3 on leaves100 (K = 100), where 10 took 110 s and ~4 minutes; 10 on the
+        other shared multi-view sets and on the 1M run.  The number run is ``n_init_``.
+    restart_selection : {"consensus", "agreement", "objective"}, default="consensus"
+        How the restarts make the fit.  "consensus": the consensus of their partitions of
+        the sample (k-means on their stacked one-hot memberships, which maximises the
+        summed category utility with them: points end up together as often as the restarts
+        put them together), then the run continued from the means of the consensus clusters
+        in the features of the restart that agrees best with it (its frequencies, view
+        weights and final s).  "agreement": the restart whose partition agrees best with the
+        others' (highest mean adjusted Rand index: the medoid of the partitions; between two
+        restarts the lower objective).  "objective": the lowest final objective,
+        sum_i min_j C_ij (+ lambda sum_l alpha_l log alpha_l for the multi-view model) --
+        the function every run anneals towards (s -> -infinity).  The objective hardly
+        tracks the partitions' accuracy across restarts (rank correlation 0.05 on
+        hw2sources, negative on mfeat).  Over seeds 0-9 the consensus gave ACC 0.841 (std
+        0.017) on hw2sources and 0.681 (0.010) on mfeat HW2, the agreement 0.856 (0.044)
+        and 0.681 (0.009): a higher mean on hw2sources, but two seeds of ten kept a minority
+        partition (bench/RESULTS.md, "Consensus of the restarts").
     random_state : int, RandomState or None, default=None
         Seeds the init sample, the bandwidth sample and one seed per restart, from which a
         restart draws its frequencies and its k-means start (one integer seed per fit: None
@@ -1344,7 +1395,10 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
         multi-view model plus lambda times the view-weight entropy term).
     n_iter_ : int
         Passes over all rows of the kept run: its passes over the sample when the sample
-        is all rows, else the passes that refined it over all rows.
+        is all rows (with "consensus": of the run continued from the consensus), else the
+        passes that refined it over all rows.
+    n_init_ : int
+        Restarts run (``n_init``, or the number "auto" chose).
     view_names_ : list of str
     n_features_per_view_ : dict of str to int
     n_features_in_ : int
@@ -1358,8 +1412,11 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
         Phi_l Phi_l^T (``base``) and of the combined kernel sum_l alpha_l Phi_l Phi_l^T
         (``combined``), on the init sample (up to 20,000 rows) from the 2D-wide side.
         ``restarts``: ``rows`` (of the sample they ran on), ``selection``, ``best`` (index
-        of the kept restart) and per restart ``seed``, ``final_objective``, ``agreement``,
-        ``s0``, ``s_final``, ``n_iter``, ``converged``.
+        of the kept restart; with "consensus" the one whose features the run continued in),
+        ``start_n_init`` (k-means++ inits of each start), ``consensus_ari`` (each restart's
+        adjusted Rand index with the consensus; None unless "consensus" ran) and
+        ``consensus_final_objective``, and per restart ``seed``, ``final_objective``,
+        ``agreement``, ``s0``, ``s_final``, ``n_iter``, ``converged``.
     typicality_ : ndarray of shape (n_clusters, L)
         eta_{j,l} = mean_i ||phi_l(x_i) - theta_{j,l}||^2 at the start, kept fixed
         (re-estimating it every iteration cost 5 ACC points on mfeat).
@@ -1408,7 +1465,7 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
     def __init__(self, n_clusters: int = 8, *, n_components=None, bandwidth="median", s0="auto",
                  lam="auto", fuzzifier: float = 2.0, annealing: float = 1.04,
                  anneal_every: int = 2, max_iter: int = 300, tol: float = 1e-6, scale=None,
-                 n_init: int = 10, restart_selection: str = "consensus", random_state=None,
+                 n_init="auto", restart_selection: str = "consensus", random_state=None,
                  chunk_size: int = 8192):
         self.n_clusters = n_clusters
         self.n_components = n_components

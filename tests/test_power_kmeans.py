@@ -201,7 +201,7 @@ def test_fit_stops_when_the_objective_stalls_at_fixed_s(cls, views):
 
 def test_annealing_schedule(views):
     X, _ = views
-    est = _fit(RFFKernelPowerKMeans, X, s0=-2.0, annealing=1.5, anneal_every=3, max_iter=7, tol=0.0)
+    est = _fit(RFFKernelPowerKMeans, X, n_init=1, s0=-2.0, annealing=1.5, anneal_every=3, max_iter=7, tol=0.0)
     np.testing.assert_allclose(est.s_history_, [-2, -2, -2, -3, -3, -3, -4.5])
     assert est.s0_ == -2.0 and est.n_iter_ == 7
 
@@ -265,14 +265,16 @@ def test_merged_centroids_do_not_end_the_fit(overlapping, monkeypatch):
     import mkdist._power_kmeans as module
 
     X, y = overlapping
-    sharp = RFFKernelPowerKMeans(4, s0=-1.0, n_init=2, random_state=0).fit(X)
-    est = RFFKernelPowerKMeans(4, s0=-0.05, n_init=2, random_state=0).fit(X)
+    # the kept restart's own run (a consensus run starts at its final s, past the merging)
+    kw = dict(n_init=2, restart_selection="agreement", random_state=0)
+    sharp = RFFKernelPowerKMeans(4, s0=-1.0, **kw).fit(X)
+    est = RFFKernelPowerKMeans(4, s0=-0.05, **kw).fit(X)
     assert est.diagnostics_["n_merged_iterations"] > 0
     assert not est.diagnostics_["merged_at_end"] and est.diagnostics_["converged"]
     assert nmi(y, est.labels_) >= nmi(y, sharp.labels_) - 0.01
     # without the guard the shift test stops the fit among merged centroids
     monkeypatch.setattr(module, "MERGE_TOL", 0.0)
-    unguarded = RFFKernelPowerKMeans(4, s0=-0.05, n_init=2, random_state=0).fit(X)
+    unguarded = RFFKernelPowerKMeans(4, s0=-0.05, **kw).fit(X)
     assert unguarded.n_iter_ < est.n_iter_ / 3
     assert nmi(y, unguarded.labels_) < nmi(y, est.labels_) - 0.05
 
@@ -453,6 +455,28 @@ def test_consensus_continues_from_the_restarts_consensus(cls, overlapping, recor
     one = cls(4, n_init=1, random_state=1).fit(X)
     assert one.diagnostics_["restarts"]["consensus_ari"] is None and len(recorded_consensus) == 2
     np.testing.assert_array_equal(one.labels_, recorded_restarts[0][2]["labels"])
+
+
+def test_auto_restarts_and_start_inits_are_sized_by_the_work_of_a_pass(views, monkeypatch, recorded_restarts):
+    """n_init="auto" runs as many restarts (3 to 10) and each start as many k-means++ inits
+    (1 to 10) as fit their work budgets in products n k F of a pass; an int n_init is kept."""
+    import mkdist._power_kmeans as module
+
+    X, _ = views
+    est = MultiViewRFFPowerKMeans(3, random_state=0).fit(X)
+    assert est.n_init_ == len(recorded_restarts) == 10
+    assert est.diagnostics_["restarts"]["start_n_init"] == 10
+    work = 150 * 3 * 2 * est.n_components_ * 2  # n k 2D L
+    for budget, restarts, inits in [(4.5, 4, 2), (1.0, 3, 1), (0.1, 3, 1)]:
+        monkeypatch.setattr(module, "RESTART_WORK", budget * work)
+        monkeypatch.setattr(module, "START_WORK", budget / 2 * work)
+        recorded_restarts.clear()
+        est = MultiViewRFFPowerKMeans(3, random_state=0).fit(X)
+        assert est.n_init_ == len(recorded_restarts) == restarts
+        assert est.diagnostics_["restarts"]["start_n_init"] == inits
+        assert all(r.start_n_init == max(inits, 1) for r, _, _ in recorded_restarts)
+    recorded_restarts.clear()
+    assert RFFKernelPowerKMeans(3, n_init=2, random_state=0).fit(X).n_init_ == len(recorded_restarts) == 2
 
 
 @pytest.mark.parametrize("cls", ESTIMATORS)
@@ -700,6 +724,7 @@ def test_summary_reports_views_kernels_and_pep(cls, views):
     (RFFKernelPowerKMeans, {"bandwidth": "silverman"}, r"`bandwidth`='silverman'"),
     (RFFKernelPowerKMeans, {"scale": "robust"}, r"`scale`='robust'"),
     (RFFKernelPowerKMeans, {"n_init": 0}, r"`n_init`=0 must be >= 1"),
+    (MultiViewRFFPowerKMeans, {"n_init": "many"}, r"`n_init`='many' must be 'auto'"),
     (MultiViewRFFPowerKMeans, {"restart_selection": "best"}, r"`restart_selection`='best'.*'consensus'"),
     (RFFKernelPowerKMeans, {"restart_selection": None}, r"`restart_selection`=None"),
     (RFFKernelPowerKMeans, {"n_clusters": 151}, r"n_samples=150 should be >= n_clusters=151"),
