@@ -1,7 +1,7 @@
 """RFF kernel power k-means (seeds/rff-kernel-power-kmeans.txt, docs/algorithms.md section 4):
 ``MultiViewRFFPowerKMeans`` (IP-RFF-MKPKM) and ``RFFKernelPowerKMeans`` (RFF-KPKM), printing JSON.
 
-    python bench/bench_power_kmeans.py --part mfeat [--seeds 10]
+    python bench/bench_power_kmeans.py --part mfeat [--seeds 10] [--quick]
     python bench/bench_power_kmeans.py --part seeds [--seeds 10] [--data hw2sources,...] [--settings ...]
     python bench/bench_power_kmeans.py --part scale [--n 1000000] [--variants]   # --n 100000: quick
     python bench/bench_power_kmeans.py --part timing [--seeds 1] [--data leaves100,ccv,...]
@@ -194,8 +194,9 @@ def part_mfeat(args) -> dict:
     head["RFF-KPKM on concatenated [pix | fac] (456 features, one RFF map)"] = evaluate(
         lambda s: RFFKernelPowerKMeans(K, random_state=s), concat, y, seeds)
     head["RFF-KPKM on pix"] = evaluate(lambda s: RFFKernelPowerKMeans(K, random_state=s), pix, y, seeds)
-    head["MultipleKernelClustering [pix, fac], default kernels, n_landmarks=2000"] = evaluate(
-        lambda s: MultipleKernelClustering(K, n_landmarks=2000, random_state=s), mv, y, seeds)
+    if not args.quick:
+        head["MultipleKernelClustering [pix, fac], default kernels, n_landmarks=2000"] = evaluate(
+            lambda s: MultipleKernelClustering(K, n_landmarks=2000, random_state=s), mv, y, seeds)
     print("[mfeat] headline done", file=sys.stderr, flush=True)
     out["headline"] = head
     out["headline_table"] = [
@@ -204,7 +205,7 @@ def part_mfeat(args) -> dict:
 
     # What the power-mean iterations add over k-means on the same RFF features.
     km = {}
-    for scale in (None, "standard"):
+    for scale in () if args.quick else (None, "standard"):
         rows = []
         for s in seeds:
             est = MultiViewRFFPowerKMeans(K, random_state=s, scale=scale).fit(mv)
@@ -229,7 +230,8 @@ def part_mfeat(args) -> dict:
 
     # Investigation: s0 x scale, lambda, bandwidth rule; baselines with scaling.
     inv = {}
-    s0_grid = ["auto", -1.0, -2.0, -3.0, -4.0, -6.0, -15.0]
+    # --quick: only the power k-means rows of the RESULTS tables (headline, D x scale, baselines).
+    s0_grid = [] if args.quick else ["auto", -1.0, -2.0, -3.0, -4.0, -6.0, -15.0]
     inv["s0_x_scale"] = [
         {"scale": scale, "s0": s0,
          **{k: v for k, v in brief(ip(**({} if scale is None else {"scale": scale}),
@@ -241,13 +243,13 @@ def part_mfeat(args) -> dict:
          **{k: v for k, v in brief(ip(**({} if scale is None else {"scale": scale}),
                                       **({} if lam == 100.0 else {"lam": lam}))).items()
             if k in ("acc", "nmi", "view_weights_mean", "n_warnings")}}
-        for scale in (None, "standard") for lam in (0.1, 1.0, 10.0, 100.0, 1000.0)]
+        for scale in (None, "standard") for lam in (() if args.quick else (0.1, 1.0, 10.0, 100.0, 1000.0))]
     inv["bandwidth_rule"] = [
         {"scale": scale, "bandwidth": bw,
          **{k: v for k, v in brief(ip(**({} if scale is None else {"scale": scale}),
                                       **({} if bw == "median" else {"bandwidth": bw}))).items()
             if k in ("acc", "nmi", "n_warnings")}}
-        for scale in (None, "standard") for bw in ("median", "mean")]
+        for scale in (None, "standard") for bw in (() if args.quick else ("median", "mean"))]
     print("[mfeat] IP grids done", file=sys.stderr, flush=True)
     base = {}
     for scale in ("standard", "minmax"):
@@ -302,7 +304,8 @@ def load_views(name: str):
 
 def part_seeds(args) -> dict:
     """Mean / std of ACC over seeds: MultiViewRFFPowerKMeans with its defaults, standardised,
-    with one run (``n_init=1``, no restart); RFFKernelPowerKMeans with its defaults."""
+    with one run (``n_init=1``, no restart), with the other restart selections;
+    RFFKernelPowerKMeans with its defaults and with the agreement selection."""
     seeds = list(range(args.seeds))
     names = args.data.split(",") if args.data else list(SEED_SETS)
     settings = {
@@ -310,6 +313,10 @@ def part_seeds(args) -> dict:
         "mv scale='standard'": lambda k, s: MultiViewRFFPowerKMeans(k, scale="standard", random_state=s),
         "mv restart_selection='objective'": lambda k, s: MultiViewRFFPowerKMeans(
             k, restart_selection="objective", random_state=s),
+        "mv restart_selection='agreement'": lambda k, s: MultiViewRFFPowerKMeans(
+            k, restart_selection="agreement", random_state=s),
+        "plain restart_selection='agreement'": lambda k, s: RFFKernelPowerKMeans(
+            k, restart_selection="agreement", random_state=s),
         "mv n_init=1": lambda k, s: MultiViewRFFPowerKMeans(k, n_init=1, random_state=s),
         "mv n_init=1 scale='standard'": lambda k, s: MultiViewRFFPowerKMeans(k, n_init=1, scale="standard",
                                                                              random_state=s),
@@ -458,6 +465,8 @@ def main():
     ap.add_argument("--part", required=True, choices=["mfeat", "seeds", "scale", "timing"])
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--quick", action="store_true",
+                    help="mfeat: skip MKC, k-means on the RFF features and the s0 / lambda / bandwidth grids")
     ap.add_argument("--data", default="", help="seeds / timing: comma-separated sets (default: SEED_SETS / TIMING_SETS)")
     ap.add_argument("--settings", default="", help="seeds: comma-separated settings (default: all)")
     ap.add_argument("--variants", action="store_true",
