@@ -367,6 +367,13 @@ def test_restarts_keep_the_run_their_rule_selects(cls, overlapping, recorded_res
     assert est.n_iter_ == chosen["n_iter"]
 
 
+def test_restart_selection_defaults():
+    """The measured defaults (bench/RESULTS.md, "Consensus of the restarts")."""
+    assert MultiViewRFFPowerKMeans().restart_selection == "consensus"
+    assert RFFKernelPowerKMeans().restart_selection == "agreement"
+    assert MultiViewRFFPowerKMeans().n_init == RFFKernelPowerKMeans().n_init == "auto"
+
+
 def test_consensus_of_identical_partitions_is_that_partition():
     """Restarts that agree up to the names of their clusters have that partition as consensus."""
     from sklearn.metrics import adjusted_rand_score
@@ -429,13 +436,13 @@ def recorded_consensus(monkeypatch):
 @pytest.mark.parametrize("cls", ESTIMATORS)
 def test_consensus_continues_from_the_restarts_consensus(cls, overlapping, recorded_restarts,
                                                           recorded_consensus):
-    """restart_selection="consensus" (the default) continues the run from the consensus of the
-    restarts' partitions in the features of the restart agreeing most with it, and records it."""
+    """restart_selection="consensus" (the multi-view default) continues the run from the
+    consensus of the restarts' partitions in the features of the restart agreeing most with
+    it, and records it."""
     from sklearn.metrics import adjusted_rand_score
 
     X, _ = overlapping
-    est = cls(4, n_init=4, random_state=1).fit(X)
-    assert cls().restart_selection == "consensus"
+    est = cls(4, n_init=4, restart_selection="consensus", random_state=1).fit(X)
     diag = est.diagnostics_["restarts"]
     assert diag["selection"] == "consensus" and len(recorded_restarts) == 4
     consensus, (best, run, ari) = recorded_consensus
@@ -452,7 +459,7 @@ def test_consensus_continues_from_the_restarts_consensus(cls, overlapping, recor
     assert adjusted_rand_score(consensus, est.labels_) > 0.5
     # one restart: nothing to combine, the fit is that restart
     recorded_restarts.clear()
-    one = cls(4, n_init=1, random_state=1).fit(X)
+    one = cls(4, n_init=1, restart_selection="consensus", random_state=1).fit(X)
     assert one.diagnostics_["restarts"]["consensus_ari"] is None and len(recorded_consensus) == 2
     np.testing.assert_array_equal(one.labels_, recorded_restarts[0][2]["labels"])
 
