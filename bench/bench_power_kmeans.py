@@ -1,9 +1,10 @@
 """RFF kernel power k-means (seeds/rff-kernel-power-kmeans.txt, docs/algorithms.md section 4):
 ``MultiViewRFFPowerKMeans`` (IP-RFF-MKPKM) and ``RFFKernelPowerKMeans`` (RFF-KPKM), printing JSON.
 
-    python bench/bench_power_kmeans.py --part mfeat [--seeds 10]
+    python bench/bench_power_kmeans.py --part mfeat [--seeds 10] [--quick]
     python bench/bench_power_kmeans.py --part seeds [--seeds 10] [--data hw2sources,...] [--settings ...]
     python bench/bench_power_kmeans.py --part scale [--n 1000000] [--variants]   # --n 100000: quick
+    python bench/bench_power_kmeans.py --part timing [--seeds 1] [--data leaves100,ccv,...]
 
 ``mfeat``: UCI multiple features, the paper's HW2 setting (2000 points, 10 classes, two views
 of 240 and 216 features): view3 = pix (240) and view1 = fac (216) of ``mfeat.npz``, raw
@@ -193,8 +194,9 @@ def part_mfeat(args) -> dict:
     head["RFF-KPKM on concatenated [pix | fac] (456 features, one RFF map)"] = evaluate(
         lambda s: RFFKernelPowerKMeans(K, random_state=s), concat, y, seeds)
     head["RFF-KPKM on pix"] = evaluate(lambda s: RFFKernelPowerKMeans(K, random_state=s), pix, y, seeds)
-    head["MultipleKernelClustering [pix, fac], default kernels, n_landmarks=2000"] = evaluate(
-        lambda s: MultipleKernelClustering(K, n_landmarks=2000, random_state=s), mv, y, seeds)
+    if not args.quick:
+        head["MultipleKernelClustering [pix, fac], default kernels, n_landmarks=2000"] = evaluate(
+            lambda s: MultipleKernelClustering(K, n_landmarks=2000, random_state=s), mv, y, seeds)
     print("[mfeat] headline done", file=sys.stderr, flush=True)
     out["headline"] = head
     out["headline_table"] = [
@@ -203,7 +205,7 @@ def part_mfeat(args) -> dict:
 
     # What the power-mean iterations add over k-means on the same RFF features.
     km = {}
-    for scale in (None, "standard"):
+    for scale in () if args.quick else (None, "standard"):
         rows = []
         for s in seeds:
             est = MultiViewRFFPowerKMeans(K, random_state=s, scale=scale).fit(mv)
@@ -228,7 +230,8 @@ def part_mfeat(args) -> dict:
 
     # Investigation: s0 x scale, lambda, bandwidth rule; baselines with scaling.
     inv = {}
-    s0_grid = ["auto", -1.0, -2.0, -3.0, -4.0, -6.0, -15.0]
+    # --quick: only the power k-means rows of the RESULTS tables (headline, D x scale, baselines).
+    s0_grid = [] if args.quick else ["auto", -1.0, -2.0, -3.0, -4.0, -6.0, -15.0]
     inv["s0_x_scale"] = [
         {"scale": scale, "s0": s0,
          **{k: v for k, v in brief(ip(**({} if scale is None else {"scale": scale}),
@@ -240,13 +243,13 @@ def part_mfeat(args) -> dict:
          **{k: v for k, v in brief(ip(**({} if scale is None else {"scale": scale}),
                                       **({} if lam == 100.0 else {"lam": lam}))).items()
             if k in ("acc", "nmi", "view_weights_mean", "n_warnings")}}
-        for scale in (None, "standard") for lam in (0.1, 1.0, 10.0, 100.0, 1000.0)]
+        for scale in (None, "standard") for lam in (() if args.quick else (0.1, 1.0, 10.0, 100.0, 1000.0))]
     inv["bandwidth_rule"] = [
         {"scale": scale, "bandwidth": bw,
          **{k: v for k, v in brief(ip(**({} if scale is None else {"scale": scale}),
                                       **({} if bw == "median" else {"bandwidth": bw}))).items()
             if k in ("acc", "nmi", "n_warnings")}}
-        for scale in (None, "standard") for bw in ("median", "mean")]
+        for scale in (None, "standard") for bw in (() if args.quick else ("median", "mean"))]
     print("[mfeat] IP grids done", file=sys.stderr, flush=True)
     base = {}
     for scale in ("standard", "minmax"):
@@ -301,7 +304,8 @@ def load_views(name: str):
 
 def part_seeds(args) -> dict:
     """Mean / std of ACC over seeds: MultiViewRFFPowerKMeans with its defaults, standardised,
-    with one run (``n_init=1``, no restart); RFFKernelPowerKMeans with its defaults."""
+    with one run (``n_init=1``, no restart), with the other restart selections;
+    RFFKernelPowerKMeans with its defaults and with the agreement selection."""
     seeds = list(range(args.seeds))
     names = args.data.split(",") if args.data else list(SEED_SETS)
     settings = {
@@ -309,6 +313,10 @@ def part_seeds(args) -> dict:
         "mv scale='standard'": lambda k, s: MultiViewRFFPowerKMeans(k, scale="standard", random_state=s),
         "mv restart_selection='objective'": lambda k, s: MultiViewRFFPowerKMeans(
             k, restart_selection="objective", random_state=s),
+        "mv restart_selection='agreement'": lambda k, s: MultiViewRFFPowerKMeans(
+            k, restart_selection="agreement", random_state=s),
+        "plain restart_selection='agreement'": lambda k, s: RFFKernelPowerKMeans(
+            k, restart_selection="agreement", random_state=s),
         "mv n_init=1": lambda k, s: MultiViewRFFPowerKMeans(k, n_init=1, random_state=s),
         "mv n_init=1 scale='standard'": lambda k, s: MultiViewRFFPowerKMeans(k, n_init=1, scale="standard",
                                                                              random_state=s),
@@ -332,6 +340,41 @@ def part_seeds(args) -> dict:
     out["table"] = [{"data": name, "setting": setting, "acc_mean": round(v[setting]["acc_mean"], 3),
                      "acc_std": round(v[setting]["acc_std"], 3)}
                     for name, v in out["data"].items() for setting in chosen]
+    return out
+
+
+# ----------------------------------------------------------------------------- timing
+#: The shared multi-view sets whose default power k-means fits were the slowest (issue 15:
+#: leaves100 K = 100, ccv N = 6773 K = 20) and the two the seeds table measures.
+TIMING_SETS = ("leaves100", "ccv", "hw2sources", "mfeat-hw2")
+
+
+def part_timing(args) -> dict:
+    """Fit time of both estimators' defaults (issue 15: < 60 s on every shared set), with the
+    number of restarts and start inits they chose, the stage timings and the load."""
+    seeds = list(range(args.seeds))
+    names = args.data.split(",") if args.data else list(TIMING_SETS)
+    out = {"seeds": seeds, "data": {}}
+    for name in names:
+        X, y = load_views(name)
+        k = int(y.max()) + 1
+        res = {"n": int(len(y)), "k": k, "view_dims": [int(v.shape[1]) for v in X]}
+        for cls in (RFFKernelPowerKMeans, MultiViewRFFPowerKMeans):
+            load = os.getloadavg()[0]
+            r = evaluate(lambda s: cls(k, random_state=s), X, y, seeds, extra=lambda est, s: {
+                "n_init": est.n_init_, "start_n_init": est.diagnostics_["restarts"]["start_n_init"],
+                "timings": est.diagnostics_["timings"]})
+            res[cls.__name__] = {"fit_s_max": max(row["fit_s"] for row in r["per_seed"]),
+                                 "fit_s_median": r["fit_s"]["median"], "acc_mean": r["acc"]["mean"],
+                                 "nmi_mean": r["nmi"]["mean"], "load_avg_1min_before": load,
+                                 "per_seed": [{key: row[key] for key in
+                                               ("seed", "acc", "fit_s", "n_init", "start_n_init", "timings")}
+                                              for row in r["per_seed"]]}
+            print(f"[timing] {name} {cls.__name__}: fit {res[cls.__name__]['fit_s_max']:.1f} s "
+                  f"acc {r['acc']['mean']:.3f} (load {load:.1f})", file=sys.stderr, flush=True)
+        out["data"][name] = res
+    out["max_fit_s"] = max(v[c]["fit_s_max"] for v in out["data"].values()
+                           for c in ("RFFKernelPowerKMeans", "MultiViewRFFPowerKMeans"))
     return out
 
 
@@ -419,10 +462,12 @@ def part_scale(args) -> dict:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--part", required=True, choices=["mfeat", "seeds", "scale"])
+    ap.add_argument("--part", required=True, choices=["mfeat", "seeds", "scale", "timing"])
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--n", type=int, default=1_000_000)
-    ap.add_argument("--data", default="", help="seeds: comma-separated sets (default: SEED_SETS)")
+    ap.add_argument("--quick", action="store_true",
+                    help="mfeat: skip MKC, k-means on the RFF features and the s0 / lambda / bandwidth grids")
+    ap.add_argument("--data", default="", help="seeds / timing: comma-separated sets (default: SEED_SETS / TIMING_SETS)")
     ap.add_argument("--settings", default="", help="seeds: comma-separated settings (default: all)")
     ap.add_argument("--variants", action="store_true",
                     help="scale: also IP-RFF-MKPKM with lambda scaled to N and RFF-MKPKM with alpha 1/2")

@@ -22,9 +22,11 @@ from mkdist._power_kmeans import (
     MultiViewRFFPowerKMeans,
     RFFKernelPowerKMeans,
     _auto_s0,
+    _consensus_labels,
     _fit_loop,
     _log_gap,
     _Model,
+    _partition_centroids,
     _power_mean_weights,
     _row_labels,
     default_n_components,
@@ -199,7 +201,7 @@ def test_fit_stops_when_the_objective_stalls_at_fixed_s(cls, views):
 
 def test_annealing_schedule(views):
     X, _ = views
-    est = _fit(RFFKernelPowerKMeans, X, s0=-2.0, annealing=1.5, anneal_every=3, max_iter=7, tol=0.0)
+    est = _fit(RFFKernelPowerKMeans, X, n_init=1, s0=-2.0, annealing=1.5, anneal_every=3, max_iter=7, tol=0.0)
     np.testing.assert_allclose(est.s_history_, [-2, -2, -2, -3, -3, -3, -4.5])
     assert est.s0_ == -2.0 and est.n_iter_ == 7
 
@@ -263,14 +265,16 @@ def test_merged_centroids_do_not_end_the_fit(overlapping, monkeypatch):
     import mkdist._power_kmeans as module
 
     X, y = overlapping
-    sharp = RFFKernelPowerKMeans(4, s0=-1.0, n_init=2, random_state=0).fit(X)
-    est = RFFKernelPowerKMeans(4, s0=-0.05, n_init=2, random_state=0).fit(X)
+    # the kept restart's own run (a consensus run starts at its final s, past the merging)
+    kw = dict(n_init=2, restart_selection="agreement", random_state=0)
+    sharp = RFFKernelPowerKMeans(4, s0=-1.0, **kw).fit(X)
+    est = RFFKernelPowerKMeans(4, s0=-0.05, **kw).fit(X)
     assert est.diagnostics_["n_merged_iterations"] > 0
     assert not est.diagnostics_["merged_at_end"] and est.diagnostics_["converged"]
     assert nmi(y, est.labels_) >= nmi(y, sharp.labels_) - 0.01
     # without the guard the shift test stops the fit among merged centroids
     monkeypatch.setattr(module, "MERGE_TOL", 0.0)
-    unguarded = RFFKernelPowerKMeans(4, s0=-0.05, n_init=2, random_state=0).fit(X)
+    unguarded = RFFKernelPowerKMeans(4, s0=-0.05, **kw).fit(X)
     assert unguarded.n_iter_ < est.n_iter_ / 3
     assert nmi(y, unguarded.labels_) < nmi(y, est.labels_) - 0.05
 
@@ -363,6 +367,125 @@ def test_restarts_keep_the_run_their_rule_selects(cls, overlapping, recorded_res
     assert est.n_iter_ == chosen["n_iter"]
 
 
+def test_restart_selection_defaults():
+    """The measured defaults (bench/RESULTS.md, "Consensus of the restarts")."""
+    assert MultiViewRFFPowerKMeans().restart_selection == "consensus"
+    assert RFFKernelPowerKMeans().restart_selection == "agreement"
+    assert MultiViewRFFPowerKMeans().n_init == RFFKernelPowerKMeans().n_init == "auto"
+
+
+def test_consensus_of_identical_partitions_is_that_partition():
+    """Restarts that agree up to the names of their clusters have that partition as consensus."""
+    from sklearn.metrics import adjusted_rand_score
+
+    labels = np.random.default_rng(0).integers(0, 5, size=200)
+    renamed = [labels, (labels + 2) % 5, np.array([4, 3, 2, 1, 0])[labels]]
+    assert adjusted_rand_score(labels, _consensus_labels(renamed, 5, seed=0)) == 1.0
+
+
+def test_consensus_votes_out_an_error_the_restarts_do_not_share():
+    """Each of three partitions puts a different block of points in the wrong cluster; the
+    consensus puts every point where at least two of them put it (the true partition)."""
+    from sklearn.metrics import adjusted_rand_score
+
+    truth = np.repeat(np.arange(3), 30)
+    partitions = []
+    for r in range(3):
+        wrong = truth.copy()
+        wrong[30 * r: 30 * r + 8] = (r + 1) % 3
+        partitions.append(wrong)
+    assert all(adjusted_rand_score(truth, p) < 1.0 for p in partitions)
+    assert adjusted_rand_score(truth, _consensus_labels(partitions, 3, seed=0)) == 1.0
+
+
+def test_partition_centroids_are_the_cluster_means():
+    rng = np.random.default_rng(0)
+    phis = [rng.normal(size=(30, 6)), rng.normal(size=(30, 6))]  # every view has 2D features
+    labels = rng.integers(0, 3, size=30)  # cluster 3 is empty
+    out = _partition_centroids(phis, labels, 4)
+    assert out.shape == (2, 4, 6)
+    for v, phi in enumerate(phis):
+        for j in range(3):
+            np.testing.assert_allclose(out[v][j], phi[labels == j].mean(axis=0), rtol=1e-12)
+        np.testing.assert_allclose(out[v][3], phi.mean(axis=0), rtol=1e-12)
+
+
+@pytest.fixture
+def recorded_consensus(monkeypatch):
+    """The consensus runs a fit makes: (the consensus partition, the result of from_consensus)."""
+    import mkdist._power_kmeans as module
+
+    calls = []
+    consensus, continue_from = module._consensus_labels, module._Restarter.from_consensus
+
+    def record_labels(*args, **kwargs):
+        out = consensus(*args, **kwargs)
+        calls.append(out)
+        return out
+
+    def record_run(self, runs, seed):
+        out = continue_from(self, runs, seed)
+        calls.append(out)
+        return out
+
+    monkeypatch.setattr(module, "_consensus_labels", record_labels)
+    monkeypatch.setattr(module._Restarter, "from_consensus", record_run)
+    return calls
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_consensus_continues_from_the_restarts_consensus(cls, overlapping, recorded_restarts,
+                                                          recorded_consensus):
+    """restart_selection="consensus" (the multi-view default) continues the run from the
+    consensus of the restarts' partitions in the features of the restart agreeing most with
+    it, and records it."""
+    from sklearn.metrics import adjusted_rand_score
+
+    X, _ = overlapping
+    est = cls(4, n_init=4, restart_selection="consensus", random_state=1).fit(X)
+    diag = est.diagnostics_["restarts"]
+    assert diag["selection"] == "consensus" and len(recorded_restarts) == 4
+    consensus, (best, run, ari) = recorded_consensus
+    expected = [adjusted_rand_score(consensus, out["labels"]) for _, _, out in recorded_restarts]
+    np.testing.assert_allclose(diag["consensus_ari"], expected, rtol=1e-12)
+    assert diag["best"] == best == int(np.argmax(expected))
+    base = recorded_restarts[best][2]
+    np.testing.assert_array_equal(est.rff_frequencies_[0], base["frequencies"][0])
+    # the continued run starts at the base's final s, from the consensus clusters' means
+    assert run["s_history"][0] == base["s_next"] and est.s0_ == base["s0"]
+    assert diag["consensus_final_objective"] == run["final_objective"]
+    np.testing.assert_array_equal(est.labels_, run["labels"])
+    np.testing.assert_array_equal(est.centroids_, run["model"].centroids)
+    assert adjusted_rand_score(consensus, est.labels_) > 0.5
+    # one restart: nothing to combine, the fit is that restart
+    recorded_restarts.clear()
+    one = cls(4, n_init=1, restart_selection="consensus", random_state=1).fit(X)
+    assert one.diagnostics_["restarts"]["consensus_ari"] is None and len(recorded_consensus) == 2
+    np.testing.assert_array_equal(one.labels_, recorded_restarts[0][2]["labels"])
+
+
+def test_auto_restarts_and_start_inits_are_sized_by_the_work_of_a_pass(views, monkeypatch, recorded_restarts):
+    """n_init="auto" runs as many restarts (3 to 10) and each start as many k-means++ inits
+    (1 to 10) as fit their work budgets in products n k F of a pass; an int n_init is kept."""
+    import mkdist._power_kmeans as module
+
+    X, _ = views
+    est = MultiViewRFFPowerKMeans(3, random_state=0).fit(X)
+    assert est.n_init_ == len(recorded_restarts) == 10
+    assert est.diagnostics_["restarts"]["start_n_init"] == 10
+    work = 150 * 3 * 2 * est.n_components_ * 2  # n k 2D L
+    for budget, restarts, inits in [(4.5, 4, 2), (1.0, 3, 1), (0.1, 3, 1)]:
+        monkeypatch.setattr(module, "RESTART_WORK", budget * work)
+        monkeypatch.setattr(module, "START_WORK", budget / 2 * work)
+        recorded_restarts.clear()
+        est = MultiViewRFFPowerKMeans(3, random_state=0).fit(X)
+        assert est.n_init_ == len(recorded_restarts) == restarts
+        assert est.diagnostics_["restarts"]["start_n_init"] == inits
+        assert all(r.start_n_init == max(inits, 1) for r, _, _ in recorded_restarts)
+    recorded_restarts.clear()
+    assert RFFKernelPowerKMeans(3, n_init=2, random_state=0).fit(X).n_init_ == len(recorded_restarts) == 2
+
+
 @pytest.mark.parametrize("cls", ESTIMATORS)
 def test_a_restart_run_alone_gives_the_same_result(cls, overlapping, recorded_restarts):
     """A restart is a function of its seed: run again it repeats its objective and partition,
@@ -391,7 +514,7 @@ def test_the_winner_is_refined_over_all_rows(views, monkeypatch, recorded_restar
 
     monkeypatch.setattr(module, "INIT_SAMPLE_SIZE", 90)
     X, y = views
-    est = MultiViewRFFPowerKMeans(3, n_init=3, random_state=0).fit(X)
+    est = MultiViewRFFPowerKMeans(3, n_init=3, restart_selection="agreement", random_state=0).fit(X)
     diag = est.diagnostics_["restarts"]
     assert diag["rows"] == 90 and all(r.lam == pytest.approx(0.05 * 90) for r, _, _ in recorded_restarts)
     assert est.lam_ == pytest.approx(0.05 * 150)
@@ -608,7 +731,9 @@ def test_summary_reports_views_kernels_and_pep(cls, views):
     (RFFKernelPowerKMeans, {"bandwidth": "silverman"}, r"`bandwidth`='silverman'"),
     (RFFKernelPowerKMeans, {"scale": "robust"}, r"`scale`='robust'"),
     (RFFKernelPowerKMeans, {"n_init": 0}, r"`n_init`=0 must be >= 1"),
-    (MultiViewRFFPowerKMeans, {"restart_selection": "best"}, r"`restart_selection`='best'"),
+    (MultiViewRFFPowerKMeans, {"n_init": "many"}, r"`n_init`='many' must be 'auto'"),
+    (MultiViewRFFPowerKMeans, {"restart_selection": "best"}, r"`restart_selection`='best'.*'consensus'"),
+    (RFFKernelPowerKMeans, {"restart_selection": None}, r"`restart_selection`=None"),
     (RFFKernelPowerKMeans, {"n_clusters": 151}, r"n_samples=150 should be >= n_clusters=151"),
 ])
 def test_bad_parameters_are_rejected_before_work(cls, params, match, views, monkeypatch):
