@@ -38,9 +38,7 @@ from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics import adjusted_rand_score
 
 from ._base import MkdistEstimator, resolve_seed
 from ._blocks import RowBlocks
@@ -564,6 +562,10 @@ def _start(phis: Sequence[np.ndarray], k: int, rs: np.random.RandomState, *, pos
     RFF features ``phis`` (float64, the init sample; START_SAMPLE_SIZE of its rows drawn by
     ``rs`` when it has more), uniform view weights and, for the possibilistic model, the
     typicality at these centroids over all of ``phis``.  The model reads feature rows."""
+    # sklearn.cluster and sklearn.metrics are imported where they are used in this module:
+    # `import mkdist` (and so every CLI refusal) does not pay for them.
+    from sklearn.cluster import KMeans
+
     L, n = len(phis), phis[0].shape[0]
     rows = np.sort(rs.choice(n, START_SAMPLE_SIZE, replace=False)) if n > START_SAMPLE_SIZE else slice(None)
     stacked = np.hstack([phi[rows] for phi in phis]) * math.sqrt(1.0 / L)
@@ -599,6 +601,7 @@ def _consensus_labels(labels: Sequence[np.ndarray], k: int, seed: int) -> np.nda
     pair by pair, so errors the restarts do not share are voted out.
     """
     from scipy import sparse
+    from sklearn.cluster import KMeans
 
     R, n = len(labels), labels[0].size
     cols = (np.stack(labels, axis=1) + k * np.arange(R)).ravel()
@@ -647,6 +650,8 @@ def _select_restart(runs: Sequence[dict], rule: str) -> tuple[int, list[float]]:
     agreeing restart, the medoid of the partitions (ties, e.g. two restarts: the lower final
     objective); "objective" the lowest ``final_objective``.
     """
+    from sklearn.metrics import adjusted_rand_score
+
     R = len(runs)
     ari = np.ones((R, R))
     for a in range(R):
@@ -715,6 +720,8 @@ class _Restarter:
         its final s.  Returns that restart's index, the run and every restart's ARI with the
         consensus.
         """
+        from sklearn.metrics import adjusted_rand_score
+
         consensus = _consensus_labels([r["labels"] for r in runs], self.k, seed)
         ari = [float(adjusted_rand_score(consensus, r["labels"])) for r in runs]
         best = int(np.argmax(ari))
