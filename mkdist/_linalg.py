@@ -10,30 +10,29 @@ small.  Measured on this machine (one BLAS thread, centred Gaussian kernel, K = 
     2000   3.4 s       1.6 s                   0.26 s
 
 with eigenvalues equal to 1e-15 relative, so Lanczos is used whenever it applies; LAPACK's
-subset driver for tiny matrices or many eigenpairs.  And OpenBLAS on two threads slows
-~10x when another process keeps the second core busy (a 1000 x 1000 eigh: 0.19 s on one
-thread, 2.5 s on two under load), so the BLAS threads of a fit are sized to the cores that
-are free when it starts (:func:`blas_threads`).
+subset driver for tiny matrices or many eigenpairs.  A fit is many such small calls, on
+which OpenBLAS's second thread costs more than it gives: the W1 landmark fit (6 kernels,
+K = 10) took 0.21 / 1.3 / 19-22 s on one thread against 0.38-0.55 / 3.3-3.9 / 18-22 s on
+two at n = 300 / 1000 / 3000 on an idle machine, and two threads slow ~10x more when another
+process keeps the second core busy (a 1000 x 1000 eigh: 0.19 s on one thread, 2.5 s on two
+under load).  So a fit runs on one BLAS thread (:func:`blas_threads`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 
 import numpy as np
 import scipy.linalg
 import scipy.sparse.linalg
 
-__all__ = ["top_eigenpairs", "top_eigenvalue_sum", "free_cores", "blas_threads"]
+__all__ = ["top_eigenpairs", "top_eigenvalue_sum", "blas_threads"]
 
 #: Below this size LAPACK's subset driver is as fast as Lanczos and has no start vector.
 LANCZOS_MIN_N = 64
 #: Lanczos needs k well below n (ARPACK's subspace is max(2k + 1, 20) vectors).
 LANCZOS_MAX_K_FRACTION = 0.25
-#: A core counts as free when it was busy less than this share of a short sample.
-BUSY_SHARE = 0.5
 
 
 def _start_vector(n: int) -> np.ndarray:
@@ -104,28 +103,11 @@ def top_eigenvalue_sum(K: np.ndarray, t: int) -> float:
     return float(np.sum(top_eigenpairs(K, t, vectors=False)))
 
 
-def free_cores(sample_s: float = 0.05) -> int:
-    """Cores usable by this process that are not busy right now (at least 1).
-
-    A core busier than ``BUSY_SHARE`` of a ``sample_s`` sample counts as taken by another
-    process: the fit starts when this process is idle, so the load it sees is someone else's.
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        import psutil  # a dependency of distributed
-
-        busy = psutil.cpu_percent(interval=sample_s, percpu=True)
-    except Exception:  # pragma: no cover - no psutil, or /proc unreadable: trust the affinity
-        return max(1, cores)
-    idle = sum(1 for b in busy if b < 100 * BUSY_SHARE)
-    return max(1, min(cores, idle))
-
-
 @contextlib.contextmanager
-def blas_threads(n: int | None = None) -> Iterator[int]:
-    """Limit BLAS to ``n`` threads (default: the free cores) for the block; yields the limit."""
+def blas_threads(n: int = 1) -> Iterator[int]:
+    """Limit BLAS to ``n`` threads for the block (default one: see the module docstring); yields the limit."""
     from threadpoolctl import threadpool_limits
 
-    limit = free_cores() if n is None else max(1, int(n))
+    limit = max(1, int(n))
     with threadpool_limits(limits=limit, user_api="blas"):
         yield limit
