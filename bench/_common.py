@@ -117,3 +117,37 @@ def run_pipeline(N: int, store: Path, *, report: bool = False, **params) -> dict
     return {**out, "stages": res.timings, "kmeans": res.metrics["kmeans"],
             "scores": mkdist.clustering_scores(y, labels), "worker_peak_rss_gib": peaks,
             "max_worker_peak_rss_gib": max(peaks.values()), "store": str(store)}
+
+
+def run_forked(target, args: tuple, timeout: float) -> dict:
+    """``target(conn, *args)`` in a forked child that sends one record through ``conn``.
+
+    A fit that hangs or takes longer than ``timeout`` seconds is killed and recorded as a
+    timeout (a benchmark over many data sets must not stall on one); a child that dies
+    without a record is recorded as a bug.  Adds ``wall_s``.
+    """
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=target, args=(child, *args))
+    t0 = time.perf_counter()
+    proc.start()
+    child.close()
+    rec = None
+    if parent.poll(timeout):
+        try:
+            rec = parent.recv()
+        except EOFError:
+            rec = None
+    proc.join(timeout=5 if rec is not None else 0)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+    if rec is None:
+        if time.perf_counter() - t0 >= timeout:
+            rec = {"status": "timeout", "error": f"no result within {timeout:.0f} s"}
+        else:
+            rec = {"status": "bug", "error": f"the fit process died (exit code {proc.exitcode})"}
+    rec["wall_s"] = time.perf_counter() - t0
+    return rec

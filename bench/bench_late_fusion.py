@@ -70,7 +70,7 @@ import time
 import warnings
 
 import numpy as np
-from _common import OUT, SHARED_DATA, emit, machine
+from _common import OUT, SHARED_DATA, emit, machine, run_forked
 
 from mkdist import MultipleKernelClustering
 from mkdist._kmeans import kmeans
@@ -623,21 +623,8 @@ def _grid_child(conn, views, y, params: dict, seed: int) -> None:
 
 
 def _grid_cell(views, y, params, seed, timeout) -> dict:
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork")
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_grid_child, args=(child, views, y, params, seed))
     load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    proc.start()
-    child.close()
-    rec = parent.recv() if parent.poll(timeout) else {"status": "timeout", "error": f"no result in {timeout:.0f} s"}
-    proc.join(timeout=5)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-    return {**rec, "wall_s": time.perf_counter() - t0, "load_avg_1min": load}
+    return {**run_forked(_grid_child, (views, y, params, seed), timeout), "load_avg_1min": load}
 
 
 def _read_jsonl(path) -> list[dict]:

@@ -42,7 +42,7 @@ import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _common import OUT, SHARED_DATA, emit, machine  # noqa: E402
+from _common import OUT, SHARED_DATA, emit, machine, run_forked  # noqa: E402
 
 MULTIVIEW = SHARED_DATA / "multiview"
 RESULTS_DIR = OUT / "quality"
@@ -141,29 +141,7 @@ def _child(conn, method, views, y, seed):
 
 
 def run_cell(method, views, y, seed, timeout) -> dict:
-    ctx = mp.get_context("fork")
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, method, views, y, seed))
-    t0 = time.perf_counter()
-    proc.start()
-    child.close()
-    rec = None
-    if parent.poll(timeout):
-        try:
-            rec = parent.recv()
-        except EOFError:
-            rec = None
-    proc.join(timeout=5 if rec is not None else 0)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-    if rec is None:
-        if time.perf_counter() - t0 >= timeout:
-            rec = {"status": "timeout", "error": f"no result within {timeout:.0f} s"}
-        else:
-            rec = {"status": "bug", "error": f"the fit process died (exit code {proc.exitcode})"}
-    rec["wall_s"] = time.perf_counter() - t0
-    return rec
+    return run_forked(_child, (method, views, y, seed), timeout)
 
 
 def read_records(path: Path) -> list[dict]:
