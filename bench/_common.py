@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import platform
 import statistics
@@ -79,9 +78,23 @@ def local_cluster(n_workers: int = 2):
     return cluster, Client(cluster)
 
 
+def vm_hwm_bytes() -> float:
+    """Peak resident set of the calling process's own address space (VmHWM), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024.0
+    return float("nan")
+
+
 def worker_peak_rss(client) -> dict:
-    """Peak resident memory of every worker process over its life (fresh cluster per run)."""
-    peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    """Peak resident memory of every worker process over its life (fresh cluster per run), GiB.
+
+    VmHWM, not ``ru_maxrss``: on Linux ``ru_maxrss`` survives fork + exec, so a worker spawned
+    by a driver that holds a large array starts at the driver's peak (the 10M run of
+    ``bench_speed --part scale`` reported 1.5 GiB per worker that way).
+    """
+    peaks = client.run(vm_hwm_bytes)
     return {addr: round(v / 2**30, 3) for addr, v in peaks.items()}
 
 

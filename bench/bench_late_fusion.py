@@ -402,15 +402,6 @@ def part_mnist(args) -> dict:
 
 
 # ---------------------------------------------------------------------------------- scale
-def _vm_hwm() -> float:
-    """Peak resident set of the calling process's current address space (VmHWM), GiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024 / 2**30
-    return float("nan")
-
-
 def part_scale(args) -> dict:
     import dask
     import xarray as xr
@@ -433,22 +424,14 @@ def part_scale(args) -> dict:
         cluster, client = local_cluster()
         try:
             address = cluster.scheduler_address
-            base = worker_peak_rss(client)
-            hwm0 = client.run(_vm_hwm)
+            at_start = worker_peak_rss(client)
             res = fn(client)
-            peaks = worker_peak_rss(client)
-            hwm = client.run(_vm_hwm)
+            peaks = worker_peak_rss(client)  # VmHWM: the worker's own address space
         finally:
             client.close()
             cluster.close()
-        # ru_maxrss (bench_pipeline.worker_peak_rss) survives fork + exec on Linux: a worker
-        # spawned by a large driver starts at the driver's RSS.  VmHWM is the peak of the
-        # worker's own address space; both are reported.
-        return res, {"scheduler_address": address,
-                     "worker_ru_maxrss_at_start_gib": base, "worker_ru_maxrss_gib": peaks,
-                     "worker_vmhwm_at_start_gib": {a: round(v, 3) for a, v in hwm0.items()},
-                     "worker_peak_rss_gib": {a: round(v, 3) for a, v in hwm.items()},
-                     "max_worker_peak_rss_gib": round(max(hwm.values()), 3)}, address
+        return res, {"scheduler_address": address, "worker_vmhwm_at_start_gib": at_start,
+                     "worker_peak_rss_gib": peaks, "max_worker_peak_rss_gib": max(peaks.values())}, address
 
     def lfc(client):
         est = LateFusionClustering(10, kernels=W1["kernels"], random_state=0)
