@@ -591,6 +591,12 @@ def _fingerprints(blocks: Sequence[np.ndarray]) -> np.ndarray:
     return acc
 
 
+def _partition_copies(kernel_group: np.ndarray, n_kept: int) -> np.ndarray:
+    """Base kernels sharing each kept partition (itself included), shape (n_kept,), from
+    ``kernel_group`` (position in ``kept`` of each kernel's partition, -1: dropped)."""
+    return np.bincount(kernel_group[kernel_group >= 0], minlength=n_kept)
+
+
 @dataclasses.dataclass
 class _OutOfSample:
     """The out-of-sample structures of a LateFusionModel (``LateFusionModel.oos``)."""
@@ -675,7 +681,7 @@ class LateFusionModel:
             self.kernel_group = np.full(len(self.kernels), -1, dtype=np.int64)
             self.kernel_group[self.kept] = np.arange(n_kept)
         #: base kernels sharing each kept partition (itself included), shape (m',)
-        self.copies = np.bincount(self.kernel_group[self.kernel_group >= 0], minlength=n_kept)
+        self.copies = _partition_copies(self.kernel_group, n_kept)
         self.graphs = [Graph.from_neighbors(self.neighbor_indices[i], self.neighbor_weights[i])
                        for i in range(n_kept)]
         self.gamma_cols = (np.sqrt(self.copies) * self.view_weights)[self.column_kernel]
@@ -1218,8 +1224,8 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         graphs = [build_graph(base.H[p], k_nb) for p in kept]
         t_graph = time.perf_counter() - t0
         t0 = time.perf_counter()
-        copies = np.bincount(base.kernel_group[base.kernel_group >= 0], minlength=kept.size)
-        fusion = _fit_fusion(H_cat, column_kernel, graphs, copies, n_clusters=self.n_clusters, order=order,
+        fusion = _fit_fusion(H_cat, column_kernel, graphs, _partition_copies(base.kernel_group, kept.size),
+                             n_clusters=self.n_clusters, order=order,
                              learn_mu=self.filter_weights == "learned", n_init=int(self.n_init),
                              max_iter=int(self.max_iter), tol=float(self.tol), random_state=seed)
         t_fusion = time.perf_counter() - t0
@@ -1251,7 +1257,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         self.merged_kernels_ = list(base.merged)
         k = self.n_clusters
         n = model.n_landmarks
-        pep_parts = [_factor_pep(model.embedding[:, c], min(k, n))
+        pep_parts = [principal_eigenvalue_proportion(model.embedding[:, c], min(k, n), factor=True)
                      for c in model.column_slices]
         diag = {
             "n_landmarks": n,
@@ -1265,8 +1271,8 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
             "kept_kernels": [base.kernels[p].name for p in kept],
             "pep_partitions_unfiltered": [k / c.size for c in model.column_slices],
             "pep_partitions_filtered": pep_parts,
-            "pep_combined_before": _factor_pep(H_cat * model.gamma_cols[None, :], k),
-            "pep_combined_after": _factor_pep(model.embedding, k),
+            "pep_combined_before": principal_eigenvalue_proportion(H_cat * model.gamma_cols[None, :], k, factor=True),
+            "pep_combined_after": principal_eigenvalue_proportion(model.embedding, k, factor=True),
             "eigenvalues": {base.kernels[p].name: (base.eigenvalues[p] / n).tolist() for p in kept},
             "objective_steps": [[name, float(v)] for name, v in fusion.objective_steps],
             "timings": {**base.timings, "graphs_s": t_graph, "fusion_s": t_fusion},
@@ -1393,17 +1399,6 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
                     "combined": diag.get("pep_combined_before"), "combined_filtered": diag.get("pep_combined_after"),
                     "dropped": [d["name"] for d in self.dropped_kernels_]} if "pep_kernels" in diag else None,
         }
-
-
-def _factor_pep(Z: np.ndarray, t: int) -> float:
-    """``principal_eigenvalue_proportion(Z, t, factor=True)`` from the top t eigenvalues of the
-    smaller Gram matrix (one GEMM and a partial eigensolve instead of Z's full SVD: leaves100's
-    1600 x 2400 H~, 6.5 s for the three SVDs of a fit)."""
-    if 4 * t >= min(Z.shape):
-        return principal_eigenvalue_proportion(Z, t, factor=True)
-    G = Z.T @ Z if Z.shape[1] <= Z.shape[0] else Z @ Z.T
-    total = float(np.trace(G))
-    return min(top_eigenvalue_sum(G, t) / total, 1.0) if total > 0 else principal_eigenvalue_proportion(Z, t, factor=True)
 
 
 def _filtered_kernel_peps(model: LateFusionModel, base: _Base, landmark_views: Mapping[str, np.ndarray],
