@@ -837,7 +837,7 @@ class _RFFPowerKMeansBase(MkdistEstimator):
         L, k, D = len(views), int(self.n_clusters), p["D"]
         # One RandomState for the fit's draws, in this order (it fixes what a seed gives): the
         # sample, per view the median bandwidth's rows, one seed per restart.  A restart draws
-        # its frequencies and its k-means seed from its own seed (see ``_draw_restart``).
+        # its frequencies and its k-means seed from its own seed (see ``_Restarter.__call__``).
         rng = np.random.RandomState(resolve_seed(self.random_state))
 
         # One read of the sample rows: scaling, bandwidths, the restarts.
