@@ -17,9 +17,22 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("MKDIST_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
+def multiview_sets() -> dict:
+    """Name -> file of every shared multi-view set (``shared/data/multiview/*.npz``, sorted)
+    and of UCI mfeat (all six views), the data sets of the quality benchmarks."""
+    sets = {f.stem: f for f in sorted((SHARED_DATA / "multiview").glob("*.npz"))}
+    sets["mfeat"] = SHARED_DATA / "mfeat.npz"
+    return sets
+
+
+def load_multiview(path) -> tuple[list[np.ndarray], np.ndarray]:
+    """The views (``view0``, ``view1``, ... in order) and the labels ``y`` of a shared .npz file."""
+    d = np.load(path)
+    return [d[f"view{i}"] for i in range(sum(k.startswith("view") for k in d.files))], d["y"]
+
+
 def load_mfeat():
-    d = np.load(SHARED_DATA / "mfeat.npz")
-    return [d[f"view{i}"] for i in range(6)], d["y"]
+    return load_multiview(SHARED_DATA / "mfeat.npz")
 
 
 def timed(fn, *args, **kwargs):

@@ -70,7 +70,7 @@ import time
 import warnings
 
 import numpy as np
-from _common import OUT, SHARED_DATA, emit, machine, run_forked
+from _common import OUT, SHARED_DATA, emit, load_multiview, machine, multiview_sets, run_forked
 
 from mkdist import MultipleKernelClustering
 from mkdist._kmeans import kmeans
@@ -488,25 +488,13 @@ def part_scale(args) -> dict:
 
 
 # ---------------------------------------------------------------------------------- sets
-def _multiview_sets() -> dict:
-    """Data set name -> npz path: the shared multi-view sets, and mfeat (all six views)."""
-    sets = {f.stem: f for f in sorted((SHARED_DATA / "multiview").glob("*.npz"))}
-    sets["mfeat"] = SHARED_DATA / "mfeat.npz"
-    return sets
-
-
-def _load_set(path) -> tuple[list[np.ndarray], np.ndarray]:
-    d = np.load(path)
-    return [d[f"view{i}"] for i in range(sum(k.startswith("view") for k in d.files))], d["y"]
-
-
 def _fit_one_set(path: str) -> dict:
     """One default fit on one data set, one BLAS thread (run in a child process)."""
     from threadpoolctl import threadpool_limits
 
     from mkdist.errors import MkdistError
 
-    views, y = _load_set(path)
+    views, y = load_multiview(path)
     k = int(np.unique(y).size)
     out = {"n": int(y.size), "view_dims": [int(v.shape[1]) for v in views], "n_clusters": k}
     est = LateFusionClustering(n_clusters=k, random_state=0)
@@ -530,7 +518,7 @@ def _fit_one_set(path: str) -> dict:
 def part_sets(args) -> dict:
     import multiprocessing as mp
 
-    available = _multiview_sets()
+    available = multiview_sets()
     names = [s for s in args.sets.split(",") if s] if args.sets else list(available)
     unknown = sorted(set(names) - set(available))
     if unknown:
@@ -616,7 +604,7 @@ def _read_jsonl(path) -> list[dict]:
 
 def part_grid(args) -> dict:
     params = json.loads(args.params)
-    available = _multiview_sets()
+    available = multiview_sets()
     names = [s for s in args.sets.split(",") if s] if args.sets else list(available)
     path = GRID_DIR / f"{args.tag}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -625,7 +613,7 @@ def part_grid(args) -> dict:
         todo = [s for s in range(args.seeds) if (name, s) not in done]
         if not todo:
             continue
-        views, y = _load_set(available[name])
+        views, y = load_multiview(available[name])
         for seed in todo:
             rec = {"set": name, "seed": seed, "params": params,
                    **_grid_cell(views, y, params, seed, args.timeout)}

@@ -74,7 +74,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
-from _common import SHARED_DATA, emit, load_mfeat, machine, timed  # noqa: E402
+from _common import emit, load_mfeat, load_multiview, machine, multiview_sets, timed  # noqa: E402
 from sklearn.cluster import KMeans  # noqa: E402
 
 from mkdist import MultipleKernelClustering  # noqa: E402
@@ -297,9 +297,8 @@ def load_views(name: str):
     if name == "mfeat-hw2":
         views, y = load_mfeat()
         return [views[3], views[1]], y
-    d = np.load(SHARED_DATA / "multiview" / f"{name}.npz")
-    return [np.asarray(d[f"view{i}"], dtype=np.float64)
-            for i in range(sum(f.startswith("view") for f in d.files))], d["y"]
+    views, y = load_multiview(multiview_sets()[name])
+    return [np.asarray(v, dtype=np.float64) for v in views], y
 
 
 def part_seeds(args) -> dict:

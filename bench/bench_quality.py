@@ -42,9 +42,8 @@ import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _common import OUT, SHARED_DATA, emit, machine, run_forked  # noqa: E402
+from _common import OUT, emit, load_multiview, machine, multiview_sets, run_forked  # noqa: E402
 
-MULTIVIEW = SHARED_DATA / "multiview"
 RESULTS_DIR = OUT / "quality"
 BASELINES = ("kmeans", "avg-kernel")
 #: Methods with a ``scale`` parameter get two more columns.
@@ -52,14 +51,11 @@ SCALED = ("mkc", "rff-power", "mv-rff-power", "late-fusion")
 
 
 def dataset_names() -> list[str]:
-    return sorted(p.stem for p in MULTIVIEW.glob("*.npz")) + ["mfeat"]
+    return list(multiview_sets())
 
 
 def load_dataset(name: str) -> tuple[list[np.ndarray], np.ndarray]:
-    path = SHARED_DATA / "mfeat.npz" if name == "mfeat" else MULTIVIEW / f"{name}.npz"
-    d = np.load(path)
-    n_views = sum(1 for k in d.files if k.startswith("view"))
-    return [np.asarray(d[f"view{i}"]) for i in range(n_views)], np.asarray(d["y"])
+    return load_multiview(multiview_sets()[name])
 
 
 def describe(views, y) -> dict:
