@@ -153,7 +153,11 @@ def _reduce_task(*args, fn, names, block_rows, check, block_info=None):
 
 
 def _reduce_take_task(*args, fn, names, block_rows, check, block_info=None):
-    """The chunk's partial sum and its rows among ``take``, as a (1, 1) object array."""
+    """The chunk's partial sum and its rows among ``take``, as a (1, 1) object array.
+
+    A Dask task has one output: the pair travels in one object block, which two light tasks
+    per chunk then split into the partial (for the tree sum) and the rows.
+    """
     *blocks, state, take = args
     if check:
         _check(names, blocks, block_info)
@@ -312,8 +316,8 @@ class RowBlocks:
                                   name=f"{layer}-take")
             partials = parts.map_blocks(_partial_of, chunks=((1,) * nb, (width,)), dtype=np.float64,
                                         meta=np.empty((0, width)), name=layer)
-            taken = [parts.map_blocks(_taken_of, j, chunks=(per_chunk, (int(a.shape[1]),)), dtype=a.dtype, meta=np.empty((0, 0), dtype=a.dtype),
-                                      name=f"{layer}-rows-{j}")
+            taken = [parts.map_blocks(_taken_of, j, chunks=(per_chunk, (int(a.shape[1]),)), dtype=a.dtype,
+                                      meta=np.empty((0, 0), dtype=a.dtype), name=f"{layer}-rows-{j}")
                      for j, a in enumerate(self.arrays)]
         # A named tree sum: the per-chunk tasks (fused with the row function) keep the layer's
         # name on the dashboard instead of a generic "sum".
