@@ -137,7 +137,6 @@ MERGE_TOL = 1e-2
 LAM_PER_POINT = 100.0 / 2000.0
 
 
-
 def default_n_components(n_clusters: int, rule: str = "main") -> int:
     """Number D of random frequencies per view for ``n_components=None``.
 
