@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from _common import OUT, W1, emit, local_cluster, machine, median, run_pipeline, w1_input
+from _common import OUT, W1, emit, import_library, local_cluster, machine, median, run_pipeline, w1_input
 
 N_LLOYD = 20
 
@@ -229,7 +229,7 @@ def part_embed(args):
         shutil.copytree(base["store"], store)
         cluster, client = local_cluster(n_workers)
         try:
-            client.run(lambda: __import__("mkdist"))
+            client.run(import_library)
             times = []
             for _ in range(args.repeats):
                 with P.writer_lease(str(store)):

@@ -22,20 +22,31 @@ Submodules : mkdist.pipeline, mkdist.storage (Zarr run stores), mkdist.flows (Pr
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
-# Every method module registers its estimator at its bottom: importing them fills the registry.
-from ._mkc import MKCModel, MultipleKernelClustering, default_n_landmarks, embed, spectral_diagnostics
-from ._nystrom import NystromSpectralClustering
-from ._power_kmeans import MultiViewRFFPowerKMeans, RFFKernelPowerKMeans
-from ._late_fusion import LateFusionClustering
-from ._io import load_views
-from ._kernels import STANDARD_KERNEL_SETS, FittedKernel, KernelSpec, rbf_grid
-from ._kmeans import KMeansResult, kmeans
-from ._methods import MethodChoice, available_methods, choose_method, get_method
-from ._pep import principal_eigenvalue_proportion
-from ._simplemkkm import SimpleMKKMResult, average_kernel_kmeans, simple_mkkm
-from .datasets import make_multiview_blobs
-from .metrics import ari, clustering_accuracy, clustering_scores, nmi, purity
-from .pipeline import ClusterResult, RunConfig, assign, cluster, load_estimator
+import lazy_loader as _lazy
+
+# Names load on first use (PEP 562), so `import mkdist` and the CLI's argument checks need
+# neither scikit-learn nor Dask: importing them takes 2-3 s on a 2-core machine, longer than a
+# refused argument may take.  The method registry names every built-in method without importing
+# it (mkdist._methods); a method's module registers its class when it is first used.
+__getattr__, __dir__, _ = _lazy.attach(
+    __name__,
+    submodules=["pipeline", "errors", "datasets", "metrics", "storage", "flows"],
+    submod_attrs={
+        "_mkc": ["MKCModel", "MultipleKernelClustering", "default_n_landmarks", "embed", "spectral_diagnostics"],
+        "_nystrom": ["NystromSpectralClustering"],
+        "_power_kmeans": ["MultiViewRFFPowerKMeans", "RFFKernelPowerKMeans"],
+        "_late_fusion": ["LateFusionClustering"],
+        "_io": ["load_views"],
+        "_kernels": ["STANDARD_KERNEL_SETS", "FittedKernel", "KernelSpec", "rbf_grid"],
+        "_kmeans": ["KMeansResult", "kmeans"],
+        "_methods": ["MethodChoice", "available_methods", "choose_method", "get_method"],
+        "_pep": ["principal_eigenvalue_proportion"],
+        "_simplemkkm": ["SimpleMKKMResult", "average_kernel_kmeans", "simple_mkkm"],
+        "datasets": ["make_multiview_blobs"],
+        "metrics": ["ari", "clustering_accuracy", "clustering_scores", "nmi", "purity"],
+        "pipeline": ["ClusterResult", "RunConfig", "assign", "cluster", "load_estimator"],
+    },
+)
 
 try:
     __version__ = _version("mkdist")

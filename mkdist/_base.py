@@ -17,18 +17,18 @@ runs exactly the hooks the pipeline runs stage by stage.
 from __future__ import annotations
 
 import json
-from numbers import Integral
 from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from . import _params
 from ._kmeans import KMeansResult, assign_labels, assign_with_distance, kmeans
 from ._sampling import gather_rows
 from ._state import StateArrays, check_state_format, encode_params, to_jsonable
 from ._validation import (
-    Interval, RandomStateLike, as_views, check_finite, collect_constraints, is_dask_array, validate_params,
+    as_views, check_finite, collect_constraints, is_dask_array, validate_params,
 )
 from .errors import InputValidationError
 
@@ -81,10 +81,7 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
     _fitted_attr: ClassVar[str] = "cluster_centers_"
     #: Fewest rows a fit accepts.
     _min_samples: ClassVar[int] = 2
-    _param_constraints: ClassVar[dict[str, list]] = {
-        "n_clusters": [Interval(Integral, 2, None)],
-        "random_state": [RandomStateLike()],
-    }
+    _param_constraints: ClassVar[dict[str, list]] = _params.ESTIMATOR
 
     # ------------------------------------------------------------------ sklearn protocol
     def fit_predict(self, X, y=None, **kwargs):

@@ -9,8 +9,8 @@ from numbers import Integral
 from typing import Any
 
 from ._kernels import KernelSpec
-from ._methods import AUTO_METHOD, DEFAULT_METHOD, available_methods, choose_method, get_method
-from ._validation import Interval, collect_constraints, validate_params
+from ._methods import AUTO_METHOD, DEFAULT_METHOD, available_methods, choose_method, get_method, method_parameters
+from ._validation import Interval, validate_params
 from .errors import InputValidationError
 
 __all__ = ["RunConfig", "ClusterResult"]
@@ -75,9 +75,9 @@ class RunConfig:
         if method == AUTO_METHOD:
             # Any method's parameter may be given; the chosen method's constraints check them
             # when the run opens (``resolve``).
-            accepted = {p for m in available_methods() for p in get_method(m)().get_params()}
+            accepted = {p for m in available_methods() for p in method_parameters(m)}
         else:
-            accepted = set(get_method(method)().get_params())
+            accepted = set(method_parameters(method))
         accepted -= {"n_clusters", "random_state"}
         params = dict(options.pop("params", None) or {})
         method_params = dict(options.pop("method_params", None) or {})
@@ -127,7 +127,7 @@ class RunConfig:
         if self.method != AUTO_METHOD:
             return self
         choice = choose_method(views, self.n_clusters)
-        accepted = set(get_method(choice.method)().get_params())
+        accepted = set(method_parameters(choice.method))
         refused = sorted(set(self.params) - accepted)
         if refused:
             raise InputValidationError(
@@ -145,12 +145,22 @@ class RunConfig:
         return cls(n_clusters=self.n_clusters, random_state=self.random_state, **params)
 
     def check_params(self) -> None:
-        """Check the method's parameters against its constraint table (no input needed;
-        ``method="auto"`` is checked once :meth:`resolve` has chosen)."""
+        """Check the run's parameters against the method's constraint table (no input needed;
+        ``method="auto"`` is checked once :meth:`resolve` has chosen).
+
+        Reads the table without importing a built-in estimator class (``mkdist._params``), so
+        the CLI refuses a bad argument before scikit-learn loads; the method's defaults are
+        checked by its tests, the values given here are checked now.
+        """
         if self.method == AUTO_METHOD:
             return
-        est = self.make_estimator()
-        validate_params(collect_constraints(type(est), "_param_constraints"), est.get_params(deep=False))
+        table = method_parameters(self.method)
+        unknown = sorted(set(self.params) - set(table))
+        if unknown:
+            raise InputValidationError(f"method {self.method!r} does not take {unknown}; its parameters are "
+                                       f"{sorted(set(table) - {'n_clusters', 'random_state'})}.")
+        given = {**self.params, "n_clusters": self.n_clusters, "random_state": self.random_state}
+        validate_params({k: table[k] for k in given}, given)
 
     def validate(self, views: Mapping[str, Any]) -> dict[str, Any]:
         """Check every parameter against the input's metadata (no data read).

@@ -33,17 +33,17 @@ import math
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse
 
+from . import _params
 from ._base import LandmarkEmbeddingEstimator
 from ._blocks import RowBlocks, cache_block_rows
 from ._graph import Graph, NeighborSpaces, adaptive_neighbor_weights, apply_filter, build_graph, filter_basis, simplex_qp
 from ._kernels import (
-    SCALINGS, FeatureScaling, FittedKernel, KernelPreprocessing, KernelSpec, ProjectedKernels, fit_kernels,
+    FeatureScaling, FittedKernel, KernelPreprocessing, ProjectedKernels, fit_kernels,
     fit_preprocessing, kernel_blocks, kernel_model_from_state, kernel_model_state, nearest_center,
     resolve_kernel_specs,
 )
@@ -54,7 +54,7 @@ from ._linalg import top_eigenpairs, top_eigenvalue_sum
 from ._pep import excess_pep, principal_eigenvalue_proportion
 from ._sampling import sample_landmark_indices
 from ._state import StateArrays
-from ._validation import Boolean, Interval, Options, Types, check_finite, common_float_dtype
+from ._validation import check_finite, common_float_dtype
 from .errors import DegenerateKernelWarning, InputValidationError
 
 __all__ = ["LateFusionClustering", "LateFusionModel", "adaptive_neighbor_weights", "default_n_landmarks"]
@@ -1107,25 +1107,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
     _fitted_attr: ClassVar[str] = "model_"
     #: The adaptive-neighbour graphs need n_neighbors + 1 <= n - 1 other landmarks, n_neighbors >= 1.
     _min_samples: ClassVar[int] = 4
-    _param_constraints: ClassVar[dict[str, list]] = {
-        "kernels": [None, Types(str, list, tuple, dict, KernelSpec,
-                                noun="a kernel set name or a list of kernel specs")],
-        "embedding_dim": [Interval(Integral, 1, None), None],
-        "graph_filter_order": [Interval(Integral, 0, None)],
-        "n_neighbors": [Interval(Integral, 1, None)],
-        "n_landmarks": [Interval(Integral, 2, None), None],
-        "min_pep_ratio": [Interval(Real, 0, 1, closed="left")],
-        "filter_weights": [Options("learned", "uniform")],
-        "center": [Boolean()],
-        "normalize": [Options("diagonal", "trace", None)],
-        "scale": [Options(None, *SCALINGS)],
-        "max_iter": [Interval(Integral, 1, None)],
-        "tol": [Interval(Real, 0, None)],
-        "n_init": [Interval(Integral, 1, None)],
-        "cluster_all_points": [Boolean()],
-        "dtype": [Options(None, "float32", "float64")],
-        "full_pep": [Boolean()],
-    }
+    _param_constraints: ClassVar[dict[str, list]] = _params.LATE_FUSION
 
     def __init__(self, n_clusters: int = 8, *, kernels: Any = "auto", embedding_dim: int | None = None,
                  graph_filter_order: int = 3, n_neighbors: int = 5, n_landmarks: int | None = None,

@@ -13,20 +13,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from ._base import STAGE_PLANS
 from ._kernels import SPARSE_DENSITY, view_density
-from ._validation import as_views, is_dask_array
+from ._params import BUILTIN_PARAMETERS
+from ._validation import as_views, collect_constraints, is_dask_array
 from .errors import InputValidationError
 
 __all__ = ["DEFAULT_METHOD", "AUTO_METHOD", "register", "unregister", "registered", "get_method",
-           "available_methods", "method_table", "MethodChoice", "data_facts", "choose_method"]
+           "available_methods", "method_parameters", "method_table", "MethodChoice", "data_facts", "choose_method"]
 
-_REGISTRY: dict[str, type] = {}
+#: Method name -> its estimator class; None for a built-in method whose module is not imported
+#: yet (importing it registers the class; see :func:`get_method`).  Built-in classes load on
+#: first use so that naming and checking a method needs no scikit-learn (mkdist._params).
+_REGISTRY: dict[str, type | None] = dict.fromkeys(BUILTIN_PARAMETERS)
 
 #: The method runs use when none is named: the project's main method, multiple kernel
 #: clustering on landmarks (SimpleMKKM + MKC-AE).
@@ -45,14 +49,24 @@ def register(cls: type) -> type:
     Raises
     ------
     ValueError
-        The class lacks registry metadata, its stage plan is not one the pipeline runs, or
-        another class holds the name.
+        The class lacks registry metadata, its stage plan is not one the pipeline runs, its
+        constraint table does not name exactly its ``__init__`` parameters, or another class
+        holds the name.
     """
+    from ._base import STAGE_PLANS
+
     missing = [a for a in _REQUIRED if not getattr(cls, a, None) and a != "multi_view"]
     if missing:
         raise ValueError(f"{cls.__name__} cannot be registered: it does not declare {missing}.")
     if tuple(cls.stage_plan) not in STAGE_PLANS:
         raise ValueError(f"{cls.__name__}.stage_plan={cls.stage_plan!r} is not one of {STAGE_PLANS}.")
+    # The pipeline and the CLI accept exactly the parameters of the table (method_parameters).
+    declared = set(collect_constraints(cls, "_param_constraints"))
+    taken = {p.name for p in inspect.signature(cls.__init__).parameters.values()
+             if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    if declared != taken:
+        raise ValueError(f"{cls.__name__}'s _param_constraints must name exactly its __init__ parameters: "
+                         f"missing {sorted(taken - declared)}, extra {sorted(declared - taken)}.")
     other = _REGISTRY.get(cls.method)
     if other is not None and other is not cls:
         raise ValueError(f"method name {cls.method!r} is taken by {other.__name__}.")
@@ -84,10 +98,30 @@ def get_method(name: str) -> type:
         Unknown name; the message lists the valid ones.
     """
     try:
-        return _REGISTRY[name]
+        cls = _REGISTRY[name]
     except (KeyError, TypeError):
         raise InputValidationError(
             f"unknown method {name!r}; choose one of {available_methods()}.") from None
+    if cls is None:  # a built-in method not loaded yet: its module registers it
+        import importlib
+
+        importlib.import_module(BUILTIN_PARAMETERS[name][0])
+        cls = _REGISTRY[name]
+    return cls
+
+
+def method_parameters(name: str) -> dict[str, list]:
+    """The constraint table of a method's parameters (its estimator's ``__init__`` arguments),
+    merged along the class's bases, without importing a built-in class that is not loaded yet.
+
+    Raises
+    ------
+    InputValidationError
+        Unknown name; the message lists the valid ones.
+    """
+    if isinstance(name, str) and name in _REGISTRY and _REGISTRY[name] is None:
+        return BUILTIN_PARAMETERS[name][1]
+    return collect_constraints(get_method(name), "_param_constraints")
 
 
 def available_methods() -> list[str]:
@@ -98,7 +132,8 @@ def available_methods() -> list[str]:
 def method_table() -> list[dict]:
     """One row per registered method: name, class, views, stage plan, one-line description."""
     rows = []
-    for name, cls in _REGISTRY.items():
+    for name in list(_REGISTRY):
+        cls = get_method(name)
         doc = (cls.__doc__ or "").strip().splitlines()
         rows.append({"method": name, "estimator": cls.__name__,
                      "views": "several" if cls.multi_view else "one",

@@ -14,16 +14,16 @@ import dataclasses
 import time
 import warnings
 from collections.abc import Mapping
-from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from . import _params
 from ._base import LandmarkEmbeddingEstimator
 from ._blocks import RowBlocks, cache_block_rows
 from ._kernels import (
-    FeatureScaling, FittedKernel, KernelPreprocessing, KernelSpec, ProjectedKernels, SCALINGS, fit_kernels,
+    FeatureScaling, FittedKernel, KernelPreprocessing, ProjectedKernels, fit_kernels,
     fit_preprocessing, kernel_blocks, kernel_model_from_state, kernel_model_state, landmark_kernels,
     preprocess_block, resolve_kernel_specs, self_kernel,
 )
@@ -31,11 +31,11 @@ from ._kmeans import KMeansResult, assign_labels, kmeans
 from ._linalg import blas_threads
 from ._methods import register
 from ._pep import DEGENERATE_PEP_RATIO, excess_pep, principal_eigenvalue_proportion
-from ._sampling import LANDMARK_METHODS, sample_landmark_indices
+from ._sampling import sample_landmark_indices
 from ._linalg import top_eigenpairs
 from ._simplemkkm import average_kernel_kmeans, combine_kernels, simple_mkkm
 from ._state import StateArrays
-from ._validation import Boolean, Interval, Options, Types, check_finite, common_float_dtype
+from ._validation import check_finite, common_float_dtype
 from .errors import DegenerateKernelWarning, EmbeddingStabilityWarning, InputValidationError
 from .metrics import ari
 
@@ -576,23 +576,7 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
     run_defaults: ClassVar[dict[str, Any]] = {"n_init": 3, "kmeans_max_iter": 100}
     optional_stages: ClassVar[tuple[str, ...]] = ("kernel_blocks",)
     _fitted_attr: ClassVar[str] = "model_"
-    _param_constraints: ClassVar[dict[str, list]] = {
-        "kernels": [None, Types(str, list, tuple, dict, KernelSpec, noun="a kernel set name or a list of kernel specs")],
-        "n_landmarks": [Interval(Integral, 2, None), None],
-        "embedding_dim": [Interval(Integral, 1, None), None],
-        "landmark_method": [Options(*LANDMARK_METHODS)],
-        "weights": [Options("simplemkkm", "uniform")],
-        "center": [Boolean()],
-        "normalize": [Options("diagonal", "trace", None)],
-        "normalize_embedding": [Boolean()],
-        "scale": [Options(None, *SCALINGS)],
-        "max_iter": [Interval(Integral, 1, None)],
-        "tol": [Interval(Real, 0, None, closed="neither")],
-        "n_init": [Interval(Integral, 1, None)],
-        "kmeans_max_iter": [Interval(Integral, 1, None)],
-        "kmeans_tol": [Interval(Real, 0, None)],
-        "dtype": [Options(None, "float32", "float64")],
-    }
+    _param_constraints: ClassVar[dict[str, list]] = _params.MKC
 
     def __init__(self, n_clusters: int = 8, *, kernels: Any = None, n_landmarks: int | None = None,
                  embedding_dim: int | None = None, landmark_method: str = "uniform", weights: str = "simplemkkm", center: bool = True,

@@ -25,12 +25,12 @@ import logging
 import math
 import time
 import warnings
-from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils import check_random_state
 
+from . import _params
 from ._base import MkdistEstimator
 from ._blocks import RowBlocks, cache_block_rows
 from ._kernels import bandwidth_statistic, check_bandwidth, sq_distances
@@ -38,7 +38,7 @@ from ._kmeans import assign_labels, kmeans
 from ._methods import register
 from ._sampling import gather_rows, sample_landmark_indices
 from ._state import StateArrays
-from ._validation import Boolean, Interval, check_finite, common_float_dtype
+from ._validation import check_finite, common_float_dtype
 from .errors import EmbeddingStabilityWarning, InputValidationError
 
 __all__ = ["NystromSpectralClustering", "default_n_anchors"]
@@ -321,14 +321,7 @@ class NystromSpectralClustering(MkdistEstimator):
     method: ClassVar[str] = "nystrom"
     multi_view: ClassVar[bool] = False
     state_format: ClassVar[str] = "mkdist.NystromSpectralClustering/2"
-    _param_constraints: ClassVar[dict[str, list]] = {
-        "n_anchors": [Interval(Integral, 2, None), None],
-        "anchor_factor": [Interval(Real, 0, None, closed="neither")],
-        "bandwidth": [Interval(Real, 0, None, closed="neither"), None],
-        "n_init": [Interval(Integral, 1, None)],
-        "kmeans_max_iter": [Interval(Integral, 1, None)],
-        "persist_embedding": [Boolean()],
-    }
+    _param_constraints: ClassVar[dict[str, list]] = _params.NYSTROM
 
     def __init__(self, n_clusters: int = 8, *, n_anchors: int | None = None,
                  anchor_factor: float = 1.0, bandwidth: float | None = None, n_init: int = 10,
@@ -339,9 +332,6 @@ class NystromSpectralClustering(MkdistEstimator):
         self.bandwidth = bandwidth
         self.n_init = n_init
         self.kmeans_max_iter = kmeans_max_iter
-        self.persist_embedding = persist_embedding
-        self.random_state = random_state
-
         self.persist_embedding = persist_embedding
         self.random_state = random_state
 

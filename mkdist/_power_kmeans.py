@@ -34,20 +34,21 @@ import os
 import time
 import warnings
 from collections.abc import Sequence
-from numbers import Integral, Real
+from numbers import Real
 from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
+from . import _params
 from ._base import MkdistEstimator, resolve_seed
 from ._blocks import RowBlocks
-from ._kernels import SCALINGS, FeatureScaling, bandwidth_statistic, check_bandwidth, sq_distances
+from ._kernels import FeatureScaling, bandwidth_statistic, check_bandwidth, sq_distances
 from ._methods import register
 from ._pep import principal_eigenvalue_proportion
 from ._sampling import gather_rows
 from ._state import StateArrays
-from ._validation import Interval, Options, Types, is_dask_array, validate_params
+from ._validation import Interval, Options, is_dask_array, validate_params
 from .errors import InputValidationError
 
 __all__ = ["RFFKernelPowerKMeans", "MultiViewRFFPowerKMeans", "default_n_components"]
@@ -135,12 +136,6 @@ MERGE_TOL = 1e-2
 # lam="auto": lambda per data point, the paper's lambda = 100 on its ~2,000-point data sets.
 LAM_PER_POINT = 100.0 / 2000.0
 
-#: The bandwidth rules of ``bandwidth`` (see ``mkdist._kernels.bandwidth_statistic``).
-_BANDWIDTH_RULES = ("median", "mean")
-_D_RULES = ("main", "appendix")
-#: The rules of ``restart_selection`` (see ``_select_restart``).
-_RESTART_RULES = ("consensus", "agreement", "objective")
-
 
 def default_n_components(n_clusters: int, rule: str = "main") -> int:
     """Number D of random frequencies per view for ``n_components=None``.
@@ -159,8 +154,8 @@ def default_n_components(n_clusters: int, rule: str = "main") -> int:
     int
         D >= 1 (each view then has 2D features).
     """
-    if rule not in _D_RULES:
-        raise InputValidationError(f"D rule {rule!r}; choose one of {_D_RULES}.")
+    if rule not in _params.D_RULES:
+        raise InputValidationError(f"D rule {rule!r}; choose one of {_params.D_RULES}.")
     factor = 4.0 if rule == "main" else 16.0
     return max(1, math.ceil(factor * math.log(2 * n_clusters) ** 3))
 
@@ -771,24 +766,7 @@ class _RFFPowerKMeansBase(MkdistEstimator):
 
     _possibilistic: ClassVar[bool] = False
     _fitted_attr: ClassVar[str] = "centroids_"
-    _param_constraints: ClassVar[dict[str, list]] = {
-        "n_clusters": [Interval(Integral, 1, None)],
-        "n_components": [Interval(Integral, 1, None), Options(None, *_D_RULES)],
-        "bandwidth": [Options(*_BANDWIDTH_RULES), Interval(Real, 0, None, closed="neither"),
-                      Types(list, tuple, np.ndarray, noun="one rule or positive number per view")],
-        "s0": [Options("auto"), Interval(
-            Real, None, 0, closed="neither",
-            hint="power k-means anneals s towards -infinity from a negative start (s >= 0 does not approximate "
-                 "k-means). Use s0='auto' or e.g. s0=-3.")],
-        "annealing": [Interval(Real, 1, None)],
-        "anneal_every": [Interval(Integral, 1, None)],
-        "max_iter": [Interval(Integral, 1, None)],
-        "tol": [Interval(Real, 0, None)],
-        "scale": [Options(None, *SCALINGS)],
-        "n_init": [Options("auto"), Interval(Integral, 1, None)],
-        "restart_selection": [Options(*_RESTART_RULES)],
-        "chunk_size": [Interval(Integral, 1, None)],
-    }
+    _param_constraints: ClassVar[dict[str, list]] = _params.RFF_POWER_KMEANS
 
     # ------------------------------------------------------------------ validation
     def _check_params_vs_input(self, n_samples: int, views: dict) -> dict[str, Any]:
@@ -804,7 +782,7 @@ class _RFFPowerKMeansBase(MkdistEstimator):
                 raise InputValidationError(
                     f"`bandwidth` has {len(bw)} values but the input has {n_views} view(s).")
             bw = [b.item() if isinstance(b, np.generic) else b for b in bw]  # np.str_ -> str
-            rule = [Options(*_BANDWIDTH_RULES), Interval(Real, 0, None, closed="neither")]
+            rule = [Options(*_params.BANDWIDTH_RULES), Interval(Real, 0, None, closed="neither")]
             validate_params({f"bandwidth[{i}]": rule for i in range(n_views)},
                             {f"bandwidth[{i}]": b for i, b in enumerate(bw)})
             bandwidths = [b if isinstance(b, str) else float(b) for b in bw]
@@ -1470,10 +1448,7 @@ class MultiViewRFFPowerKMeans(_RFFPowerKMeansBase):
     method: ClassVar[str] = "mv-rff-power"
     state_format: ClassVar[str] = "mkdist.MultiViewRFFPowerKMeans/2"
     _possibilistic: ClassVar[bool] = True
-    _param_constraints: ClassVar[dict[str, list]] = {
-        "lam": [Options("auto"), Interval(Real, 0, None, closed="neither")],
-        "fuzzifier": [Interval(Real, 1, None, closed="neither")],
-    }
+    _param_constraints: ClassVar[dict[str, list]] = _params.MV_RFF_POWER_KMEANS
 
     def __init__(self, n_clusters: int = 8, *, n_components=None, bandwidth="median", s0="auto",
                  lam="auto", fuzzifier: float = 2.0, annealing: float = 1.04,

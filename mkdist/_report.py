@@ -221,7 +221,10 @@ def report_data(url: Any) -> dict:
     summary.setdefault("params", dict(store.params))
     coords = np.asarray(labels["report_embedding"].values[:, :2], dtype=np.float64)
     index = np.asarray(labels["report_index"].values)
-    sample_labels = np.asarray(labels["labels"].data[index].compute()) if index.size else np.zeros(0, dtype=int)
+    if "report_labels" in labels:
+        sample_labels = np.asarray(labels["report_labels"].values)
+    else:  # a store written before the labels stage kept the sample's labels: one read of them all
+        sample_labels = np.asarray(labels["labels"].data[index].compute()) if index.size else np.zeros(0, dtype=int)
     data.update(kind="run", title=f"mkdist run {store.url}", summary=summary,
                 embedding_sample={"coords": coords.tolist(), "labels": sample_labels.tolist(),
                                   "what": f"first two principal components of the embedding on {index.size:,} "

@@ -7,12 +7,12 @@ from collections.abc import Mapping
 import numpy as np
 from sklearn.utils import check_random_state
 
+from ._params import LANDMARK_METHODS
 from ._validation import is_dask_array
 from .errors import InputValidationError
 
 __all__ = ["sample_landmark_indices", "gather_rows", "LANDMARK_METHODS"]
 
-LANDMARK_METHODS = ("uniform", "kmeans++")
 
 
 def gather_rows(views: Mapping, indices: np.ndarray) -> dict[str, np.ndarray]:

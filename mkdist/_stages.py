@@ -508,8 +508,9 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     labels), or the fitted estimator's assignment for fit-predict methods.
 
     Besides ``labels`` (sample,) the stage holds ``distance`` (sample,), each row's squared
-    distance to its centre, and the report sample: ``report_index`` (report_row,) and
-    ``report_embedding`` (report_row, component).  Its attrs hold ``distance_p99``, the 99th
+    distance to its centre, and the report sample: ``report_index`` (report_row,),
+    ``report_labels`` (report_row,) and ``report_embedding`` (report_row, component), so that a
+    report reads neither the embedding nor the labels of every row.  Its attrs hold ``distance_p99``, the 99th
     percentile of the distances (what drift monitoring compares new batches with).
 
     Returns ``{"kmeans_s", "write_s"}`` (zeros if resumed).
@@ -550,11 +551,12 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     else:
         # One persist: the report sample shares the pass (and the input reads) with the labels.
         labels, distance, sample = _persist((_int32(labels), distance.astype(np.float32), shown[idx]), progress)
-    sample, sample_distance = dask.compute(sample, distance[idx])
+    sample, sample_distance, sample_labels = dask.compute(sample, distance[idx], labels[idx])
     t_labels = time.perf_counter() - t0
     t0 = time.perf_counter()
     variables.update({"labels": (("sample",), labels), "distance": (("sample",), distance),
                       "report_index": (("report_row",), idx),
+                      "report_labels": (("report_row",), np.asarray(sample_labels)),
                       "report_embedding": (("report_row", "report_component"), principal_components(sample))})
     attrs["distance_p99"] = float(np.quantile(np.asarray(sample_distance, dtype=np.float64), 0.99))
     store.write_stage("labels", xr.Dataset(variables, attrs={**attrs, "elapsed_s": t_labels}))

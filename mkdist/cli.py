@@ -141,12 +141,15 @@ def _check_scheduler(address: str | None, timeout: float) -> None:
 
 def _prepare_run(source: str, store: str, merged: dict[str, Any], overwrite: bool):
     """Every check that needs no data pass: options, input metadata, store state, overlaps."""
-    from mkdist.pipeline import RunConfig, check_run
+    from mkdist._config import RunConfig
 
     if "n_clusters" not in merged:
         raise BadInput("give --n-clusters (or n_clusters in --config)")
     options = {k: v for k, v in merged.items() if k not in CLI_KEYS}
     config = RunConfig.from_options(**options)
+    config.check_params()  # before mkdist.pipeline loads scikit-learn, Dask and xarray (2-3 s)
+    from mkdist.pipeline import check_run
+
     views, _, _ = check_run(store, source, config, overwrite=overwrite)
     if merged.get("labels_out"):
         from mkdist.pipeline import check_labels_out, load_ids, refuse_overlap
@@ -288,9 +291,9 @@ def assign(model_store, source, output, labels_out, id_column, fail_on_drift, dr
     _environment(quiet, debug)
 
     def prepare():
+        thresholds = _thresholds(drift_threshold)  # before mkdist.pipeline loads (2-3 s)
         from mkdist.pipeline import check_assign, check_labels_out, load_ids, refuse_overlap
 
-        thresholds = _thresholds(drift_threshold)
         _, views, _ = check_assign(model_store, source, output, overwrite=overwrite)
         if labels_out:
             refuse_overlap(labels_out, model_store=model_store, input=source, output=output)

@@ -109,3 +109,48 @@ def test_no_method_name_in_orchestration_code(relpath):
     tree = ast.parse((ROOT / relpath).read_text())
     found = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names]
     assert not found, f"{relpath} names methods {found}; ask the registry (mkdist._methods) instead"
+
+
+# ----------------------------------------------------------------------------- lazy loading
+def test_importing_mkdist_loads_no_numerical_stack_and_every_public_name_resolves():
+    import subprocess
+    import sys
+
+    heavy = ("sklearn", "dask", "distributed", "xarray", "zarr", "prefect", "scipy")
+    code = ("import sys, mkdist; print(sorted(m for m in %r if m in sys.modules)); "
+            "print(all(hasattr(mkdist, n) for n in mkdist.__all__))" % (heavy,))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]", out
+    assert out[1] == "True", out
+
+
+@pytest.mark.parametrize("method", ["mkc", "nystrom", "rff-power", "mv-rff-power", "late-fusion"])
+def test_builtin_parameter_tables_are_the_ones_the_classes_check(method):
+    """The CLI checks arguments against mkdist._params without importing the class: the table
+    there must be exactly what the class collects along its bases (``register`` already checks
+    that it names exactly the ``__init__`` parameters)."""
+    from mkdist._methods import BUILTIN_PARAMETERS, get_method
+    from mkdist._validation import collect_constraints
+
+    cls = get_method(method)
+    module, table = BUILTIN_PARAMETERS[method]
+    assert cls.__module__ == module
+    assert table == collect_constraints(cls, "_param_constraints")
+
+
+def test_register_refuses_a_table_that_misses_a_parameter():
+    from typing import ClassVar
+
+    from mkdist._base import MkdistEstimator
+    from mkdist._methods import register
+
+    class Undeclared(MkdistEstimator):
+        method: ClassVar[str] = "undeclared"
+        state_format: ClassVar[str] = "tests.Undeclared/1"
+
+        def __init__(self, n_clusters: int = 8, *, n_init: int = 3, random_state=None):
+            self.n_clusters, self.n_init, self.random_state = n_clusters, n_init, random_state
+
+    with pytest.raises(ValueError, match=r"missing \['n_init'\]"):
+        register(Undeclared)
+    assert "undeclared" not in mkdist.available_methods()

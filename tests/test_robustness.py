@@ -242,19 +242,20 @@ def _timed_cli(*args, env=None):
     return r, time.perf_counter() - t0
 
 
-#: Runs the CLI's main in this interpreter and, at exit, writes which of the heavy runtimes it
-#: imported to the file named by argv[1]: a refusal must come before Prefect or Dask start.
+#: Runs the CLI's main in this interpreter and, at exit, writes which of the heavy libraries it
+#: imported to the file named by argv[1]: a refusal must come before Prefect or Dask start, and
+#: before scikit-learn, xarray or zarr load (importing them is 2-3 s of a 2-core machine).
 _CLI_WITH_IMPORT_RECORD = """
 import atexit, json, runpy, sys
 out = sys.argv[1]
-atexit.register(lambda: open(out, "w").write(json.dumps(
-    sorted(m for m in ("prefect", "distributed", "prefect_dask") if m in sys.modules))))
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(
+    m for m in ("prefect", "distributed", "prefect_dask", "dask", "sklearn", "xarray", "zarr") if m in sys.modules))))
 sys.argv = ["mkdist"] + sys.argv[2:]
 runpy.run_module("mkdist.cli", run_name="__main__")
 """
 
 
-def test_cli_refuses_bad_arguments_in_one_line_before_prefect_or_dask(cli_input, tmp_path):
+def test_cli_refuses_bad_arguments_in_one_line_before_loading_the_numerical_stack(cli_input, tmp_path):
     store = str(tmp_path / "s.zarr")
     bad_config = tmp_path / "bad.toml"
     bad_config.write_text("n_clusters = 3\nkernels = [unclosed\n")
@@ -275,8 +276,9 @@ def test_cli_refuses_bad_arguments_in_one_line_before_prefect_or_dask(cli_input,
         assert r.returncode == 2, (args, r.stderr)
         assert message in r.stderr and r.stderr.strip().count("\n") == 0, (args, r.stderr)
         assert "Traceback" not in r.stderr and r.stdout == ""
-        # Refused before any runtime started: what made refusals take 16-24 s (issue 13).  The
-        # seconds a refusal takes are measured by bench/bench_robustness.py, not asserted here.
+        # Refused before any runtime or scikit-learn loaded: what made refusals take 16-24 s,
+        # then 2 s (issue 13).  The seconds a refusal takes are measured by
+        # bench/bench_robustness.py, not asserted here.
         assert json.loads(record.read_text()) == [], (args, record.read_text())
     assert not Path(store).exists()
 
