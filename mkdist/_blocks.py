@@ -152,6 +152,30 @@ def _reduce_task(*args, fn, names, block_rows, check, block_info=None):
     return _reduce_rows(blocks, state, fn, block_rows)[None, :]
 
 
+def _reduce_take_task(*args, fn, names, block_rows, check, block_info=None):
+    """The chunk's partial sum and its rows among ``take``, as a (1, 1) object array.
+
+    A Dask task has one output: the pair travels in one object block, which two light tasks
+    per chunk then split into the partial (for the tree sum) and the rows.
+    """
+    *blocks, state, take = args
+    if check:
+        _check(names, blocks, block_info)
+    start, stop = block_info[0]["array-location"][0]
+    local = take[np.searchsorted(take, start):np.searchsorted(take, stop)] - start
+    out = np.empty((1, 1), dtype=object)
+    out[0, 0] = (_reduce_rows(blocks, state, fn, block_rows)[None, :], [np.asarray(b[local]) for b in blocks])
+    return out
+
+
+def _partial_of(part: np.ndarray) -> np.ndarray:
+    return part[0, 0][0]
+
+
+def _taken_of(part: np.ndarray, view: int) -> np.ndarray:
+    return part[0, 0][1][view]
+
+
 def _task_name(fn: Any) -> str:
     name = getattr(fn, "__name__", type(fn).__name__)
     return name.strip("_").replace("_", "-")
@@ -246,38 +270,65 @@ class RowBlocks:
                              out_dtype=dtype, dtype=dtype, check=check_finite, chunks=chunks, meta=meta, name=layer, **extra)
 
     def reduce(self, fn: RowFunction, state: Any, *, width: int, name: str | None = None,
-               check_finite: bool = True, split_every: int = SPLIT_EVERY, compute: bool = True):
+               check_finite: bool = True, split_every: int = SPLIT_EVERY, take: np.ndarray | None = None):
         """Sum over all rows of ``fn(blocks, state)`` (a (width,) partial per sub-block).
 
         Dask input: one task per chunk, a tree reduction with fan-in ``split_every``, ONE
-        compute; only ``width`` numbers reach the client.  ``compute=False`` returns the lazy
-        sum instead, to compute it together with other results over the same chunks (each
-        chunk is then read once).
+        compute; only ``width`` numbers reach the client.
+
+        Parameters
+        ----------
+        take : ndarray of shape (n,), optional
+            Sorted row indices whose rows of every view are read in the same pass (e.g. the
+            landmarks): the task that sums a chunk also picks its rows, so each chunk is read
+            once and freed when that task ends.  (A gather computed beside the sum would be a
+            second consumer of every chunk, which Dask orders after the whole reduction: the
+            workers then held every input chunk until the end of the pass, 1.2 GiB per worker
+            at 10M W1 rows.)
 
         Returns
         -------
-        ndarray of shape (width,), float64 (a lazy dask array with ``compute=False``)
+        ndarray of shape (width,), float64
+            The sum; with ``take``, a pair ``(sum, rows)`` where ``rows`` is a list of
+            ndarrays of shape (n, d_v), one per view in ``names`` order.
         """
         if not self.is_dask:
-            return _reduce_rows(self.arrays, state, fn, self.block_rows)
+            total = _reduce_rows(self.arrays, state, fn, self.block_rows)
+            return total if take is None else (total, [np.asarray(a[take]) for a in self.arrays])
+        import dask
         import dask.array as da
         from dask.base import tokenize
 
         key = self._state_key(state)
         nb = len(self.row_chunks)
-        layer = f"mkdist-{name or _task_name(fn)}-{tokenize(key, *self.arrays, fn, width, self.block_rows)}"
-        partials = da.map_blocks(_reduce_task, *self.arrays, key, fn=fn, names=self.names,
-                                 block_rows=self.block_rows, check=check_finite,
-                                 chunks=((1,) * nb, (width,)), dtype=np.float64,
-                                 meta=np.empty((0, width)), name=layer)
+        token = tokenize(key, *self.arrays, fn, width, self.block_rows, take)
+        layer = f"mkdist-{name or _task_name(fn)}-{token}"
+        common = dict(fn=fn, names=self.names, block_rows=self.block_rows, check=check_finite)
+        if take is None:
+            partials = da.map_blocks(_reduce_task, *self.arrays, key, **common, chunks=((1,) * nb, (width,)),
+                                     dtype=np.float64, meta=np.empty((0, width)), name=layer)
+        else:
+            take = np.asarray(take, dtype=np.int64)
+            bounds = np.cumsum((0,) + self.row_chunks)
+            per_chunk = tuple(int(c) for c in np.diff(np.searchsorted(take, bounds)))
+            parts = da.map_blocks(_reduce_take_task, *self.arrays, key, self._state_key(take), **common,
+                                  chunks=((1,) * nb, (1,)), dtype=object, meta=np.empty((0, 0), dtype=object),
+                                  name=f"{layer}-take")
+            partials = parts.map_blocks(_partial_of, chunks=((1,) * nb, (width,)), dtype=np.float64,
+                                        meta=np.empty((0, width)), name=layer)
+            taken = [parts.map_blocks(_taken_of, j, chunks=(per_chunk, (int(a.shape[1]),)), dtype=a.dtype,
+                                      meta=np.empty((0, 0), dtype=a.dtype), name=f"{layer}-rows-{j}")
+                     for j, a in enumerate(self.arrays)]
         # A named tree sum: the per-chunk tasks (fused with the row function) keep the layer's
         # name on the dashboard instead of a generic "sum".
         total = da.reduction(partials, chunk=np.sum, aggregate=np.sum, combine=np.sum, axis=0,
                              dtype=np.float64, split_every=split_every, name=layer.rsplit("-", 1)[0])
-        if not compute:
-            return total
         t0 = time.perf_counter()
-        out = np.asarray(total.compute())
+        if take is None:
+            out = np.asarray(total.compute())
+        else:
+            out, rows = dask.compute(total, taken)
+            out = (np.asarray(out), [np.asarray(r) for r in rows])
         reporter = _PASS_REPORTER.get()
         if reporter is not None:
             reporter(layer.rsplit("-", 1)[0], time.perf_counter() - t0)

@@ -220,13 +220,9 @@ def scan_views(views: Mapping[str, Any], gather: np.ndarray | None = None):
     # Deviations from a reference row keep the moments accurate for data far from 0.
     first = _first_rows(rows)
     widths = [int(a.shape[1]) for a in rows.arrays]
-    lazy = rows.reduce(_moments, first, width=3 * sum(widths), name="scan-input", compute=False)
-    picked = {n: a[gather] for n, a in zip(rows.names, rows.arrays)} if gather is not None else {}
-    if rows.is_dask:
-        import dask
-
-        lazy, picked = dask.compute(lazy, picked)
-    sums = np.asarray(lazy)
+    sums = rows.reduce(_moments, first, width=3 * sum(widths), name="scan-input", take=gather)
+    if gather is not None:
+        sums, picked = sums
     N = rows.n_samples
     out: dict[str, dict] = {}
     start = 0
@@ -251,7 +247,7 @@ def scan_views(views: Mapping[str, Any], gather: np.ndarray | None = None):
                 + ("drop it from the input." if len(views) > 1 else "there is nothing to cluster."))
         out[name] = {"n_rows": N, "n_features": d, "mean": mean.tolist(), "std": np.sqrt(var).tolist()}
     if gather is not None:
-        return out, {n: np.asarray(v) for n, v in picked.items()}
+        return out, dict(zip(rows.names, picked))
     return out
 
 

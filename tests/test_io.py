@@ -1,10 +1,14 @@
+import collections
+
+import dask
 import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from dask.core import get_dependencies
 
-from mkdist._io import load_views, views_fingerprint
+from mkdist._io import load_views, scan_views, views_fingerprint
 from mkdist.errors import InputValidationError
 
 
@@ -54,6 +58,35 @@ def test_fingerprint_is_stable_and_content_sensitive(arrays):
     c = a.copy()
     c[0, 0] += 1
     assert f1 != views_fingerprint(load_views([c, b], chunk_rows=30))
+
+
+def test_scan_reads_the_landmark_rows_in_the_task_of_their_chunk(arrays, tmp_path):
+    # A gather computed beside the scan made every chunk holding a landmark a task with two
+    # consumers, and the scheduler ran the gather after the whole pass: the workers held
+    # every input chunk until the end (at 10M W1 rows, 1.2 GiB per worker).
+    a, b = arrays
+    xr.Dataset({"x": (("sample", "fx"), a), "z": (("sample", "fz"), b)}).chunk({"sample": 10}).to_zarr(
+        tmp_path / "in.zarr", consolidated=False, zarr_format=3)
+    views = load_views(str(tmp_path / "in.zarr"))
+    graphs = []
+
+    def recording_get(expr, keys, **kwargs):
+        graphs.append(dict(expr.__dask_graph__()))
+        return dask.get(expr, keys, **kwargs)
+
+    idx = np.array([3, 5, 9, 55, 95, 99])  # some chunks hold none
+    with dask.config.set(scheduler=recording_get):
+        stats, rows = scan_views(views, gather=idx)
+    graph = graphs[-1]
+    consumers = collections.Counter(d for k in graph for d in get_dependencies(graph, k))
+    inputs = {v.name for v in views.values()}
+    assert not [k for k, n in consumers.items() if isinstance(k, tuple) and k[0] in inputs and n > 1]
+    np.testing.assert_array_equal(rows["x"], a[idx])
+    np.testing.assert_array_equal(rows["z"], b[idx])
+    assert rows["x"].dtype == a.dtype
+    assert stats == scan_views(views)  # the same statistics as a scan without landmarks
+    np.testing.assert_allclose(stats["x"]["mean"], a.astype(np.float64).mean(axis=0), rtol=1e-9)
+    np.testing.assert_allclose(stats["z"]["std"], b.astype(np.float64).std(axis=0), rtol=1e-9)
 
 
 def test_mismatched_chunking_is_refused(arrays):

@@ -158,6 +158,25 @@ def test_crash_in_embedding_keeps_model_and_resumes_without_refit(dask_client, d
     assert clustering_accuracy(y, res.labels.compute()) == 1.0
 
 
+def test_embedding_is_streamed_through_the_store_not_kept_on_the_workers(dask_client, data, tmp_path):
+    # The embedding (N x K floats) is written chunk by chunk as it is computed and read back
+    # by k-means: nothing of size N stays on the workers between stages, so their memory does
+    # not grow with N.  Stored uncompressed: k-means reads it once per pass.
+    from mkdist.pipeline import RunConfig, open_run, stage_embedding, stage_labels, stage_landmarks, stage_model
+
+    views, y = data
+    url = str(tmp_path / "run.zarr")
+    vs = _dask(views)
+    run = open_run(url, vs, RunConfig.from_options(n_clusters=3, n_landmarks=100, random_state=0))
+    stage_landmarks(run, vs)
+    stage_model(run, vs)
+    stage_embedding(run, vs)
+    assert sum(dask_client.run(lambda dask_worker: len(dask_worker.data)).values()) == 0
+    assert not xr.open_zarr(url, group="embedding", consolidated=False)["embedding"].encoding.get("compressors")
+    stage_labels(run, vs)
+    assert clustering_accuracy(y, run.read_stage("labels")["labels"].values) == 1.0
+
+
 def test_nan_chunk_is_named(dask_client, data, tmp_path):
     views, _ = data
     bad = views[1].copy()
