@@ -3,6 +3,7 @@ per stage."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import logging
@@ -447,6 +448,19 @@ class RunStore:
                                          for n in STANDARD_STAGES}
         status.update(sorted((n, s.state) for n, s in found.items()))
         return status
+
+    def stage_token(self, name: str) -> str | None:
+        """An identity of a complete stage's content, or None if it is not complete (or damaged).
+
+        The digest of the stage's generation and marker (array names, shapes, chunk counts,
+        checksums): equal tokens mean the same stored content, so a reader may reuse what it
+        read under a token instead of reading the arrays again.
+        """
+        stage = self._stage(name, "quick")
+        if stage.state != "complete":
+            return None
+        record = json.dumps({"group": stage.group, "marker": stage.marker}, sort_keys=True, default=str)
+        return hashlib.sha256(record.encode()).hexdigest()
 
     def is_complete(self, name: str, *, verify: Verify = "quick") -> bool:
         """Whether stage ``name`` was written completely and is not damaged.

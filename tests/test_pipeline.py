@@ -52,6 +52,10 @@ def test_cluster_end_to_end_and_store_contents(dask_client, data, tmp_path):
     # The centroids are stored with the labels (the model stage is written once).
     labels = xr.open_zarr(url, group="labels", consolidated=False)
     assert labels["cluster_centers"].dims == ("cluster", "component") and labels["labels"].dims == ("sample",)
+    # Each load rebuilds its own estimator (the arrays are read once): changing one leaves the next intact.
+    first = load_estimator(url)
+    first.cluster_centers_[:] = 0.0
+    assert np.abs(load_estimator(url).cluster_centers_).sum() > 0
     # The report's sample keeps its rows' labels: a report reads no array of every row.
     index = labels["report_index"].values
     np.testing.assert_array_equal(labels["report_labels"].values, labels["labels"].values[index])

@@ -391,6 +391,18 @@ class StoreSuite:
             xr.testing.assert_identical(back.compute(), ds)
             assert store.verify_stage("model", full=True) == []
 
+    def test_stage_token_names_the_stored_content(self, store):
+        assert store.stage_token("labels") is None
+        store.write_stage("labels", _dataset(n=12, chunks=4))
+        token = store.stage_token("labels")
+        assert token is not None and token == RunStore.open(store.url).stage_token("labels")
+        store.write_stage("labels", _dataset(n=12, chunks=4, seed=1), overwrite=True)
+        rewritten = store.stage_token("labels")
+        assert rewritten not in (None, token)
+        fs, _ = self._fs(store)
+        fs.rm_file(self._group(store, "labels") + "/labels/c/1")
+        assert store.stage_token("labels") is None  # damaged: nothing read under a token is reused
+
     def test_deleted_chunk(self, store):
         store.write_stage("labels", _dataset(n=12, chunks=4))
         fs, _ = self._fs(store)
