@@ -60,7 +60,8 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
     """Base class of the mkdist clustering estimators.
 
     Subclasses set the registry metadata below, a ``_param_constraints`` table (merged with
-    the bases'), implement ``fit`` / ``transform`` / ``predict`` with the helpers here, and
+    the bases'; a built-in method's table lives in ``mkdist._params``, so that arguments are
+    checked without importing scikit-learn), implement ``fit`` / ``transform`` / ``predict`` with the helpers here, and
     ``_state`` / ``_restore`` / ``_summary_fields``.
     """
 

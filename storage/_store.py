@@ -607,7 +607,7 @@ class RunStore:
                 specs[var_name] = spec = _verify.array_spec(self._meta(f"{partial}/{var_name}"))
                 if dask.is_dask_collection(var.data):
                     array = group[var_name].with_config({"write_empty_chunks": True})
-                    lazy_crcs[var_name] = _verify.store_with_crcs(var.data, array, spec)
+                    lazy_crcs[var_name] = _verify.store_with_crcs(var.data, array, spec, label=f"{name}-{var_name}")
                 else:
                     crcs[var_name] = _verify.numpy_crcs(np.asarray(var.values), spec)
             delayed = dask.delayed(_put_manifest, pure=False)(

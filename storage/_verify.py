@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dask.array as da
+from dask.base import tokenize
 import numpy as np
 from dask.base import tokenize
 
@@ -111,20 +112,22 @@ def _store_chunk(block: np.ndarray, *, array: Any, shape: tuple[int, ...],
     return np.array(chunk_crc(block), dtype=np.int64).reshape((1,) * block.ndim)
 
 
-def store_with_crcs(x: da.Array, array: Any, spec: Mapping[str, Any]) -> da.Array:
+def store_with_crcs(x: da.Array, array: Any, spec: Mapping[str, Any], *, label: str = "array") -> da.Array:
     """Write a Dask array into a Zarr array lazily; its per-chunk CRCs, in the same tasks.
 
     Returns a lazy int64 array of the chunk grid's shape: computing it computes each block
     of ``x`` once, writes it, and checksums it.  (Checksum tasks beside ``da.store``'s could
     not share its blocks: ``da.store`` fuses the source graph into its own tasks.)  ``x`` is
     rechunked only if its blocks are not the stored chunks (xarray stores Dask chunks as
-    they are, so normally it is not).
+    they are, so normally it is not).  The tasks are named ``mkdist-write-<label>-...``: the
+    computation of ``x`` fuses into them, and the dashboard should say what they write.
     """
     if x.size == 0:
         return da.zeros((0,), dtype=np.int64)
     shape, chunk_shape = tuple(spec["shape"]), tuple(spec["chunk_shape"])
     x = x.rechunk(chunk_shape)
-    return x.map_blocks(_store_chunk, dtype=np.int64, meta=np.empty((0,) * x.ndim, np.int64),
+    name = f"mkdist-write-{label}-{tokenize(x.name, str(array.store), array.path)}"
+    return x.map_blocks(_store_chunk, dtype=np.int64, meta=np.empty((0,) * x.ndim, np.int64), name=name,
                         chunks=tuple((1,) * n for n in x.numblocks),
                         array=array, shape=shape, chunk_shape=chunk_shape)
 

@@ -90,7 +90,9 @@ def _killed(dask_scheduler, name):
     return dask_scheduler.plugins[name].killed
 
 
-@pytest.mark.parametrize("key_part", ["mkdist-embed", "mkdist-lloyd"])
+# The embedding's tasks are its write tasks: each embeds a row chunk and stores it (nothing is
+# held on the workers), so a kill during "mkdist-write-embedding" lands mid-embedding.
+@pytest.mark.parametrize("key_part", ["mkdist-write-embedding", "mkdist-lloyd"])
 def test_worker_killed_mid_stage_gives_identical_labels(cluster_with_pids, tmp_path, key_part):
     client = cluster_with_pids
     ref = mkdist.cluster(_slow_views(0.0), str(tmp_path / "ref.zarr"), 3, n_landmarks=300, random_state=0)
