@@ -479,13 +479,7 @@ def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, f
         # Uncompressed: zstd saves 8% on these floats and cost 2-3x the read time of each of
         # the k-means passes (measured on W1, 50,000 x 20 float32 chunks: 9-11 ms vs 3-4 ms).
         ds["embedding"].encoding["compressors"] = None
-        pending = store.write_stage_lazy("embedding", ds)
-        try:
-            _persist(pending.delayed, progress)
-        except BaseException:
-            pending.abort()
-            raise
-        pending.finalize()
+        store.write_stage_lazy("embedding", ds).commit(lambda delayed: _persist(delayed, progress))
         t_embed = time.perf_counter() - t0
     if config.write_kernel_blocks and not store.is_complete("kernel_blocks"):
         t0 = time.perf_counter()
@@ -528,8 +522,9 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     Besides ``labels`` (sample,) the stage holds ``distance`` (sample,), each row's squared
     distance to its centre, and the report sample: ``report_index`` (report_row,),
     ``report_labels`` (report_row,) and ``report_embedding`` (report_row, component), so that a
-    report reads neither the embedding nor the labels of every row.  Its attrs hold ``distance_p99``, the 99th
-    percentile of the distances (what drift monitoring compares new batches with).
+    report reads neither the embedding nor the labels of every row.  Its attrs hold
+    ``distance_p99``, the 99th percentile of the distances (what drift monitoring compares new
+    batches with).
 
     Returns ``{"kmeans_s", "write_s"}`` (zeros if resumed).
     """

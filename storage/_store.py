@@ -12,7 +12,7 @@ import posixpath
 import re
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -559,13 +559,7 @@ class RunStore:
         running when another one fails may still write chunks after that cleanup; such
         leftovers are never read as a stage and are removed by :meth:`clean_partials`.
         """
-        pending = self.write_stage_lazy(name, dataset, overwrite=overwrite)
-        try:
-            pending.delayed.compute()
-        except BaseException:
-            pending.abort()
-            raise
-        pending.finalize()
+        self.write_stage_lazy(name, dataset, overwrite=overwrite).commit()
 
     def write_stage_lazy(self, name: str, dataset: xr.Dataset, *,
                          overwrite: bool = False) -> PendingStage:
@@ -1095,6 +1089,21 @@ class PendingStage:
     partial: str
     delayed: Delayed
     overwrite: bool = False
+
+    def commit(self, compute: Callable[[Delayed], Any] | None = None) -> None:
+        """Compute ``delayed``, then :meth:`finalize`; on failure :meth:`abort` and re-raise.
+
+        Parameters
+        ----------
+        compute : callable, optional
+            Runs the computation instead of ``delayed.compute()`` (e.g. with a progress bar).
+        """
+        try:
+            compute(self.delayed) if compute is not None else self.delayed.compute()
+        except BaseException:
+            self.abort()
+            raise
+        self.finalize()
 
     def finalize(self) -> None:
         """Mark the stage complete and move it into place (after ``delayed`` was computed).
