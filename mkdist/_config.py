@@ -20,6 +20,16 @@ __all__ = ["RunConfig", "ClusterResult"]
 SHARED_OPTIONS = ("kernels", "n_landmarks", "scale")
 
 
+def _method_options(method: str) -> set[str]:
+    """The parameters a run may give a method: its estimator's, less the run's own
+    ``n_clusters`` and ``random_state`` (from the table, without importing the class)."""
+    return set(method_parameters(method)) - {"n_clusters", "random_state"}
+
+
+def _unknown_parameters(method: str, unknown: list[str], accepted: set[str]) -> InputValidationError:
+    return InputValidationError(f"method {method!r} does not take {unknown}; its parameters are {sorted(accepted)}.")
+
+
 def _plain(value: Any) -> Any:
     """Kernel specs and tuples as JSON-able values (a run store holds JSON, never pickles)."""
     if isinstance(value, KernelSpec):
@@ -75,16 +85,14 @@ class RunConfig:
         if method == AUTO_METHOD:
             # Any method's parameter may be given; the chosen method's constraints check them
             # when the run opens (``resolve``).
-            accepted = {p for m in available_methods() for p in method_parameters(m)}
+            accepted = set().union(*(_method_options(m) for m in available_methods()))
         else:
-            accepted = set(method_parameters(method))
-        accepted -= {"n_clusters", "random_state"}
+            accepted = _method_options(method)
         params = dict(options.pop("params", None) or {})
         method_params = dict(options.pop("method_params", None) or {})
         unknown = sorted(set(method_params) - accepted)
         if unknown:
-            raise InputValidationError(
-                f"method {method!r} does not take {unknown}; its parameters are {sorted(accepted)}.")
+            raise _unknown_parameters(method, unknown, accepted)
         for name in [k for k in options if k not in fields]:
             value = options.pop(name)
             if value is None and name in SHARED_OPTIONS:
@@ -127,12 +135,12 @@ class RunConfig:
         if self.method != AUTO_METHOD:
             return self
         choice = choose_method(views, self.n_clusters)
-        accepted = set(method_parameters(choice.method))
+        accepted = _method_options(choice.method)
         refused = sorted(set(self.params) - accepted)
         if refused:
             raise InputValidationError(
                 f'method="auto" chose {choice.method!r} ({choice.reason}), which does not take {refused}; '
-                f"its parameters are {sorted(accepted - {'n_clusters', 'random_state'})}.")
+                f"its parameters are {sorted(accepted)}.")
         self.method = choice.method
         self.params = {**{k: _plain(v) for k, v in choice.params.items()}, **self.params}
         self.auto = choice.to_json()
@@ -155,10 +163,10 @@ class RunConfig:
         if self.method == AUTO_METHOD:
             return
         table = method_parameters(self.method)
-        unknown = sorted(set(self.params) - set(table))
+        accepted = _method_options(self.method)
+        unknown = sorted(set(self.params) - accepted)
         if unknown:
-            raise InputValidationError(f"method {self.method!r} does not take {unknown}; its parameters are "
-                                       f"{sorted(set(table) - {'n_clusters', 'random_state'})}.")
+            raise _unknown_parameters(self.method, unknown, accepted)
         given = {**self.params, "n_clusters": self.n_clusters, "random_state": self.random_state}
         validate_params({k: table[k] for k in given}, given)
 
