@@ -61,8 +61,8 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
 
     Subclasses set the registry metadata below, a ``_param_constraints`` table (merged with
     the bases'; a built-in method's table lives in ``mkdist._params``, so that arguments are
-    checked without importing scikit-learn), implement ``fit`` / ``transform`` / ``predict`` with the helpers here, and
-    ``_state`` / ``_restore`` / ``_summary_fields``.
+    checked without importing scikit-learn), implement ``fit`` / ``transform`` / ``predict``
+    with the helpers here, and ``_state`` / ``_restore`` / ``_summary_fields``.
     """
 
     #: Registry name (``mkdist.cluster(method=...)``, ``mkdist run --method``).

@@ -14,7 +14,6 @@ from .errors import InputValidationError
 __all__ = ["sample_landmark_indices", "gather_rows", "LANDMARK_METHODS"]
 
 
-
 def gather_rows(views: Mapping, indices: np.ndarray) -> dict[str, np.ndarray]:
     """The rows ``indices`` (sorted) of every view, in memory.
 

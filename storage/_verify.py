@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dask.array as da
-from dask.base import tokenize
 import numpy as np
 from dask.base import tokenize
 
