@@ -213,20 +213,31 @@ class _Model:
     s: float
     typicality: np.ndarray | None    # (k, L), eta
     fuzzifier: float = 2.0
+    #: Precision of the distance GEMM; None: the features' (the fit's passes).  What leaves
+    #: the estimator (labels_, predict, transform) uses float64: OpenBLAS picks its SGEMM
+    #: kernel by the block's row count, so float32 costs of one row differed by ~1e-7 between
+    #: a 50-row Dask chunk and the whole array (AMD EPYC, OpenBLAS 0.3.31), and an output
+    #: must not depend on how the rows were chunked.
+    distance_dtype: Any = None
 
     def phis(self, blocks: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The RFF features of one row block of every view."""
         return list(blocks) if self.features is None else self.features(blocks)
 
 
-def _sq_distances(phis: Sequence[np.ndarray], centroids: np.ndarray) -> list[np.ndarray]:
+def _sq_distances(phis: Sequence[np.ndarray], centroids: np.ndarray, dtype=None) -> list[np.ndarray]:
     """||phi_l(x_i) - theta_{j,l}||^2 for every point and cluster, one (b, k) float64 array
-    per view l, >= 0.  The GEMM runs in the features' precision (the centroids rounded to it);
-    ||phi_l(x)||^2 = (1/D) sum (sin^2 + cos^2) = 1 exactly, so it is not summed per row.
+    per view l, >= 0.  The GEMM runs in ``dtype`` (default: the features' precision; the
+    centroids rounded to it); ||phi_l(x)||^2 = (1/D) sum (sin^2 + cos^2) = 1 exactly, so it
+    is not summed per row.
     """
-    ones = np.ones(phis[0].shape[0] if phis else 0, dtype=phis[0].dtype if phis else np.float64)
-    return [sq_distances(phi, theta.astype(phi.dtype, copy=False), a_sq=ones).astype(np.float64, copy=False)
-            for phi, theta in zip(phis, centroids)]
+    out = []
+    for phi, theta in zip(phis, centroids):
+        dt = phi.dtype if dtype is None else np.dtype(dtype)
+        phi = phi.astype(dt, copy=False)
+        d = sq_distances(phi, theta.astype(dt, copy=False), a_sq=np.ones(phi.shape[0], dtype=dt))
+        out.append(d.astype(np.float64, copy=False))
+    return out
 
 
 @dataclasses.dataclass
@@ -247,7 +258,7 @@ def _costs(phis: Sequence[np.ndarray], model: _Model) -> _Costs:
     d~_ij,l = u^m d_ij,l + (1 - u)^m eta_jl, so C_ij = u^m A_ij + (1 - u)^m B_j with
     B = eta alpha: d~ itself (b x k x L) is never formed.  Else d~ = d and C = A.
     """
-    d = _sq_distances(phis, model.centroids)
+    d = _sq_distances(phis, model.centroids, model.distance_dtype)
     A = model.view_weights[0] * d[0] if d else np.zeros((0, model.centroids.shape[1]))
     for a, dl in zip(model.view_weights[1:], d[1:]):
         A += a * dl
@@ -943,6 +954,7 @@ class _RFFPowerKMeansBase(MkdistEstimator):
             rows = sample_rows
         if data_rows.is_dask:
             rows, final = data_rows, dataclasses.replace(final, features=features)
+        final = dataclasses.replace(final, distance_dtype=np.float64)  # as predict: see _Model
         self.labels_ = rows.map(_row_labels, final, n_cols=None, dtype=np.int64,
                                 name="rff-power-labels", check_finite=False)
         return self
@@ -953,7 +965,7 @@ class _RFFPowerKMeansBase(MkdistEstimator):
     def _model(self) -> _Model:
         return _Model(self._feature_map(), self.centroids_, self.view_weights_, self.s_,
                       getattr(self, "typicality_", None),
-                      float(getattr(self, "fuzzifier", 2.0)))
+                      float(getattr(self, "fuzzifier", 2.0)), distance_dtype=np.float64)
 
     # ------------------------------------------------------------------ inference
     def _rows(self, X) -> RowBlocks:
