@@ -15,8 +15,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from mkdist.pipeline import (
-    DEFAULT_METHOD, RunConfig, load_labels, merge_timings, open_run, prepare_resume, run_stage, stage_metrics,
-    stage_plan, summary_markdown, write_labels_out, write_report, writer_lease,
+    DEFAULT_METHOD, ReportDraft, RunConfig, load_labels, merge_timings, open_run, prepare_resume, run_stage,
+    stage_metrics, stage_plan, summary_markdown, write_labels_out, write_report, writer_lease,
 )
 
 from ._runtime import dask_client, retry_transient
@@ -50,8 +50,8 @@ def metrics_task(store: str, timings: dict, y_true: Any) -> dict:
 
 
 @task(name="run-report", **_TASK)
-def report_task(store: str) -> str:
-    return write_report(store)
+def report_task(store: str, draft: ReportDraft | None = None) -> str:
+    return write_report(store, draft=draft)
 
 
 @task(name="labels-out", **_TASK)
@@ -122,8 +122,13 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
         logger.info("store %s: %s; stages %s", store, opened["status"], opened["plan"])
         if opened["dropped"]:
             logger.warning("damaged stages are recomputed: %s", opened["dropped"])
-        parts = [stage_task.with_options(name=STAGE_TASK_NAMES.get(name, name))(name, store, source, progress)
-                 for name in opened["plan"]]
+        # The report's model figures are drawn while the later stages run (ReportDraft).
+        draft = ReportDraft(store) if report else None
+        parts = []
+        for name in opened["plan"]:
+            parts.append(stage_task.with_options(name=STAGE_TASK_NAMES.get(name, name))(name, store, source, progress))
+            if draft is not None:
+                draft.stage_complete(name)
         timings = merge_timings(parts)
         y_true = labels_task(source, label_key) if label_key else None
         summary = metrics_task(store, timings, y_true)
@@ -132,7 +137,7 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
     summary["resumed_stages"] = [s for s in opened["plan"] if opened["status"].get(s) == "complete"]
     markdown = summary_markdown(summary, store)
     if report:
-        summary["report"] = report_task(store)
+        summary["report"] = report_task(store, draft)
         logger.info("run report: %s", summary["report"])
         markdown = f"Run report (figures): `{summary['report']}`\n\n" + markdown
     create_markdown_artifact(markdown, key="mkdist-cluster-summary", description=f"mkdist run {store}")

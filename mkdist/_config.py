@@ -210,6 +210,11 @@ class ClusterResult:
         Stages found complete in the store and not recomputed.
     metrics : dict
         The run summary (also in the store's ``metrics`` stage).
+    report : str or None
+        Where the run report was written (``report=True``), else None.
+    report_timings : dict of str to float
+        With a report: ``tail_s``, the seconds from the last stage's end to the written report,
+        and ``background_cpu_s``, the CPU seconds of the figures drawn while the run went on.
     """
 
     labels: Any
@@ -218,3 +223,5 @@ class ClusterResult:
     timings: dict[str, float]
     skipped: list[str]
     metrics: dict[str, Any]
+    report: str | None = None
+    report_timings: dict[str, float] = dataclasses.field(default_factory=dict)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ._blocks import report_passes
-from ._config import ClusterResult, RunConfig
+from ._config import RunConfig
 from ._drift import check_thresholds, drift_statistics
 from ._io import check_labels_out, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
 from ._kmeans import assign_with_distance
@@ -41,7 +41,7 @@ from .metrics import clustering_scores
 
 __all__ = [
     "check_run", "check_assign", "open_run", "writer_lease", "prepare_resume", "stage_plan", "run_stage", "merge_timings", "stage_landmarks", "stage_model", "stage_embedding", "stage_labels",
-    "stage_metrics", "load_estimator", "cluster", "assign", "refuse_overlap", "write_labels_out",
+    "stage_metrics", "load_estimator", "assign", "refuse_overlap", "write_labels_out",
 ]
 
 logger = logging.getLogger("mkdist")
@@ -633,81 +633,6 @@ def merge_timings(parts: list[dict[str, float]]) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- entry points
-def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_landmarks: int | None = None,
-            random_state: int | None = None, *, method: str = DEFAULT_METHOD, overwrite: bool = False,
-            progress: bool = False, y_true=None, chunk_rows: int | None = None, labels_out: Any = None,
-            id_column: str | None = None, **params) -> ClusterResult:
-    """Run the staged pipeline of a method on the active Dask scheduler, persisting every stage.
-
-    Parameters
-    ----------
-    views : array, list/dict of arrays, xarray.Dataset or path/URL
-        Anything :func:`mkdist.load_views` reads (NumPy, Dask, xarray, Zarr, Parquet, .npy/.npz).
-    store : str or Path
-        Run store location (local directory or fsspec URL).  Reused for resuming when it
-        holds this input and these parameters; otherwise refused unless ``overwrite``.
-    n_clusters : int
-    kernels, n_landmarks
-        For the methods that have them (None: the method's default).
-    random_state : int, optional
-        One seed for the run (stored; drawn when None).
-    method : str, default=DEFAULT_METHOD ("mkc")
-        A registered method (``mkdist.available_methods()``), or "auto": the method and its
-        kernels are chosen from the input's shape by :func:`mkdist.choose_method`; the choice
-        and its reason are stored with the run (``store.params["auto"]``, shown by
-        ``mkdist inspect``).
-    overwrite : bool, default=False
-        Replace a store that holds a different run.
-    progress : bool, default=False
-        Show Dask progress bars for the passes over the data.
-    y_true : array-like of shape (N,), optional
-        Ground truth; adds ACC/NMI/ARI/purity to the stored metrics.
-    chunk_rows : int, optional
-        Row chunking for NumPy input (see :func:`mkdist.load_views`).
-    labels_out : str or Path, optional
-        Also write every row's id, cluster and distance to its centre as Parquet.
-    id_column : str, optional
-        Column / coordinate of ``views`` (a file or an xarray Dataset) holding the row ids;
-        default: the row position.
-    **params
-        Parameters of the method's estimator (e.g. ``weights="uniform"`` for ``mkc``),
-        ``method_params={...}``, or ``write_kernel_blocks=True``.
-
-    Returns
-    -------
-    ClusterResult
-
-    Examples
-    --------
-    >>> from distributed import Client, LocalCluster            # doctest: +SKIP
-    >>> client = Client(LocalCluster(n_workers=2))               # doctest: +SKIP
-    >>> result = mkdist.cluster([X1, X2], "runs/demo.zarr", 10)  # doctest: +SKIP
-    >>> result.labels[:10].compute(), result.timings             # doctest: +SKIP
-    """
-    config = RunConfig.from_options(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
-                                    random_state=random_state, method=method, **params)
-    refuse_overlap(store, input=views)  # here too: open_run sees the loaded views, not the location
-    if labels_out is not None:
-        refuse_overlap(labels_out, store=store, input=views)
-        check_labels_out(labels_out, overwrite)
-    vs = load_views(views, chunk_rows=chunk_rows)
-    if labels_out is not None:
-        load_ids(views, id_column, vs)  # a missing id column is refused before any work
-    with writer_lease(store, owner="mkdist.cluster"):
-        run = open_run(store, vs, config, overwrite=overwrite)
-        before = prepare_resume(run)["status"]
-        t_all = time.perf_counter()
-        plan = stage_plan(config)
-        timings = merge_timings([run_stage(s, run, vs, progress=progress) for s in plan])
-        timings["total_s"] = time.perf_counter() - t_all
-        metrics = stage_metrics(run, timings=timings, y_true=y_true)
-    if labels_out is not None:
-        write_labels_out(run, labels_out, views, id_column=id_column, overwrite=overwrite, chunk_rows=chunk_rows)
-    skipped = [s for s in plan if before.get(s) == "complete"]
-    return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=load_estimator(run), store=run,
-                         timings=timings, skipped=skipped, metrics=metrics)
-
-
 def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
            progress: bool = False, chunk_rows: int | None = None, labels_out: Any = None,
            id_column: str | None = None, drift_thresholds: Mapping[str, float] | None = None) -> Any:

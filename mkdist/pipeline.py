@@ -15,10 +15,12 @@ from ._drift import DEFAULT_THRESHOLDS as DEFAULT_DRIFT_THRESHOLDS
 from ._io import check_labels_out, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
 from ._methods import DEFAULT_METHOD, available_methods, get_method, method_table, method_table_markdown
 from ._report import (
-    assignment_summary, inspect_markdown, inspect_store, load_labels, report_data, summary_markdown, write_report,
+    ReportDraft, assignment_summary, inspect_markdown, inspect_store, load_labels, report_data, summary_markdown,
+    write_report,
 )
+from ._run import cluster
 from ._stages import (
-    assign, check_assign, check_run, cluster, load_estimator, merge_timings, open_run, prepare_resume,
+    assign, check_assign, check_run, load_estimator, merge_timings, open_run, prepare_resume,
     refuse_overlap, run_stage, stage_embedding, stage_labels, stage_landmarks, stage_metrics, stage_model,
     stage_plan, write_labels_out, writer_lease,
 )
@@ -40,4 +42,5 @@ __all__ = [
     "WORKER_MALLOC_ENVIRON", "worker_malloc_settings", "check_worker_malloc",
     # reports
     "summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "report_data", "write_report",
+    "ReportDraft",
 ]

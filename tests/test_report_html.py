@@ -416,3 +416,48 @@ def test_page_with_a_20k_point_embedding_sample_shows_it(fitted_reports):
     page = render_html(data)
     assert "fig-embedding" in page
     assert "20k rows. Compact, separate colour groups" in page
+
+
+# ----------------------------------------------------------------------------- drawn as the run goes
+def test_report_drawn_during_the_run_is_the_report_drawn_after_it(dask_client, tmp_path):
+    """``mkdist.cluster(report=True)`` draws the model's figures in the background once the model
+    stage is stored and the rest at the end; the page equals one drawn whole from the finished
+    store (but for its time stamp), and the model's figures were not drawn twice."""
+    from mkdist._report_html import MODEL_FIGURES
+
+    views, y = make_blobs_views(n_per_cluster=400, n_clusters=3, seed=5)
+    store = tmp_path / "run.zarr"
+    result = mkdist.cluster(list(views), str(store), 3, n_landmarks=60, random_state=0, chunk_rows=300,
+                            report=True)
+    assert result.report == f"{store}.report.html"
+    assert result.report_timings["background_cpu_s"] > 0 and result.report_timings["tail_s"] > 0
+    page = (tmp_path / "run.zarr.report.html").read_text()
+    again = mkdist.pipeline.write_report(str(store), tmp_path / "again.html")
+    strip = lambda p: re.sub(r"generated: <code>[^<]*</code>", "", p)  # noqa: E731
+    assert strip(page) == strip(open(again).read())
+    parser = parse_page(page)
+    check_figures(parser, expected_run_figures(result.metrics))
+
+    draft = mkdist.pipeline.ReportDraft(str(store))
+    draft.stage_complete("model")
+    early = draft.figures()
+    assert set(early.kinds) == set(MODEL_FIGURES) and early.figures
+    data = mkdist.pipeline.report_data(str(store))
+    final = build_figures(data, drawn=early)
+    for name, fig in early.figures.items():
+        assert final.figures[name] is fig  # reused, PNG bytes included
+    assert {"cluster_sizes", "embedding"} <= set(final.figures)
+
+
+def test_figures_drawn_from_other_data_are_drawn_again(fitted_reports):
+    """A figure drawn early is reused only if the summary it was drawn from still holds."""
+    data = fitted_reports["mkc"]
+    early = build_figures({"kind": "run", "summary": dict(data["summary"])}, kinds=("weights", "spectrum"))
+    assert set(early.kinds) == {"weights", "spectrum"} and "cluster_sizes" not in early.kinds
+    same = build_figures(data, drawn=early)
+    assert all(same.figures[n] is f for n, f in early.figures.items())
+    changed = dict(data, summary={**data["summary"], "weights": [
+        {**w, "values": list(np.roll(w["values"], 1))} for w in data["summary"]["weights"]]})
+    redrawn = build_figures(changed, drawn=early)
+    assert not any(redrawn.figures[n] is f for n, f in early.figures.items())
+    assert redrawn.figures["spectrum"].png() == early.figures["spectrum"].png()  # same data, same picture
