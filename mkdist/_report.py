@@ -219,18 +219,21 @@ def report_data(url: Any) -> dict:
         return data
     summary = json.loads(store.read_stage("metrics").attrs["summary"])
     summary.setdefault("params", dict(store.params))
+    data.update(kind="run", title=f"mkdist run {store.url}", summary=summary,
+                embedding_sample=_embedding_sample(labels), assignment=None)
+    return data
+
+
+def _embedding_sample(labels) -> dict:
+    """The report's 2-D view of the embedding, from a run's ``labels`` stage (its sample rows)."""
     coords = np.asarray(labels["report_embedding"].values[:, :2], dtype=np.float64)
     index = np.asarray(labels["report_index"].values)
     if "report_labels" in labels:
         sample_labels = np.asarray(labels["report_labels"].values)
     else:  # a store written before the labels stage kept the sample's labels: one read of them all
         sample_labels = np.asarray(labels["labels"].data[index].compute()) if index.size else np.zeros(0, dtype=int)
-    data.update(kind="run", title=f"mkdist run {store.url}", summary=summary,
-                embedding_sample={"coords": coords.tolist(), "labels": sample_labels.tolist(),
-                                  "what": f"first two principal components of the embedding on {index.size:,} "
-                                          "evenly spaced rows"},
-                assignment=None)
-    return data
+    return {"coords": coords.tolist(), "labels": sample_labels.tolist(),
+            "what": f"first two principal components of the embedding on {index.size:,} evenly spaced rows"}
 
 
 def write_report(url: Any, output: Any = None, *, format: str = "html", draft: ReportDraft | None = None) -> str:
@@ -270,16 +273,17 @@ def write_report(url: Any, output: Any = None, *, format: str = "html", draft: R
 
 
 class ReportDraft:
-    """A run's report, drawn while the run goes on: the model's figures in a background thread
-    as soon as the model stage is complete, the rest by :func:`write_report` at the end.
+    """A run's report, drawn while the run goes on: each figure in a background thread as soon
+    as the stage it shows is stored, the rest by :func:`write_report` at the end.
 
     Importing matplotlib and drawing the six figures of a run cost ~1.2 s of CPU whatever N
     is; drawn after a 1M-row run of 20 s that was 8-10% of it (bench/RESULTS.md, "Run report
     cost").  The model's four figures (weights, objective, spectrum, PEP) need only the model
     stage, and while the workers embed and cluster the rows this process only waits on them,
-    so the draft draws them then; the end of the run is left with the cluster sizes and the
-    embedding sample.  The thread starts after the fit, never during it: a thread holding the
-    GIL beside the fit (which runs in this process) slowed it by more than its own CPU time.
+    so the draft draws them then; the embedding sample is drawn once the labels stage is
+    stored, while the metrics are computed; the end of the run is left with the cluster
+    sizes.  Drawing starts after the fit, never during it: a thread holding the GIL beside the
+    fit (which runs in this process) slowed it by more than its own CPU time.
 
     Use::
 
@@ -295,52 +299,77 @@ class ReportDraft:
     Attributes
     ----------
     background_cpu_s : float
-        CPU seconds the background drawing took (0.0 until it ran), for benchmarks.
+        CPU seconds the background drawing took so far, for benchmarks.
     """
 
     def __init__(self, store: Any) -> None:
         self.store = store  # opened when a stage completes: a new run's store does not exist yet
         self.background_cpu_s = 0.0
+        self._started: set[str] = set()
         self._thread: Any = None
-        self._figures: Any = None
+        self._parts: list[Any] = []
 
     def stage_complete(self, name: str | None = None) -> None:
-        """Call after each stage: starts the background drawing once the model is stored."""
-        if self._thread is not None:
-            return
+        """Call after each stage: draws in the background what the stored stages now show."""
         import threading
 
-        try:  # read here, not in the thread: the run's next stage reads the same (cached) model
-            store = as_store(self.store, mode="r")
-            if not store.is_complete("model"):
-                return
-            data = {"kind": "run", "summary": load_estimator(store).summary()}
-        except Exception:  # noqa: BLE001 -- the report is drawn in full at the end instead
-            return
-        self._thread = threading.Thread(target=self._draw, args=(data,), name="mkdist-report-draft", daemon=True)
-        self._thread.start()
+        from ._report_html import MODEL_FIGURES
 
-    def _draw(self, data: dict) -> None:
+        # (stage, figure kinds, their data read from the store): read here, not in the thread
+        # (the next stage reads the same cached model, and the store is not shared across threads).
+        phases = (("model", MODEL_FIGURES, lambda st: {"summary": load_estimator(st).summary()}),
+                  ("labels", ("embedding",), lambda st: {"embedding_sample": _embedding_sample(st.read_stage("labels"))}))
+        try:
+            store = None
+            for stage, kinds, read in phases:
+                if stage in self._started:
+                    continue
+                store = store or as_store(self.store, mode="r")
+                if not store.is_complete(stage):
+                    continue
+                self._started.add(stage)
+                data = {"kind": "run", **read(store)}
+                # One drawing at a time (matplotlib's font cache is shared): each waits for the last.
+                self._thread = threading.Thread(target=self._draw, args=(data, kinds, self._thread),
+                                                name=f"mkdist-report-{stage}", daemon=True)
+                self._thread.start()
+        except Exception:  # noqa: BLE001 -- what was not drawn here is drawn at the end
+            return
+
+    def _draw(self, data: dict, kinds: tuple[str, ...], previous: Any) -> None:
         import time
 
-        from ._report_html import MODEL_FIGURES, build_figures
+        from ._report_html import build_figures
 
+        if previous is not None:
+            previous.join()
         t0 = time.thread_time()
         try:
-            figures = build_figures(data, kinds=MODEL_FIGURES)
+            figures = build_figures(data, kinds=kinds)
             for fig in figures.figures.values():
                 fig.png()  # encoded here too: the page reuses the bytes
-            self._figures = figures
+            self._parts.append(figures)
         except Exception:  # noqa: BLE001 -- drawn again by write_report, which reports failures
-            self._figures = None
+            pass
         finally:
-            self.background_cpu_s = time.thread_time() - t0
+            self.background_cpu_s += time.thread_time() - t0
 
     def figures(self) -> Any:
-        """The figures drawn in the background (waits for them), or None."""
+        """The figures drawn in the background so far, as one ``ReportFigures`` (waits for the
+        drawing under way), or None."""
+        from ._report_html import ReportFigures
+
         if self._thread is not None:
             self._thread.join()
-        return self._figures
+        if not self._parts:
+            return None
+        merged = ReportFigures(source={})
+        for part in self._parts:
+            merged.figures.update(part.figures)
+            merged.omitted.update(part.omitted)
+            merged.kinds += part.kinds
+            merged.source.update(part.source)
+        return merged
 
 
 def load_labels(source: Any, key: str) -> np.ndarray:

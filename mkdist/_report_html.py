@@ -194,12 +194,18 @@ def build_figures(data: Mapping[str, Any], *, kinds: tuple[str, ...] | None = No
 
 
 def _drawn_from_same(source: Mapping[str, Any] | None, data: Mapping[str, Any]) -> bool:
-    """Whether figures drawn from ``source`` show ``data``: same kind of report, and every
-    summary key of ``source`` equal in ``data`` (which may hold more: sizes, timings)."""
-    if source is None or source.get("kind") != data.get("kind"):
+    """Whether figures drawn from ``source`` show ``data``: every key of ``source`` equal in
+    ``data``, the summary key by key (``data``'s may hold more: sizes, timings)."""
+    if not source:
         return False
-    early, final = _mapping(source.get("summary")), _mapping(data.get("summary"))
-    return bool(early) and all(key in final and final[key] == value for key, value in early.items())
+    for key, value in source.items():
+        if key == "summary":
+            final = _mapping(data.get("summary"))
+            if not all(k in final and final[k] == v for k, v in _mapping(value).items()):
+                return False
+        elif key not in data or data[key] != value:
+            return False
+    return True
 
 
 def _unique(name: str, taken: Mapping[str, Any]) -> str:
