@@ -390,6 +390,7 @@ def part_report(args):
     run_s = median([r["end_to_end_s"] for r in without])
     return {"rounds": rounds,
             "report_tail_s_median": median([r["report_tail_s"] for r in with_report]),
+            "report_foreground_s_median": median([r["report_foreground_s"] for r in with_report]),
             "report_background_cpu_s_median": median([r["report_background_cpu_s"] for r in with_report]),
             "report_s_median": median([r["report_s"] for r in with_report]),
             "report_share_of_run_median": median([r["report_share_of_run"] for r in with_report]),

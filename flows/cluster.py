@@ -122,13 +122,19 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
         logger.info("store %s: %s; stages %s", store, opened["status"], opened["plan"])
         if opened["dropped"]:
             logger.warning("damaged stages are recomputed: %s", opened["dropped"])
-        # The report's model figures are drawn while the later stages run (ReportDraft).
+        # The report's figures are drawn while the later stages run (ReportDraft).
         draft = ReportDraft(store) if report else None
-        parts = []
-        for name in opened["plan"]:
-            parts.append(stage_task.with_options(name=STAGE_TASK_NAMES.get(name, name))(name, store, source, progress))
+        try:
+            parts = []
+            for name in opened["plan"]:
+                task_name = STAGE_TASK_NAMES.get(name, name)
+                parts.append(stage_task.with_options(name=task_name)(name, store, source, progress))
+                if draft is not None:
+                    draft.stage_complete(name)
+        except BaseException:
             if draft is not None:
-                draft.stage_complete(name)
+                draft.close()
+            raise
         timings = merge_timings(parts)
         y_true = labels_task(source, label_key) if label_key else None
         summary = metrics_task(store, timings, y_true)
@@ -137,7 +143,8 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
     summary["resumed_stages"] = [s for s in opened["plan"] if opened["status"].get(s) == "complete"]
     markdown = summary_markdown(summary, store)
     if report:
-        summary["report"] = report_task(store, draft)
+        with draft:
+            summary["report"] = report_task(store, draft)
         logger.info("run report: %s", summary["report"])
         markdown = f"Run report (figures): `{summary['report']}`\n\n" + markdown
     create_markdown_artifact(markdown, key="mkdist-cluster-summary", description=f"mkdist run {store}")

@@ -214,7 +214,8 @@ class ClusterResult:
         Where the run report was written (``report=True``), else None.
     report_timings : dict of str to float
         With a report: ``tail_s``, the seconds from the last stage's end to the written report,
-        and ``background_cpu_s``, the CPU seconds of the figures drawn while the run went on.
+        ``foreground_s``, the seconds the stages waited for the report (handing it what to
+        draw), and ``background_cpu_s``, the CPU seconds of the drawing process.
     """
 
     labels: Any

@@ -8,6 +8,7 @@ method that lacks an item (no kernel weights, no objective history) simply shows
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -226,10 +227,16 @@ def report_data(url: Any) -> dict:
 
 def _embedding_sample(labels) -> dict:
     """The report's 2-D view of the embedding, from a run's ``labels`` stage (its sample rows)."""
-    coords = np.asarray(labels["report_embedding"].values[:, :2], dtype=np.float64)
-    index = np.asarray(labels["report_index"].values)
-    if "report_labels" in labels:
-        sample_labels = np.asarray(labels["report_labels"].values)
+    import dask
+
+    # A few kB, read here: through the run's Dask cluster each read was a round trip to a
+    # worker (0.2-0.3 s on a busy 2-core machine).
+    with dask.config.set(scheduler="synchronous"):
+        coords = np.asarray(labels["report_embedding"].values[:, :2], dtype=np.float64)
+        index = np.asarray(labels["report_index"].values)
+        report_labels = np.asarray(labels["report_labels"].values) if "report_labels" in labels else None
+    if report_labels is not None:
+        sample_labels = report_labels
     else:  # a store written before the labels stage kept the sample's labels: one read of them all
         sample_labels = np.asarray(labels["labels"].data[index].compute()) if index.size else np.zeros(0, dtype=int)
     return {"coords": coords.tolist(), "labels": sample_labels.tolist(),
@@ -273,52 +280,79 @@ def write_report(url: Any, output: Any = None, *, format: str = "html", draft: R
 
 
 class ReportDraft:
-    """A run's report, drawn while the run goes on: each figure in a background thread as soon
-    as the stage it shows is stored, the rest by :func:`write_report` at the end.
+    """A run's report, drawn while the run goes on: each figure by a drawing process as soon as
+    the stage it shows is stored, the rest by :func:`write_report` at the end.
 
     Importing matplotlib and drawing the six figures of a run cost ~1.2 s of CPU whatever N
     is; drawn after a 1M-row run of 20 s that was 8-10% of it (bench/RESULTS.md, "Run report
     cost").  The model's four figures (weights, objective, spectrum, PEP) need only the model
-    stage, and while the workers embed and cluster the rows this process only waits on them,
-    so the draft draws them then; the embedding sample is drawn once the labels stage is
-    stored, while the metrics are computed; the end of the run is left with the cluster
-    sizes.  Drawing starts after the fit, never during it: a thread holding the GIL beside the
-    fit (which runs in this process) slowed it by more than its own CPU time.
+    stage, and the embedding sample only the labels stage, so a drawing process
+    (``mkdist._report_worker``, started with the draft, at a lower priority) imports
+    matplotlib while the model is fitted and draws those figures while the workers embed the
+    rows and the metrics are computed; the end of the run is left with the cluster sizes.  A
+    process, not a thread: a drawing thread held the GIL beside the Dask scheduler that a
+    LocalCluster runs in this process and slowed the embed stage by more than its CPU time.
 
     Use::
 
-        draft = ReportDraft(store)
-        for name in plan:
-            run_stage(name, store, views)
-            draft.stage_complete(name)
-        write_report(store, draft=draft)
+        with ReportDraft(store) as draft:
+            for name in plan:
+                run_stage(name, store, views)
+                draft.stage_complete(name)
+            write_report(store, draft=draft)
 
-    A figure that fails in the background is drawn again at the end (where a failure is
-    reported as for any report); a draft never fails the run.
+    What the process does not deliver (it failed, it is slow, it could not start) is drawn by
+    :func:`write_report`, which reports failures as for any report; a draft never fails a run.
 
     Attributes
     ----------
     background_cpu_s : float
-        CPU seconds the background drawing took so far, for benchmarks.
+        CPU seconds of the drawing process (its imports included), known once its figures
+        were collected; for benchmarks.
+    foreground_s : float
+        Seconds the run spent in :meth:`stage_complete` (reading what to draw, sending it).
     """
 
+    #: Seconds :meth:`figures` waits for the drawing process before drawing in this one.
+    timeout_s = 60.0
+
     def __init__(self, store: Any) -> None:
+        import subprocess
+        import sys
+        import tempfile
+        import weakref
+
         self.store = store  # opened when a stage completes: a new run's store does not exist yet
         self.background_cpu_s = 0.0
+        self.foreground_s = 0.0
         self._started: set[str] = set()
-        self._thread: Any = None
-        self._parts: list[Any] = []
+        self._sent: list[dict] = []
+        self._buffer = b""
+        self._dir = tempfile.mkdtemp(prefix="mkdist-report-")
+        try:
+            self._proc = subprocess.Popen([sys.executable, "-m", "mkdist._report_worker"], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+        except OSError:
+            self._proc = None
+        self._finalizer = weakref.finalize(self, _stop_drawing, self._proc, self._dir)
+
+    def __enter__(self) -> ReportDraft:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def stage_complete(self, name: str | None = None) -> None:
-        """Call after each stage: draws in the background what the stored stages now show."""
-        import threading
-
+        """Call after each stage: sends the drawing process what the stored stages now show."""
         from ._report_html import MODEL_FIGURES
 
-        # (stage, figure kinds, their data read from the store): read here, not in the thread
-        # (the next stage reads the same cached model, and the store is not shared across threads).
+        # (stage, figure kinds, their data read from the store; the next stage reads the same
+        # cached model, so reading it here costs the run nothing).
         phases = (("model", MODEL_FIGURES, lambda st: {"summary": load_estimator(st).summary()}),
-                  ("labels", ("embedding",), lambda st: {"embedding_sample": _embedding_sample(st.read_stage("labels"))}))
+                  ("labels", ("cluster_sizes", "embedding"), _labels_report_data))
+        if self._proc is None or self._proc.poll() is not None:
+            return
+        t0 = time.perf_counter()
         try:
             store = None
             for stage, kinds, read in phases:
@@ -329,47 +363,89 @@ class ReportDraft:
                     continue
                 self._started.add(stage)
                 data = {"kind": "run", **read(store)}
-                # One drawing at a time (matplotlib's font cache is shared): each waits for the last.
-                self._thread = threading.Thread(target=self._draw, args=(data, kinds, self._thread),
-                                                name=f"mkdist-report-{stage}", daemon=True)
-                self._thread.start()
-        except Exception:  # noqa: BLE001 -- what was not drawn here is drawn at the end
-            return
-
-    def _draw(self, data: dict, kinds: tuple[str, ...], previous: Any) -> None:
-        import time
-
-        from ._report_html import build_figures
-
-        if previous is not None:
-            previous.join()
-        t0 = time.thread_time()
-        try:
-            figures = build_figures(data, kinds=kinds)
-            for fig in figures.figures.values():
-                fig.png()  # encoded here too: the page reuses the bytes
-            self._parts.append(figures)
-        except Exception:  # noqa: BLE001 -- drawn again by write_report, which reports failures
+                path = Path(self._dir) / f"{stage}.json"
+                path.write_text(json.dumps(data), encoding="utf-8")
+                request = {"data": str(path), "kinds": list(kinds), "out_dir": self._dir}
+                self._proc.stdin.write((json.dumps(request) + "\n").encode("utf-8"))
+                self._sent.append(data)
+        except Exception:  # noqa: BLE001 -- what was not sent is drawn at the end
             pass
         finally:
-            self.background_cpu_s += time.thread_time() - t0
+            self.foreground_s += time.perf_counter() - t0
 
     def figures(self) -> Any:
-        """The figures drawn in the background so far, as one ``ReportFigures`` (waits for the
-        drawing under way), or None."""
-        from ._report_html import ReportFigures
+        """The figures the drawing process drew, as one ``ReportFigures`` (waits for those under
+        way, at most ``timeout_s``), or None; then stops the process."""
+        from ._report_html import ReportFigure, ReportFigures
 
-        if self._thread is not None:
-            self._thread.join()
-        if not self._parts:
-            return None
         merged = ReportFigures(source={})
-        for part in self._parts:
-            merged.figures.update(part.figures)
-            merged.omitted.update(part.omitted)
-            merged.kinds += part.kinds
-            merged.source.update(part.source)
-        return merged
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            for data in self._sent:
+                reply = json.loads(self._read_line(deadline))
+                self.background_cpu_s = float(reply.get("cpu_s", 0.0))
+                if "error" in reply:
+                    continue
+                for fig in reply["figures"]:
+                    merged.figures[fig["name"]] = ReportFigure(
+                        fig["name"], fig["title"], fig["caption"], fig["section"], None, kind=fig["kind"],
+                        _png=Path(fig["png"]).read_bytes(), _size=tuple(fig["size"]))
+                merged.omitted.update(reply["omitted"])
+                merged.kinds += reply["kinds"]
+                summary = {**merged.source.get("summary", {}), **data.get("summary", {})}
+                merged.source.update(data, summary=summary)
+        except (OSError, ValueError, KeyError, TimeoutError):  # a figure not read is drawn at the end
+            pass
+        finally:
+            self.close()
+        return merged if merged.kinds else None
+
+    def _read_line(self, deadline: float) -> bytes:
+        import select
+
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if self._proc is None or remaining <= 0:
+                raise TimeoutError("the report's drawing process did not answer")
+            ready, _, _ = select.select([self._proc.stdout], [], [], remaining)
+            if ready:
+                chunk = self._proc.stdout.read(1 << 16)
+                if not chunk:
+                    raise OSError("the report's drawing process exited")
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
+    def close(self) -> None:
+        """Stop the drawing process and remove its files (figures already read are kept)."""
+        self._finalizer()
+
+
+def _labels_report_data(store) -> dict:
+    """What the report draws from a run's labels stage: the cluster sizes and the embedding
+    sample (keys as in :func:`report_data`)."""
+    import dask
+
+    labels = store.read_stage("labels")
+    if "cluster_sizes" not in labels:  # written before the stage kept its sizes: drawn at the end
+        return {"embedding_sample": _embedding_sample(labels)}
+    with dask.config.set(scheduler="synchronous"):  # (see _embedding_sample)
+        sizes = [int(s) for s in labels["cluster_sizes"].values]
+    return {"summary": {"N": int(labels.sizes["sample"]), "cluster_sizes": sizes},
+            "embedding_sample": _embedding_sample(labels)}
+
+
+def _stop_drawing(proc: Any, directory: str) -> None:
+    import shutil
+
+    if proc is not None:
+        try:
+            proc.stdin.close()
+            proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001 -- it is killed instead
+            proc.kill()
+            proc.wait()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def load_labels(source: Any, key: str) -> np.ndarray:

@@ -73,17 +73,21 @@ class ReportFigure:
         One or two sentences saying how to read the figure.
     section : {"model", "clusters", "assignment"}
         Where the page places it.
-    figure : matplotlib.figure.Figure
-        The figure (Agg canvas attached); shown directly in a notebook.
+    figure : matplotlib.figure.Figure or None
+        The figure (Agg canvas attached); shown directly in a notebook.  None for a figure
+        drawn in another process (``mkdist._report_worker``), which is its PNG bytes only.
+    kind : str
+        The builder that drew it (``"weights"``, ``"spectrum"``, ...; see ``_BUILDERS``).
     """
 
     name: str
     title: str
     caption: str
     section: str
-    figure: Figure
+    figure: Figure | None
     kind: str = ""
-    _png: bytes | None = field(default=None, repr=False, init=False)
+    _png: bytes | None = field(default=None, repr=False)
+    _size: tuple[float, float] | None = field(default=None, repr=False)
 
     def png(self) -> bytes:
         """The figure as PNG bytes, encoded on first use and cached (HTML and PNG share it)."""
@@ -92,6 +96,13 @@ class ReportFigure:
             self.figure.savefig(buffer, format="png", dpi=DPI)
             self._png = buffer.getvalue()
         return self._png
+
+    def size_inches(self) -> tuple[float, float]:
+        """(width, height) of the figure in inches."""
+        if self.figure is not None:
+            width, height = self.figure.get_size_inches()
+            return float(width), float(height)
+        return self._size
 
 
 @dataclass
@@ -798,7 +809,7 @@ code{font-size:.9em}details summary{cursor:pointer}
 
 def _figure_html(fig: ReportFigure) -> str:
     data = base64.b64encode(fig.png()).decode("ascii")
-    width, height = (round(float(v) * DPI) for v in fig.figure.get_size_inches())
+    width, height = (round(v * DPI) for v in fig.size_inches())
     return (f'<figure id="fig-{html.escape(fig.name)}"><img src="data:image/png;base64,{data}" '
             f'alt="{html.escape(fig.title)}" width="{width}" height="{height}">'
             f"<figcaption><b>{html.escape(fig.title)}.</b> {html.escape(fig.caption)}</figcaption></figure>")

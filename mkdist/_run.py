@@ -92,21 +92,28 @@ def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_land
         t_all = time.perf_counter()
         plan = stage_plan(config)
         draft = ReportDraft(run) if report else None
-        parts = []
-        for name in plan:
-            parts.append(run_stage(name, run, vs, progress=progress))
+        try:
+            parts = []
+            for name in plan:
+                parts.append(run_stage(name, run, vs, progress=progress))
+                if draft is not None:
+                    draft.stage_complete(name)
+            timings = merge_timings(parts)
+            timings["total_s"] = time.perf_counter() - t_all
+            metrics = stage_metrics(run, timings=timings, y_true=y_true)
+        except BaseException:
             if draft is not None:
-                draft.stage_complete(name)
-        timings = merge_timings(parts)
-        timings["total_s"] = time.perf_counter() - t_all
-        metrics = stage_metrics(run, timings=timings, y_true=y_true)
+                draft.close()
+            raise
     if labels_out is not None:
         write_labels_out(run, labels_out, views, id_column=id_column, overwrite=overwrite, chunk_rows=chunk_rows)
     written, report_timings = None, {}
     if draft is not None:
         t0 = time.perf_counter()
-        written = write_report(run, None if report is True else report, draft=draft)
-        report_timings = {"tail_s": time.perf_counter() - t0, "background_cpu_s": draft.background_cpu_s}
+        with draft:
+            written = write_report(run, None if report is True else report, draft=draft)
+        report_timings = {"tail_s": time.perf_counter() - t0, "foreground_s": draft.foreground_s,
+                          "background_cpu_s": draft.background_cpu_s}
     skipped = [s for s in plan if before.get(s) == "complete"]
     return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=load_estimator(run), store=run,
                          timings=timings, skipped=skipped, metrics=metrics, report=written,

@@ -520,7 +520,7 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     labels), or the fitted estimator's assignment for fit-predict methods.
 
     Besides ``labels`` (sample,) the stage holds ``distance`` (sample,), each row's squared
-    distance to its centre, and the report sample: ``report_index`` (report_row,),
+    distance to its centre, ``cluster_sizes`` (cluster,), and the report sample: ``report_index`` (report_row,),
     ``report_labels`` (report_row,) and ``report_embedding`` (report_row, component), so that a
     report reads neither the embedding nor the labels of every row.  Its attrs hold
     ``distance_p99``, the 99th percentile of the distances (what drift monitoring compares new
@@ -529,6 +529,7 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     Returns ``{"kmeans_s", "write_s"}`` (zeros if resumed).
     """
     import dask
+    import dask.array as da
     import xarray as xr
 
     store = as_store(store)
@@ -564,10 +565,13 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     else:
         # One persist: the report sample shares the pass (and the input reads) with the labels.
         labels, distance, sample = _persist((_int32(labels), distance.astype(np.float32), shown[idx]), progress)
-    sample, sample_distance, sample_labels = dask.compute(sample, distance[idx], labels[idx])
+    # The sizes too: the labels are in memory now, and the metrics and the report need them.
+    sample, sample_distance, sample_labels, sizes = dask.compute(
+        sample, distance[idx], labels[idx], da.bincount(labels, minlength=int(config.n_clusters)))
     t_labels = time.perf_counter() - t0
     t0 = time.perf_counter()
     variables.update({"labels": (("sample",), labels), "distance": (("sample",), distance),
+                      "cluster_sizes": (("cluster",), np.asarray(sizes, dtype=np.int64)),
                       "report_index": (("report_row",), idx),
                       "report_labels": (("report_row",), np.asarray(sample_labels)),
                       "report_embedding": (("report_row", "report_component"), principal_components(sample))})
@@ -585,8 +589,10 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
     config = _config(store)
     labels = store.read_stage("labels")
     lab = labels["labels"].data
-    # Sizes by a distributed bincount; labels reach the client only to score them.
-    sizes = da.bincount(lab, minlength=config.n_clusters).compute()
+    # Stored by the labels stage; a store written before it kept them: a distributed bincount.
+    # The labels reach the client only to score them.
+    sizes = (labels["cluster_sizes"].values if "cluster_sizes" in labels
+             else da.bincount(lab, minlength=config.n_clusters).compute())
     scores = clustering_scores(np.asarray(y_true), np.asarray(lab.compute())) if y_true is not None else None
     kmeans = ({"inertia": labels.attrs["inertia"], "n_iter": labels.attrs["kmeans_n_iter"]}
               if "inertia" in labels.attrs else None)
