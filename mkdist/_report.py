@@ -286,11 +286,11 @@ class ReportDraft:
     Importing matplotlib and drawing the six figures of a run cost ~1.2 s of CPU whatever N
     is; drawn after a 1M-row run of 20 s that was 8-10% of it (bench/RESULTS.md, "Run report
     cost").  The model's four figures (weights, objective, spectrum, PEP) need only the model
-    stage, and the embedding sample only the labels stage, so a drawing process
+    stage, the cluster sizes and the embedding sample only the labels stage, so a drawing process
     (``mkdist._report_worker``, started with the draft, at a lower priority) imports
-    matplotlib while the model is fitted and draws those figures while the workers embed the
-    rows and the metrics are computed; the end of the run is left with the cluster sizes.  A
-    process, not a thread: a drawing thread held the GIL beside the Dask scheduler that a
+    matplotlib while the model is fitted, draws the model's figures while the workers embed
+    the rows, and the cluster sizes and the embedding sample while the metrics are computed;
+    the end of the run is left with assembling the page.  A process, not a thread: a drawing thread held the GIL beside the Dask scheduler that a
     LocalCluster runs in this process and slowed the embed stage by more than its CPU time.
 
     Use::

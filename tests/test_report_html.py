@@ -419,23 +419,33 @@ def test_page_with_a_20k_point_embedding_sample_shows_it(fitted_reports):
 
 
 # ----------------------------------------------------------------------------- drawn as the run goes
-def test_report_drawn_during_the_run_is_the_report_drawn_after_it(dask_client, tmp_path):
+@pytest.fixture(scope="module")
+def drafted_run(dask_client, tmp_path_factory):
+    """A run through ``mkdist.cluster(report=True)`` on a real Dask cluster."""
+    views, _ = make_blobs_views(n_per_cluster=400, n_clusters=3, seed=5)
+    store = tmp_path_factory.mktemp("drafted") / "run.zarr"
+    result = mkdist.cluster(list(views), str(store), 3, n_landmarks=60, random_state=0, chunk_rows=300,
+                            report=True)
+    return store, result
+
+
+def _without_time_stamp(page: str) -> str:
+    return re.sub(r"generated: <code>[^<]*</code>", "", page)
+
+
+def test_report_drawn_during_the_run_is_the_report_drawn_after_it(drafted_run, tmp_path):
     """``mkdist.cluster(report=True)`` draws the model's figures in the background once the model
     stage is stored, the cluster sizes and the embedding sample once the labels are; the page
     equals one drawn whole from the finished store (but for its time stamp), and no figure is
     drawn twice."""
     from mkdist._report_html import MODEL_FIGURES
 
-    views, y = make_blobs_views(n_per_cluster=400, n_clusters=3, seed=5)
-    store = tmp_path / "run.zarr"
-    result = mkdist.cluster(list(views), str(store), 3, n_landmarks=60, random_state=0, chunk_rows=300,
-                            report=True)
+    store, result = drafted_run
     assert result.report == f"{store}.report.html"
     assert result.report_timings["background_cpu_s"] > 0 and result.report_timings["tail_s"] > 0
-    page = (tmp_path / "run.zarr.report.html").read_text()
+    page = open(result.report).read()
     again = mkdist.pipeline.write_report(str(store), tmp_path / "again.html")
-    strip = lambda p: re.sub(r"generated: <code>[^<]*</code>", "", p)  # noqa: E731
-    assert strip(page) == strip(open(again).read())
+    assert _without_time_stamp(page) == _without_time_stamp(open(again).read())
     parser = parse_page(page)
     check_figures(parser, expected_run_figures(result.metrics))
 
@@ -449,6 +459,27 @@ def test_report_drawn_during_the_run_is_the_report_drawn_after_it(dask_client, t
     for name, fig in final.figures.items():
         assert fig is early.figures[name] and fig.figure is None  # drawn by the drawing process
     assert draft.background_cpu_s > 0
+
+
+def test_report_is_whole_when_the_drawing_process_dies(drafted_run, tmp_path):
+    """A drawing process killed with requests under way (it is still importing matplotlib)
+    leaves their figures to write_report: the same page; and one that is gone gets none."""
+    import os
+    import signal
+
+    store, result = drafted_run
+    for kill_before_sending in (False, True):
+        draft = mkdist.pipeline.ReportDraft(str(store))
+        if kill_before_sending:
+            os.kill(draft._proc.pid, signal.SIGKILL)
+            draft._proc.wait()
+        draft.stage_complete("labels")  # a finished store: both phases at once
+        assert len(draft._sent) == (0 if kill_before_sending else 2)
+        if not kill_before_sending:
+            os.kill(draft._proc.pid, signal.SIGKILL)
+        page = mkdist.pipeline.write_report(str(store), tmp_path / "killed.html", draft=draft)
+        assert _without_time_stamp(open(page).read()) == _without_time_stamp(open(result.report).read())
+        assert not os.path.exists(draft._dir)  # its files are removed
 
 
 def test_figures_drawn_from_other_data_are_drawn_again(fitted_reports):
