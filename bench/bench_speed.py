@@ -392,6 +392,7 @@ def part_report(args):
             "report_tail_s_median": median([r["report_tail_s"] for r in with_report]),
             "report_foreground_s_median": median([r["report_foreground_s"] for r in with_report]),
             "report_background_cpu_s_median": median([r["report_background_cpu_s"] for r in with_report]),
+            "report_background_busy_cpu_s_median": median([r["report_background_busy_cpu_s"] for r in with_report]),
             "report_s_median": median([r["report_s"] for r in with_report]),
             "report_share_of_run_median": median([r["report_share_of_run"] for r in with_report]),
             "report_share_of_run_upper_median": median([r["report_share_of_run_upper"] for r in with_report]),

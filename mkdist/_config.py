@@ -215,7 +215,8 @@ class ClusterResult:
     report_timings : dict of str to float
         With a report: ``tail_s``, the seconds from the last stage's end to the written report,
         ``foreground_s``, the seconds the stages waited for the report (handing it what to
-        draw), and ``background_cpu_s``, the CPU seconds of the drawing process.
+        draw), ``background_cpu_s``, the CPU seconds of the drawing process, and ``timeline``
+        (:attr:`mkdist._report.ReportDraft.timeline`).
     """
 
     labels: Any
@@ -225,4 +226,4 @@ class ClusterResult:
     skipped: list[str]
     metrics: dict[str, Any]
     report: str | None = None
-    report_timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    report_timings: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -226,7 +226,8 @@ def report_data(url: Any) -> dict:
 
 
 def _embedding_sample(labels) -> dict:
-    """The report's 2-D view of the embedding, from a run's ``labels`` stage (its sample rows)."""
+    """The report's 2-D view of the embedding, from a run's ``labels`` stage (its sample rows):
+    ``coords`` (n, 2) and ``labels`` (n,) as arrays (20k-row lists took 0.1 s to build)."""
     import dask
 
     # A few kB, read here: through the run's Dask cluster each read was a round trip to a
@@ -239,7 +240,7 @@ def _embedding_sample(labels) -> dict:
         sample_labels = report_labels
     else:  # a store written before the labels stage kept the sample's labels: one read of them all
         sample_labels = np.asarray(labels["labels"].data[index].compute()) if index.size else np.zeros(0, dtype=int)
-    return {"coords": coords.tolist(), "labels": sample_labels.tolist(),
+    return {"coords": coords, "labels": np.asarray(sample_labels, dtype=np.int64),
             "what": f"first two principal components of the embedding on {index.size:,} evenly spaced rows"}
 
 
@@ -311,6 +312,10 @@ class ReportDraft:
         were collected; for benchmarks.
     foreground_s : float
         Seconds the run spent in :meth:`stage_complete` (reading what to draw, sending it).
+    timeline : dict of str to float
+        ``time.time()`` of the events of the drawing: ``sent_<stage>`` (this process), and from
+        the drawing process ``imported`` (its imports done) and ``answered_<stage>``; plus
+        ``import_cpu_s``, the CPU seconds of its imports.  For benchmarks.
     """
 
     #: Seconds :meth:`figures` waits for the drawing process before drawing in this one.
@@ -325,8 +330,9 @@ class ReportDraft:
         self.store = store  # opened when a stage completes: a new run's store does not exist yet
         self.background_cpu_s = 0.0
         self.foreground_s = 0.0
+        self.timeline: dict[str, float] = {}
         self._started: set[str] = set()
-        self._sent: list[dict] = []
+        self._sent: list[tuple[str, dict]] = []
         self._buffer = b""
         self._dir = tempfile.mkdtemp(prefix="mkdist-report-")
         try:
@@ -344,11 +350,10 @@ class ReportDraft:
 
     def stage_complete(self, name: str | None = None) -> None:
         """Call after each stage: sends the drawing process what the stored stages now show."""
-        from ._report_html import MODEL_FIGURES
+        from ._report_html import MODEL_FIGURES, save_report_data
 
-        # (stage, figure kinds, their data read from the store; the next stage reads the same
-        # cached model, so reading it here costs the run nothing).
-        phases = (("model", MODEL_FIGURES, lambda st: {"summary": load_estimator(st).summary()}),
+        # (stage, figure kinds, their data read from the store)
+        phases = (("model", MODEL_FIGURES, _model_report_data),
                   ("labels", ("cluster_sizes", "embedding"), _labels_report_data))
         if self._proc is None or self._proc.poll() is not None:
             return
@@ -363,11 +368,11 @@ class ReportDraft:
                     continue
                 self._started.add(stage)
                 data = {"kind": "run", **read(store)}
-                path = Path(self._dir) / f"{stage}.json"
-                path.write_text(json.dumps(data), encoding="utf-8")
-                request = {"data": str(path), "kinds": list(kinds), "out_dir": self._dir}
+                request = {"data": save_report_data(data, Path(self._dir) / stage), "kinds": list(kinds),
+                           "out_dir": self._dir}
                 self._proc.stdin.write((json.dumps(request) + "\n").encode("utf-8"))
-                self._sent.append(data)
+                self._sent.append((stage, data))
+                self.timeline[f"sent_{stage}"] = time.time()
         except Exception:  # noqa: BLE001 -- what was not sent is drawn at the end
             pass
         finally:
@@ -381,9 +386,11 @@ class ReportDraft:
         merged = ReportFigures(source={})
         deadline = time.monotonic() + self.timeout_s
         try:
-            for data in self._sent:
+            for stage, data in self._sent:
                 reply = json.loads(self._read_line(deadline))
                 self.background_cpu_s = float(reply.get("cpu_s", 0.0))
+                self.timeline.update(imported=reply.get("imported_at"), import_cpu_s=reply.get("import_cpu_s"))
+                self.timeline[f"answered_{stage}"] = reply.get("answered")
                 if "error" in reply:
                     continue
                 for fig in reply["figures"]:
@@ -421,6 +428,13 @@ class ReportDraft:
         self._finalizer()
 
 
+def _model_report_data(store) -> dict:
+    """What the report draws from a run's model stage: the model's summary (stored with it;
+    a store written before it was, rebuilds the estimator)."""
+    attrs = store.read_stage("model").attrs
+    return {"summary": json.loads(attrs["summary"]) if "summary" in attrs else load_estimator(store).summary()}
+
+
 def _labels_report_data(store) -> dict:
     """What the report draws from a run's labels stage: the cluster sizes and the embedding
     sample (keys as in :func:`report_data`)."""
@@ -437,15 +451,27 @@ def _labels_report_data(store) -> dict:
 
 def _stop_drawing(proc: Any, directory: str) -> None:
     import shutil
+    import threading
 
     if proc is not None:
         try:
-            proc.stdin.close()
-            proc.wait(timeout=5)
-        except Exception:  # noqa: BLE001 -- it is killed instead
-            proc.kill()
-            proc.wait()
+            proc.stdin.close()  # it exits when its input ends; its exit is not waited for here
+        except OSError:
+            pass
+        if proc.poll() is None:
+            threading.Thread(target=_reap, args=(proc,), name="mkdist-report-reap", daemon=True).start()
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def _reap(proc: Any) -> None:
+    """Wait for the drawing process to exit (it was told to); kill it if it does not."""
+    import subprocess
+
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def load_labels(source: Any, key: str) -> np.ndarray:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn: `import mkdi
     from matplotlib.figure import Figure
 
 __all__ = ["ReportFigure", "ReportFigures", "MODEL_FIGURES", "build_figures", "render_html", "render_png",
-           "write_html"]
+           "write_html", "save_report_data", "load_report_data"]
 
 #: Resolution of the PNGs: 100 dpi gives ~700 px wide figures, sharp on a laptop screen and
 #: small enough (tens of kB each) to inline in the page.
@@ -212,11 +212,22 @@ def _drawn_from_same(source: Mapping[str, Any] | None, data: Mapping[str, Any]) 
     for key, value in source.items():
         if key == "summary":
             final = _mapping(data.get("summary"))
-            if not all(k in final and final[k] == v for k, v in _mapping(value).items()):
+            if not all(k in final and _same(final[k], v) for k, v in _mapping(value).items()):
                 return False
-        elif key not in data or data[key] != value:
+        elif key not in data or not _same(data[key], value):
             return False
     return True
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equality of report data values, arrays (compared whole) included."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.shape(a) == np.shape(b) and bool(np.array_equal(np.asarray(a), np.asarray(b)))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
 
 
 def _unique(name: str, taken: Mapping[str, Any]) -> str:
@@ -944,6 +955,40 @@ def write_html(data: Mapping[str, Any], target: str | os.PathLike, figures: Repo
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(path, payload)
     return str(target)
+
+
+def save_report_data(data: dict, stem: Path) -> str:
+    """Report data for the drawing process: ``<stem>.json``, its arrays in ``<stem>.npz`` (an
+    array is ``{"__array__": key}`` in the JSON); returns the JSON's path."""
+    arrays: dict[str, np.ndarray] = {}
+
+    def encode(x: Any) -> Any:
+        if isinstance(x, np.ndarray):
+            arrays[f"a{len(arrays)}"] = x
+            return {"__array__": f"a{len(arrays) - 1}"}
+        if isinstance(x, dict):
+            return {k: encode(v) for k, v in x.items()}
+        return x
+
+    doc = encode(data)
+    if arrays:
+        np.savez(stem.with_suffix(".npz"), **arrays)
+    stem.with_suffix(".json").write_text(json.dumps(doc), encoding="utf-8")
+    return str(stem.with_suffix(".json"))
+
+
+def load_report_data(path: str) -> dict:
+    """What :func:`save_report_data` wrote (the drawing process reads it)."""
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    npz = Path(path).with_suffix(".npz")
+    arrays = dict(np.load(npz, allow_pickle=False)) if npz.exists() else {}
+
+    def decode(x: Any) -> Any:
+        if isinstance(x, dict):
+            return arrays[x["__array__"]] if set(x) == {"__array__"} else {k: decode(v) for k, v in x.items()}
+        return x
+
+    return decode(doc)
 
 
 def _atomic_write(path: Path, payload: bytes) -> None:

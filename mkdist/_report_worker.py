@@ -8,11 +8,14 @@ priority (``nice`` 10), so the workers and the scheduler are served first; it im
 matplotlib while the run fits its model (the fit keeps one core of two busy).
 
 Protocol, one JSON line each way per request, so no pipe ever holds more than a line:
-the run sends ``{"data": path of the report data (JSON), "kinds": [figure kinds],
+the run sends ``{"data": path of the report data (JSON, its arrays beside it in .npz; see
+``mkdist._report_html.load_report_data``), "kinds": [figure kinds],
 "out_dir": directory}``; this process draws the figures with
 :func:`mkdist._report_html.build_figures`, writes each as ``<out_dir>/<name>.png`` and
 answers ``{"figures": [{"name", "title", "caption", "section", "kind", "size", "png"}],
-"omitted": {...}, "kinds": [...], "cpu_s": CPU seconds so far}`` (or ``{"error": ...}``).
+"omitted": {...}, "kinds": [...], "cpu_s": CPU seconds so far, "import_cpu_s" and
+"imported_at": when its imports were done, "received" / "answered": when it read the request
+and answered (``time.time()``)}`` (or ``{"error": ...}`` and the times).
 It exits when its standard input closes.
 """
 
@@ -24,16 +27,16 @@ import sys
 import time
 
 
-def serve(requests, replies) -> None:
-    """Answer each request line of ``requests`` with one line on ``replies``."""
-    from mkdist._report_html import build_figures
+def serve(requests, replies, ready: dict | None = None) -> None:
+    """Answer each request line of ``requests`` with one line on ``replies``; ``ready`` (the
+    CPU seconds and the time at which the imports were done) goes into every answer."""
+    from mkdist._report_html import build_figures, load_report_data
 
     for line in requests:
         received = time.time()
         try:
             request = json.loads(line)
-            with open(request["data"], encoding="utf-8") as f:
-                data = json.load(f)
+            data = load_report_data(request["data"])
             figures = build_figures(data, kinds=tuple(request["kinds"]))
             drawn = []
             for name, fig in figures.figures.items():
@@ -45,7 +48,7 @@ def serve(requests, replies) -> None:
             reply = {"figures": drawn, "omitted": figures.omitted, "kinds": figures.kinds}
         except Exception as exc:  # noqa: BLE001 -- the run draws these figures itself at the end
             reply = {"error": f"{type(exc).__name__}: {exc}"}
-        reply.update(cpu_s=time.process_time(), received=received, answered=time.time())
+        reply.update(cpu_s=time.process_time(), received=received, answered=time.time(), **(ready or {}))
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
 
@@ -59,7 +62,9 @@ def main() -> None:
     import matplotlib.backends.backend_agg  # noqa: F401
     import matplotlib.figure  # noqa: F401
 
-    serve(sys.stdin, sys.stdout)
+    import mkdist._report_html  # noqa: F401
+
+    serve(sys.stdin, sys.stdout, {"import_cpu_s": time.process_time(), "imported_at": time.time()})
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_land
         with draft:
             written = write_report(run, None if report is True else report, draft=draft)
         report_timings = {"tail_s": time.perf_counter() - t0, "foreground_s": draft.foreground_s,
-                          "background_cpu_s": draft.background_cpu_s}
+                          "background_cpu_s": draft.background_cpu_s, "timeline": dict(draft.timeline)}
     skipped = [s for s in plan if before.get(s) == "complete"]
     return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=load_estimator(run), store=run,
                          timings=timings, skipped=skipped, metrics=metrics, report=written,

@@ -417,6 +417,9 @@ def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
         with _pass_progress("model", progress):
             est.fit(load_views(views))
     ds = state_to_dataset(est.model_state(), config.method)
+    # What reports show of the model, kept with it: a report drawn while the run goes on reads
+    # this instead of rebuilding the estimator (mkdist._report.ReportDraft).
+    ds.attrs["summary"] = json.dumps(est.summary())
     ds.attrs["timings"] = to_jsonable(getattr(est, "diagnostics_", {}).get("timings", {}))
     ds.attrs["elapsed_s"] = time.perf_counter() - t0
     store.write_stage("model", ds)

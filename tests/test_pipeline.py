@@ -302,6 +302,10 @@ def test_every_method_round_trips_and_reports_pep(dask_client, data, tmp_path, m
     assert "PEP (t = 3)" in text and method in text
     if method == "late-fusion":
         assert pep["combined_filtered"] is not None and "after the graph filter" in text
+    # The model stage keeps the summary the run report draws the model from while the run goes
+    # on; it must be what the finished run reports, or those figures are drawn a second time.
+    stored = json.loads(res.store.read_stage("model").attrs["summary"])
+    assert {k: res.metrics[k] for k in stored} == stored
 
 
 def test_run_options_reach_other_methods_or_are_refused(data, tmp_path):
