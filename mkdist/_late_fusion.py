@@ -570,6 +570,12 @@ def _residual_means(Z: np.ndarray, labels: np.ndarray, k: int, fallback: np.ndar
 
 
 # ============================================================================ fitted model
+def _unit_rows(Z: np.ndarray) -> np.ndarray:
+    """Rows of Z scaled to unit Euclidean length (a zero row stays zero)."""
+    norms = np.linalg.norm(Z, axis=1, keepdims=True)
+    return Z / np.maximum(norms, np.finfo(np.float64).tiny).astype(Z.dtype, copy=False)
+
+
 def _fingerprint_constants(view_index: int, n_features: int) -> np.ndarray:
     """Fixed odd 64-bit multipliers for the row fingerprint of one view."""
     rng = np.random.default_rng([0x6D6B64, view_index, n_features])
@@ -650,6 +656,11 @@ class LateFusionModel:
         partition share one, see ``_DUPLICATE_RTOL``), -1 for a dropped kernel.  None: each
         kept kernel its own.  A partition shared by c kernels enters H~ with weight
         sqrt(c) gamma (Algorithm 1 on the c copies); ``filter_weights`` is the copies' sum.
+    normalize_embedding : bool, default=False
+        The clusters live in the row-normalised H~ (``LateFusionClustering``'s
+        ``normalize_embedding``): ``transform_rows`` returns unit-length rows and
+        ``cluster_embedding`` is the landmarks' H~ scaled so.  False (models saved before the
+        option): raw H~.
     """
 
     view_names: list[str]
@@ -672,6 +683,7 @@ class LateFusionModel:
     landmark_labels: np.ndarray
     dtype: str = "float64"
     kernel_group: np.ndarray | None = None
+    normalize_embedding: bool = False
 
     def __post_init__(self):
         # Derived arrays, rebuilt by the same code as in the fit, so a model restored from its
@@ -689,6 +701,8 @@ class LateFusionModel:
         #: H~ of the landmarks (what the fit clustered)
         self.embedding = _filtered(self.graphs, self.filter_weights, self.partitions,
                                    self.graph_filter_order) * self.gamma_cols[None, :]
+        #: the landmarks' rows in the space the clusters live in (``transform``'s rows)
+        self.cluster_embedding = _unit_rows(self.embedding) if self.normalize_embedding else self.embedding
         fp = _fingerprints([self.landmarks[v] for v in self.view_names])
         self.fingerprint_order = np.argsort(fp, kind="stable")
         self.fingerprints_sorted = fp[self.fingerprint_order]
@@ -806,11 +820,12 @@ class LateFusionModel:
         match = self._match_landmarks(views)
         out = np.empty((match.size, self.n_components), dtype=self.dtype)
         hit = match >= 0
-        out[hit] = self.embedding[match[hit]]
+        out[hit] = self.cluster_embedding[match[hit]]
         new = np.flatnonzero(~hit)
         if new.size:
             sub = {k: v[new] for k, v in views.items()} if new.size < match.size else views
-            out[new] = self._filtered_rows(self._base_rows(sub))
+            rows = self._filtered_rows(self._base_rows(sub))
+            out[new] = _unit_rows(rows) if self.normalize_embedding else rows
         return out
 
     @property
@@ -843,7 +858,8 @@ class LateFusionModel:
             "kernel_group": (("kernel",), np.asarray(self.kernel_group, dtype=np.int64)),
         })
         attrs.update({"n_features": {k: int(v) for k, v in self.n_features.items()},
-                      "graph_filter_order": int(self.graph_filter_order), "dtype": str(self.dtype)})
+                      "graph_filter_order": int(self.graph_filter_order), "dtype": str(self.dtype),
+                      "normalize_embedding": bool(self.normalize_embedding)})
         return attrs, arrays
 
     @classmethod
@@ -857,7 +873,8 @@ class LateFusionModel:
             neighbor_indices=get("neighbor_indices", np.int64), neighbor_weights=get("neighbor_weights"),
             cluster_centers=get("cluster_centers"), landmark_labels=get("landmark_labels", np.int64),
             dtype=attrs.get("dtype", "float64"),
-            kernel_group=get("kernel_group", np.int64) if "kernel_group" in get else None)
+            kernel_group=get("kernel_group", np.int64) if "kernel_group" in get else None,
+            normalize_embedding=bool(attrs.get("normalize_embedding", False)))
 
 
 # ============================================================================ row functions
@@ -1113,8 +1130,9 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
                  graph_filter_order: int = 3, n_neighbors: int = 5, n_landmarks: int | None = None,
                  min_pep_ratio: float = DEFAULT_MIN_PEP_RATIO, filter_weights: str = "learned", center: bool = True,
                  normalize: str | None = "diagonal", scale: str | None = "minmax", max_iter: int = 30,
-                 tol: float = 1e-6, n_init: int = 10, cluster_all_points: bool = True, dtype: str | None = None,
-                 full_pep: bool = False, random_state=None):
+                 tol: float = 1e-6, n_init: int = 10, cluster_all_points: bool = True,
+                 normalize_embedding: bool = False, dtype: str | None = None, full_pep: bool = False,
+                 random_state=None):
         self.n_clusters = n_clusters
         self.kernels = kernels
         self.embedding_dim = embedding_dim
@@ -1130,6 +1148,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         self.tol = tol
         self.n_init = n_init
         self.cluster_all_points = cluster_all_points
+        self.normalize_embedding = normalize_embedding
         self.dtype = dtype
         self.full_pep = full_pep
         self.random_state = random_state
@@ -1221,16 +1240,22 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
             column_kernel=column_kernel, eigenvalues=eig, view_weights=fusion.gamma, filter_weights=fusion.mu,
             graph_filter_order=order, neighbor_indices=np.stack([np.ascontiguousarray(g.indices) for g in graphs]),
             neighbor_weights=np.stack([g.weights for g in graphs]), cluster_centers=fusion.centers,
-            landmark_labels=fusion.labels, dtype=dtype or self.dtype or "float64", kernel_group=base.kernel_group)
+            landmark_labels=fusion.labels, dtype=dtype or self.dtype or "float64", kernel_group=base.kernel_group,
+            normalize_embedding=bool(self.normalize_embedding))
+        if model.normalize_embedding:
+            # The clusters of the row-normalised H~: k-means (n_init k-means++ restarts) on the
+            # landmarks' unit rows; Algorithm 1's gamma and mu stay, its labels only seed nothing.
+            _, model.cluster_centers = _kmeans_step(model.cluster_embedding, self.n_clusters, None,
+                                                    int(self.n_init), seed)
         # The landmarks' labels by the rule every other row follows (nearest centroid of H~), so
         # labels_, predict and assign_embedding agree by construction.  Algorithm 1 ends with Lloyd
         # run to a fixed point, where its labels are exactly these up to a distance tie at
         # rounding level (scikit-learn's distance arithmetic vs sq_distances).
-        model.landmark_labels = nearest_center(model.embedding, model.cluster_centers)
+        model.landmark_labels = nearest_center(model.cluster_embedding, model.cluster_centers)
         self._set_fitted_views(base.landmarks)
         self._set_model(model)
         self.__dict__.pop("kmeans_n_iter_", None)  # a previous fit's final k-means
-        self.inertia_ = float(((model.embedding - model.cluster_centers[model.landmark_labels]) ** 2).sum())
+        self.inertia_ = float(((model.cluster_embedding - model.cluster_centers[model.landmark_labels]) ** 2).sum())
         self.objective_history_ = np.asarray(fusion.objective_history)
         self.n_iter_ = int(fusion.n_iter)
         self.converged_ = bool(fusion.converged)
@@ -1304,7 +1329,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         t0 = time.perf_counter()
         km = super().fit_centroids(embedding, _fit_seeds(seed)[2])
         model.cluster_centers = self.cluster_centers_
-        model.landmark_labels = nearest_center(model.embedding, self.cluster_centers_)
+        model.landmark_labels = nearest_center(model.cluster_embedding, self.cluster_centers_)
         self.diagnostics_["final_kmeans"] = {"rows": int(embedding.shape[0]), "inertia": float(km.inertia),
                                              "n_iter": int(km.n_iter)}
         self.diagnostics_["timings"]["kmeans_all_s"] = time.perf_counter() - t0
