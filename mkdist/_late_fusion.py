@@ -27,6 +27,7 @@ for the derivation.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import math
@@ -149,6 +150,44 @@ def _check_constant_views(specs, landmark_views: Mapping[str, np.ndarray], cente
             )
 
 
+#: A view is near-constant on the landmarks when at least this share of the pairs of its
+#: landmark rows are identical (its median pairwise distance is 0: the "constant or nearly so"
+#: of the power k-means bandwidth check).  Its kernels are dropped (``_near_constant_views``).
+NEAR_CONSTANT_PAIR_SHARE = 0.5
+
+
+def identical_pair_share(L: np.ndarray) -> float:
+    """Share of the pairs of rows of L that are identical (0 for fewer than 2 rows).
+
+    Rows are counted by their bytes in a dict (exact, O(n d): 0.05 s on a 2000 x 3025 view,
+    where ``np.unique(axis=0)`` took 1.3 s); ``+ 0.0`` makes -0.0 and 0.0 the same bytes.
+    """
+    n = L.shape[0]
+    if n < 2:
+        return 0.0
+    rows = np.ascontiguousarray(np.asarray(L, dtype=np.float64) + 0.0)
+    c = np.fromiter(collections.Counter(r.tobytes() for r in rows).values(), dtype=np.float64)
+    return float((c * (c - 1.0)).sum() / (n * (n - 1.0)))
+
+
+def _near_constant_views(landmark_views: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """View -> identical-pair share of the views that are near-constant on the landmarks.
+
+    Such a view (ACM's view4: 99.4% of the pairs of rows identical) has a base partition that
+    lives on its few distinct rows: Algorithm 1 finds labels that leave it (almost) no
+    k-means residual, alpha_p ~ 0, and eq. 26 then gives it all of gamma -- the fused
+    clustering is that view's handful of odd rows (ACM, seed 2: ACC 0.35).  Its PEP is close
+    to 1 (one giant block), so the PEP rule, which drops kernels with too little structure,
+    keeps it and even measures every other kernel against it.
+    """
+    out = {}
+    for name, L in landmark_views.items():
+        share = identical_pair_share(np.asarray(L))
+        if share >= NEAR_CONSTANT_PAIR_SHARE:
+            out[str(name)] = share
+    return out
+
+
 def _same_partition(K: np.ndarray, reps: Sequence[int], H: Mapping[int, np.ndarray],
                     eigenvalues: Mapping[int, np.ndarray]) -> tuple[int, np.ndarray] | None:
     """(r, K H_r) for the first kernel r among ``reps`` whose eigenpairs are K's too, to
@@ -184,6 +223,11 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
     specs = resolve_kernel_specs(kernels, names, landmark_views)  # "auto" reads the views' sparsity
     n = next(iter(landmark_views.values())).shape[0]
     _check_constant_views(specs, landmark_views, center, embedding_dim)
+    near_constant = _near_constant_views(landmark_views)
+    if near_constant and all(str(s.view) in near_constant for s in specs):
+        raise InputValidationError(
+            f"every view with a base kernel is constant or nearly so on the landmarks (share of identical pairs of "
+            f"rows: {near_constant}): no kernel can show cluster structure; drop these views or add others.")
     scaling = FeatureScaling.fit(scale, landmark_views)
     lv = scaling.apply(landmark_views, np.float64) if scaling is not None else landmark_views
     lv = {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in lv.items()}
@@ -233,6 +277,10 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
         Kp = Kp[0]
         stats[p] = st
         trace = float(np.trace(Kp))
+        if str(fitted[p].view) in near_constant:  # dropped below, without its eigensolve
+            pep[p] = min(1.0, math.sqrt(k) * float(np.linalg.norm(Kp)) / trace) if trace > 0 else 1.0
+            del Kp, blk
+            continue
         if not trace > 1e-12 * n:
             raise InputValidationError(
                 f"base kernel {fitted[p].name} is zero on the landmarks after preprocessing (trace "
@@ -273,6 +321,13 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
     threshold = min_pep_ratio * best_excess
     kept, dropped, merged = [], [], []
     for p in range(m):
+        view = str(fitted[p].view)
+        if view in near_constant:
+            dropped.append({"index": p, "name": fitted[p].name, "pep": float(pep[p]), "pep_exact": False,
+                            "excess_pep": float(excess[p]), "threshold": float(threshold),
+                            "reason": f"view {view!r} is constant or nearly so on the landmarks "
+                                      f"({near_constant[view]:.1%} of the pairs of rows identical)"})
+            continue
         fails = min_pep_ratio > 0 and excess[duplicate_of.get(p, p)] < threshold  # a duplicate follows its kernel
         if fails:
             dropped.append({"index": p, "name": fitted[p].name, "pep": float(pep[p]),
@@ -290,10 +345,12 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
     for rec in merged:
         kernel_group[rec["index"]] = kernel_group[rec["into"]]
     if dropped:
+        why = f"excess PEP < {min_pep_ratio:g} x the best kernel's {best_excess:.3g}; chance level k/n = {chance:.3g}"
+        if near_constant:
+            why = f"views {sorted(near_constant)} constant or nearly so on the landmarks, or {why}"
         warnings.warn(
             f"{len(dropped)} of {m} base kernels carry (almost) no cluster structure and were dropped "
-            f"(excess PEP < {min_pep_ratio:g} x the best kernel's {best_excess:.3g}; chance level "
-            f"k/n = {chance:.3g}): {[d['name'] for d in dropped]}.  See dropped_kernels_.",
+            f"({why}): {[d['name'] for d in dropped]}.  See dropped_kernels_.",
             DegenerateKernelWarning, stacklevel=4)
     if best_excess < 0.05:
         warnings.warn(
@@ -556,6 +613,33 @@ def _fit_fusion(H_cat: np.ndarray, col_kernel: np.ndarray, graphs: Sequence[Grap
         J = J_new
     # Final labels and centres of the final H~ (the last step was a Lloyd fixed point).
     return _Fusion(gamma, mu, labels, centers, GH * columns(gamma), history, steps, n_iter, converged)
+
+
+def _normalized_clusters(Z: np.ndarray, labels: np.ndarray, k: int, n_init: int,
+                         seed: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """Centroids of k-means on the unit rows Z of the landmarks' H~ (``normalize_embedding``).
+
+    Two candidates, the one with the lower k-means objective on Z kept (ties: the first):
+    Lloyd from the means of Algorithm 1's clusters (the paper's Y, carried into the
+    normalised space) and ``n_init`` k-means++ restarts.  Neither is better on its own
+    (5 seeds, bench/RESULTS.md): from Algorithm 1's clusters alone Yale fell to 0.74 and
+    BBCSport to 0.79 (restarts: 0.81 / 0.97); the restarts alone found a lower-ACC optimum on
+    UCI mfeat pix in 3 of 5 seeds (0.85 against 0.93-0.95) -- and there the lower objective
+    was the better partition in every seed.
+
+    Returns
+    -------
+    centers : ndarray of shape (k, D)
+    record : dict
+        ``start`` ("algorithm1" or "kmeans++"), ``inertia`` of both candidates.
+    """
+    init = _residual_means(Z, labels, k, np.zeros(0))
+    la, ca = _kmeans_step(Z, k, init, 1, 0)
+    lb, cb = _kmeans_step(Z, k, None, n_init, seed)
+    ia = float(((Z - ca[la]) ** 2).sum())
+    ib = float(((Z - cb[lb]) ** 2).sum())
+    record = {"start": "algorithm1" if ia <= ib else "kmeans++", "inertia_algorithm1": ia, "inertia_kmeans++": ib}
+    return (ca if ia <= ib else cb), record
 
 
 def _residual_means(Z: np.ndarray, labels: np.ndarray, k: int, fallback: np.ndarray) -> np.ndarray:
@@ -1129,9 +1213,9 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
     def __init__(self, n_clusters: int = 8, *, kernels: Any = "auto", embedding_dim: int | None = None,
                  graph_filter_order: int = 3, n_neighbors: int = 5, n_landmarks: int | None = None,
                  min_pep_ratio: float = DEFAULT_MIN_PEP_RATIO, filter_weights: str = "learned", center: bool = True,
-                 normalize: str | None = "diagonal", scale: str | None = "minmax", max_iter: int = 30,
+                 normalize: str | None = "diagonal", scale: str | None = "auto", max_iter: int = 30,
                  tol: float = 1e-6, n_init: int = 10, cluster_all_points: bool = True,
-                 normalize_embedding: bool = False, dtype: str | None = None, full_pep: bool = False,
+                 normalize_embedding: bool = True, dtype: str | None = None, full_pep: bool = False,
                  random_state=None):
         self.n_clusters = n_clusters
         self.kernels = kernels
@@ -1242,11 +1326,10 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
             neighbor_weights=np.stack([g.weights for g in graphs]), cluster_centers=fusion.centers,
             landmark_labels=fusion.labels, dtype=dtype or self.dtype or "float64", kernel_group=base.kernel_group,
             normalize_embedding=bool(self.normalize_embedding))
+        normalized_kmeans = None
         if model.normalize_embedding:
-            # The clusters of the row-normalised H~: k-means (n_init k-means++ restarts) on the
-            # landmarks' unit rows; Algorithm 1's gamma and mu stay, its labels only seed nothing.
-            _, model.cluster_centers = _kmeans_step(model.cluster_embedding, self.n_clusters, None,
-                                                    int(self.n_init), seed)
+            model.cluster_centers, normalized_kmeans = _normalized_clusters(
+                model.cluster_embedding, fusion.labels, self.n_clusters, int(self.n_init), seed)
         # The landmarks' labels by the rule every other row follows (nearest centroid of H~), so
         # labels_, predict and assign_embedding agree by construction.  Algorithm 1 ends with Lloyd
         # run to a fixed point, where its labels are exactly these up to a distance tie at
@@ -1282,6 +1365,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
             "pep_combined_after": principal_eigenvalue_proportion(model.embedding, k, factor=True),
             "eigenvalues": {base.kernels[p].name: (base.eigenvalues[p] / n).tolist() for p in kept},
             "objective_steps": [[name, float(v)] for name, v in fusion.objective_steps],
+            "normalized_kmeans": normalized_kmeans,
             "timings": {**base.timings, "graphs_s": t_graph, "fusion_s": t_fusion},
         }
         if self.full_pep and landmark_views is not None:
