@@ -102,7 +102,7 @@ LATE_FUSION: dict[str, list] = {
     "kernels": [None, _KERNELS],
     "embedding_dim": [Interval(Integral, 1, None), None],
     "graph_filter_order": [Interval(Integral, 0, None)],
-    "n_neighbors": [Interval(Integral, 1, None)],
+    "n_neighbors": [Interval(Integral, 1, None), None],
     "n_landmarks": [Interval(Integral, 2, None), None],
     "min_pep_ratio": [Interval(Real, 0, 1, closed="left")],
     "filter_weights": [Options("learned", "uniform")],

@@ -228,6 +228,16 @@ def test_clusters_live_in_the_row_normalised_embedding(blobs_views):
     np.testing.assert_array_equal(raw.labels_, fusion.labels)  # all rows landmarks: Algorithm 1's labels
 
 
+def test_default_neighbours_are_ten_or_what_the_landmarks_allow(blobs_views):
+    views, y = blobs_views
+    m = LateFusionClustering(3, random_state=0, **FAST).fit(views)
+    assert m.get_params()["n_neighbors"] is None and m.model_.neighbor_indices.shape[2] == 10
+    small = LateFusionClustering(3, n_landmarks=8, embedding_dim=3, random_state=0, **FAST).fit(views)
+    assert small.model_.neighbor_indices.shape[2] == 6  # n_landmarks - 2
+    five = LateFusionClustering(3, n_neighbors=5, random_state=0, **FAST).fit(views)
+    assert five.model_.neighbor_indices.shape[2] == 5 and clustering_accuracy(y, five.labels_) == 1.0
+
+
 def test_near_constant_views_are_dropped(blobs_views):
     """A view with at least half of its pairs of landmark rows identical has its kernels dropped
     (else eq. 26 hands it all of gamma: ACM's view4); only such views is an error."""
