@@ -631,11 +631,11 @@ def _normalized_clusters(Z: np.ndarray, labels: np.ndarray, k: int, n_init: int,
 
     Two candidates, the one with the lower k-means objective on Z kept (ties: the first):
     Lloyd from the means of Algorithm 1's clusters (the paper's Y, carried into the
-    normalised space) and ``n_init`` k-means++ restarts.  Neither is better on its own
-    (5 seeds, bench/RESULTS.md): from Algorithm 1's clusters alone Yale fell to 0.74 and
-    BBCSport to 0.79 (restarts: 0.81 / 0.97); the restarts alone found a lower-ACC optimum on
-    UCI mfeat pix in 3 of 5 seeds (0.85 against 0.93-0.95) -- and there the lower objective
-    was the better partition in every seed.
+    normalised space) and ``n_init`` k-means++ restarts.  Neither is better on its own (5
+    seeds, 5 graph neighbours, bench/RESULTS.md): from Algorithm 1's clusters alone Yale fell
+    to 0.74 and BBCSport to 0.79 (restarts: 0.81 / 0.97); the restarts alone found a lower-ACC
+    optimum on UCI mfeat pix in 3 of 5 seeds (0.85 against 0.93-0.95) -- and there the lower
+    objective was the better partition in every seed.
 
     Returns
     -------
@@ -1089,12 +1089,13 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         one with the lower k-means objective: Lloyd from the means of Algorithm 1's clusters,
         and ``n_init`` k-means++ restarts (``diagnostics_["normalized_kmeans"]``).
         ``transform`` returns the unit rows, the final k-means (``cluster_all_points``) and
-        ``predict`` work on them.  With ``scale="auto"`` it raised the sets where late fusion
-        beats k-means on the min-max-scaled concatenation from 18 to 23 of 28 (5 seeds; the
-        mean ACC 0.624 -> 0.655: Citeseer 0.34 -> 0.53, Yale 0.72 -> 0.81, leaves100 0.89 ->
-        0.95) and UCI mfeat pix ("mkkm12", order 3) from 0.917 (0.035) to 0.938 (0.005); either
-        candidate alone lost sets (bench/RESULTS.md, late-fusion defaults).  False: the raw H~
-        and Algorithm 1's labels and centroids, the paper's discretisation.
+        ``predict`` work on them.  With ``scale="auto"`` (and 5 graph neighbours, the default
+        then) it raised the sets where late fusion beats k-means on the min-max-scaled
+        concatenation from 18 to 23 of 28 (5 seeds; the mean ACC 0.624 -> 0.655: Citeseer
+        0.34 -> 0.53, Yale 0.72 -> 0.81, leaves100 0.89 -> 0.95) and UCI mfeat pix ("mkkm12",
+        order 3) from 0.917 (0.035) to 0.938 (0.005); either candidate alone lost sets
+        (bench/RESULTS.md, late-fusion defaults).  False: the raw H~ and Algorithm 1's labels
+        and centroids, the paper's discretisation.
     dtype : {None, "float32", "float64"}, default=None
         Precision of the out-of-sample embedding H~ (``transform``, the embedding the final
         k-means reads, ``predict``): its kernel blocks, its neighbour searches and the rows it
