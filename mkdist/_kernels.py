@@ -29,6 +29,7 @@ __all__ = [
     "check_bandwidth",
     "FeatureScaling",
     "SCALINGS",
+    "SCALE_AUTO",
     "ProjectedKernels",
     "KernelSpec",
     "FittedKernel",
@@ -59,6 +60,9 @@ KERNEL_KINDS = ("rbf", "laplacian", "polynomial", "linear", "cosine")
 BANDWIDTH_RULES = ("mean", "median", "max")
 #: Per-feature scalings every estimator with a ``scale`` parameter offers (see FeatureScaling).
 SCALINGS = ("minmax", "standard")
+#: ``scale="auto"`` (late fusion): "minmax" on the dense views, none on the sparse ones
+#: (``view_density`` < ``SPARSE_DENSITY``, as the "auto" kernel set decides); see FeatureScaling.
+SCALE_AUTO = "auto"
 #: Rows used to estimate the median / max heuristics (pairwise distances are O(n^2)).
 _HEURISTIC_SAMPLE = 2000
 
@@ -378,10 +382,14 @@ class FeatureScaling:
 
     Attributes
     ----------
-    kind : {"minmax", "standard"}
+    kind : {"minmax", "standard", "auto"}
     offset, scale : dict of str to ndarray of shape (d_v,)
         Minimum and range ("minmax") or mean and standard deviation ("standard"); a
         constant feature keeps scale 1: it maps to 0 and carries no distance either way.
+        "auto": "minmax" on a dense view, offset 0 and scale 1 (the identity) on a sparse one
+        (share of non-zero entries < ``SPARSE_DENSITY``: bag of words, graph adjacency), whose
+        counts or tf-idf weights are kept as they are -- min-max scaling would give a word
+        seen once the weight of the most frequent one.
     """
 
     kind: str
@@ -393,12 +401,14 @@ class FeatureScaling:
         """Estimate the scaling on in-memory rows (landmarks or a sample); None for ``kind=None``."""
         if kind is None:
             return None
-        if kind not in SCALINGS:
-            raise InputValidationError(f"`scale`={kind!r} must be one of {SCALINGS}.")
+        if kind not in (*SCALINGS, SCALE_AUTO):
+            raise InputValidationError(f"`scale`={kind!r} must be one of {(*SCALINGS, SCALE_AUTO)}.")
         offset, scale = {}, {}
         for name, L in views.items():
             L = np.asarray(L, dtype=np.float64)
-            if kind == "minmax":
+            if kind == SCALE_AUTO and view_density(L) < SPARSE_DENSITY:
+                lo, span = np.zeros(L.shape[1]), np.ones(L.shape[1])
+            elif kind in ("minmax", SCALE_AUTO):
                 lo, span = L.min(axis=0), L.max(axis=0) - L.min(axis=0)
             else:
                 lo, span = L.mean(axis=0), L.std(axis=0)

@@ -19,7 +19,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from ._kernels import SCALINGS, KernelSpec
+from ._kernels import SCALE_AUTO, SCALINGS, KernelSpec
 from ._validation import Boolean, Interval, Options, RandomStateLike, Types
 
 __all__ = ["LANDMARK_METHODS", "BANDWIDTH_RULES", "D_RULES", "RESTART_RULES", "ESTIMATOR", "MKC", "NYSTROM",
@@ -102,17 +102,18 @@ LATE_FUSION: dict[str, list] = {
     "kernels": [None, _KERNELS],
     "embedding_dim": [Interval(Integral, 1, None), None],
     "graph_filter_order": [Interval(Integral, 0, None)],
-    "n_neighbors": [Interval(Integral, 1, None)],
+    "n_neighbors": [Interval(Integral, 1, None), None],
     "n_landmarks": [Interval(Integral, 2, None), None],
     "min_pep_ratio": [Interval(Real, 0, 1, closed="left")],
     "filter_weights": [Options("learned", "uniform")],
     "center": [Boolean()],
     "normalize": [Options("diagonal", "trace", None)],
-    "scale": [Options(None, *SCALINGS)],
+    "scale": [Options(None, *SCALINGS, SCALE_AUTO)],
     "max_iter": [Interval(Integral, 1, None)],
     "tol": [Interval(Real, 0, None)],
     "n_init": [Interval(Integral, 1, None)],
     "cluster_all_points": [Boolean()],
+    "normalize_embedding": [Boolean()],
     "dtype": [Options(None, "float32", "float64")],
     "full_pep": [Boolean()],
 }

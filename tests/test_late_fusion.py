@@ -63,8 +63,16 @@ def test_default_kernels_read_the_views_sparsity(blobs_views):
         words[rows[:, None], rng.integers(30 * c, 30 * c + 30, size=(rows.size, 8))] = 1.0
     m = LateFusionClustering(3, n_landmarks=120, random_state=0, n_init=3).fit([views[0], words])
     assert sorted((k.view, k.kind) for k in m.kernels_) == [("view0", "rbf")] * 3 + [("view1", "cosine")]
-    assert m.embedding_dim_ == 6 and m.get_params()["scale"] == "minmax"
+    assert m.embedding_dim_ == 6 and m.get_params()["scale"] == "auto"
     assert clustering_accuracy(y, m.labels_) == 1.0
+    # scale="auto" (the default): min-max on the dense view, the bag of words as it is.
+    sc = m.model_.scaling
+    lm = m.landmark_indices_
+    np.testing.assert_allclose(sc.offset["view0"], views[0][lm].min(axis=0))
+    np.testing.assert_allclose(sc.scale["view0"], np.ptp(views[0][lm], axis=0))
+    np.testing.assert_array_equal(sc.offset["view1"], 0.0)
+    np.testing.assert_array_equal(sc.scale["view1"], 1.0)
+    np.testing.assert_array_equal(m.model_.landmarks["view1"], words[lm])
 
 
 @pytest.mark.parametrize("params", [{}, {"graph_filter_order": 0}, {"graph_filter_order": 3},
@@ -120,7 +128,7 @@ def test_predict_and_transform_reproduce_the_fit_on_landmarks(blobs_views, fitte
     lm = [v[m.landmark_indices_] for v in views]
     np.testing.assert_array_equal(m.predict(lm), m.model_.landmark_labels)
     np.testing.assert_array_equal(m.predict(lm), m.labels_[m.landmark_indices_])
-    np.testing.assert_array_equal(m.transform(lm), m.model_.embedding)
+    np.testing.assert_array_equal(m.transform(lm), m.model_.cluster_embedding)
     # The whole training set: landmarks keep their labels, the rest out of sample.
     np.testing.assert_array_equal(m.predict(views), m.labels_)
     # Row order changes nothing.
@@ -152,7 +160,7 @@ def test_out_of_sample_points_are_assigned_well(blobs_views):
     for j in m.landmark_indices_[:10]:
         near = [v[[j]] + 1e-7 for v in views]
         H_near = m.transform(near)
-        nearest = np.argmin(((m.model_.embedding - H_near) ** 2).sum(axis=1))
+        nearest = np.argmin(((m.model_.cluster_embedding - H_near) ** 2).sum(axis=1))
         assert m.landmark_indices_[nearest] == j
         assert m.predict(near)[0] == m.labels_[j]
 
@@ -178,7 +186,7 @@ def test_final_kmeans_on_all_points_or_landmark_clustering(blobs_views):
     np.testing.assert_array_equal(off.landmark_indices_, m.landmark_indices_)
     np.testing.assert_array_equal(off.predict(views), off.labels_)
     np.testing.assert_array_equal(off.labels_[off.landmark_indices_], off.model_.landmark_labels)
-    E, C = off.model_.embedding, off.cluster_centers_
+    E, C = off.model_.cluster_embedding, off.cluster_centers_
     assert off.inertia_ == pytest.approx(((E - C[off.model_.landmark_labels]) ** 2).sum())
     assert clustering_accuracy(y, m.labels_) == clustering_accuracy(y, off.labels_) == 1.0
     # With every row a landmark there is nothing to add: no second k-means, the fit's own labels.
@@ -186,6 +194,71 @@ def test_final_kmeans_on_all_points_or_landmark_clustering(blobs_views):
     assert "final_kmeans" not in full.diagnostics_
     np.testing.assert_array_equal(full.landmark_indices_, np.arange(N))
     np.testing.assert_array_equal(full.labels_, full.model_.landmark_labels)
+
+
+def test_clusters_live_in_the_row_normalised_embedding(blobs_views):
+    """normalize_embedding (default): H~ rows scaled to unit length before every k-means and
+    every assignment; False: Algorithm 1's labels and centroids in the raw H~."""
+    from mkdist._late_fusion import _unit_rows
+
+    views, y = blobs_views
+    for n_landmarks in (60, None):
+        m = LateFusionClustering(3, n_landmarks=n_landmarks, random_state=2, **FAST).fit(views)
+        model = m.model_
+        assert m.get_params()["normalize_embedding"] and model.normalize_embedding
+        np.testing.assert_allclose(model.cluster_embedding, _unit_rows(model.embedding))
+        H = m.transform(views)
+        np.testing.assert_allclose(np.linalg.norm(H, axis=1), 1.0)
+        lm = [v[m.landmark_indices_] for v in views]
+        np.testing.assert_array_equal(m.transform(lm), model.cluster_embedding)
+        np.testing.assert_array_equal(m.predict(views), m.labels_)
+        np.testing.assert_array_equal(nearest_center(H, m.cluster_centers_), m.labels_)
+        assert clustering_accuracy(y, m.labels_) == 1.0
+        # Saved and restored with the model.
+        r = LateFusionClustering.from_model_state(m.model_state())
+        assert r.model_.normalize_embedding
+        new = [v + 0.01 for v in views]
+        np.testing.assert_array_equal(r.transform(new), m.transform(new))
+    raw = LateFusionClustering(3, random_state=2, normalize_embedding=False, **FAST).fit(views)
+    assert raw.model_.cluster_embedding is raw.model_.embedding
+    np.testing.assert_array_equal(raw.transform(views), raw.model_.embedding)
+    fusion = _fit_fusion(raw.model_.partitions, raw.model_.column_kernel, raw.model_.graphs, raw.model_.copies,
+                         n_clusters=3, order=3, learn_mu=True, n_init=3, max_iter=30, tol=1e-6,
+                         random_state=_fit_seeds(2)[2])
+    np.testing.assert_array_equal(raw.labels_, fusion.labels)  # all rows landmarks: Algorithm 1's labels
+
+
+def test_default_neighbours_are_ten_or_what_the_landmarks_allow(blobs_views):
+    views, y = blobs_views
+    m = LateFusionClustering(3, random_state=0, **FAST).fit(views)
+    assert m.get_params()["n_neighbors"] is None and m.model_.neighbor_indices.shape[2] == 10
+    small = LateFusionClustering(3, n_landmarks=8, embedding_dim=3, random_state=0, **FAST).fit(views)
+    assert small.model_.neighbor_indices.shape[2] == 6  # n_landmarks - 2
+    five = LateFusionClustering(3, n_neighbors=5, random_state=0, **FAST).fit(views)
+    assert five.model_.neighbor_indices.shape[2] == 5 and clustering_accuracy(y, five.labels_) == 1.0
+
+
+def test_near_constant_views_are_dropped(blobs_views):
+    """A view with at least half of its pairs of landmark rows identical has its kernels dropped
+    (else eq. 26 hands it all of gamma: ACM's view4); only such views is an error."""
+    from mkdist._late_fusion import identical_pair_share
+
+    views, y = blobs_views
+    rng = np.random.default_rng(0)
+    flat = np.zeros((y.size, 4))
+    odd = rng.choice(y.size, 12, replace=False)
+    flat[odd] = rng.normal(size=(12, 4))
+    assert identical_pair_share(flat) > 0.8 and identical_pair_share(views[0]) == 0.0
+    assert identical_pair_share(np.array([[0.0, 1.0], [-0.0, 1.0], [1.0, 1.0]])) == pytest.approx(1 / 3)
+    with pytest.warns(DegenerateKernelWarning, match="constant or nearly so"):
+        m = LateFusionClustering(3, random_state=0, **FAST).fit([views[0], flat, views[1]])
+    dropped = [d["index"] for d in m.dropped_kernels_]
+    assert [m.kernels_[p].view for p in dropped] == ["view1"] * 3
+    assert all("constant or nearly so" in d["reason"] for d in m.dropped_kernels_)
+    assert np.all(m.view_weights_[dropped] == 0) and np.all(m.filter_weights_[dropped] == 0)
+    assert clustering_accuracy(y, m.labels_) == 1.0
+    with pytest.raises(InputValidationError, match="constant or nearly so"):
+        LateFusionClustering(3, **FAST).fit([flat, flat + 1.0])
 
 
 @pytest.mark.parametrize("order, filter_weights, seed", [(0, "learned", 0), (1, "learned", 1), (3, "learned", 2),
@@ -373,13 +446,14 @@ def _small():
     (lambda: [_small()[0], np.ones((30, 3))], {"kernels": [{"view": 1, "kind": "linear"}]},
      "view 'view1': the view is constant .* top-6 eigenvalues are all 0"),
     (lambda: [_small()[0], np.zeros((30, 3))], {"kernels": [{"view": 1, "kind": "linear"}], "center": False},
-     "eigenvalues are all 0|zero on the landmarks"),
+     "eigenvalues are all 0|zero on the landmarks|constant or nearly so"),
     (lambda: [np.r_[_small()[0][:-1], [[np.nan] * 5]], _small()[1]], {}, "NaN"),
     (lambda: _small(), {"filter_weights": "fixed"}, "filter_weights"),
     (lambda: _small(), {"min_pep_ratio": 1.0}, "min_pep_ratio"),
     (lambda: _small(), {"n_clusters": 1}, "n_clusters"),
     (lambda: _small(), {"scale": "robust"}, "scale"),
     (lambda: _small(), {"cluster_all_points": "yes"}, "`cluster_all_points`='yes' must be True or False"),
+    (lambda: _small(), {"normalize_embedding": 1}, "normalize_embedding"),
     (lambda: _small(), {"kernels": [{"view": "nope", "kind": "rbf"}]}, "does not exist"),
 ])
 def test_bad_input_raises_before_heavy_work(X, params, match):
