@@ -7,6 +7,7 @@ cycle; the flows run the same stages and report as Prefect tasks.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -18,6 +19,7 @@ from ._stages import (
     load_estimator, merge_timings, open_run, prepare_resume, refuse_overlap, run_stage, stage_metrics, stage_plan,
     write_labels_out, writer_lease,
 )
+from .errors import InputValidationError
 
 __all__ = ["cluster"]
 
@@ -83,6 +85,10 @@ def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_land
     if labels_out is not None:
         refuse_overlap(labels_out, store=store, input=views)
         check_labels_out(labels_out, overwrite)
+    if not isinstance(report, (bool, str, os.PathLike)):
+        raise InputValidationError(f"`report`={report!r} must be True, False or the report's path.")
+    if not isinstance(report, bool):  # refused before the run, not after it
+        refuse_overlap(report, store=store, input=views)
     vs = load_views(views, chunk_rows=chunk_rows)
     if labels_out is not None:
         load_ids(views, id_column, vs)  # a missing id column is refused before any work
@@ -111,7 +117,7 @@ def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_land
     if draft is not None:
         t0 = time.perf_counter()
         with draft:
-            written = write_report(run, None if report is True else report, draft=draft)
+            written = write_report(run, None if report is True else os.fspath(report), draft=draft)
         report_timings = {"tail_s": time.perf_counter() - t0, "foreground_s": draft.foreground_s,
                           "background_cpu_s": draft.background_cpu_s, "timeline": dict(draft.timeline)}
     skipped = [s for s in plan if before.get(s) == "complete"]

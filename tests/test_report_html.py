@@ -482,6 +482,18 @@ def test_report_is_whole_when_the_drawing_process_dies(drafted_run, tmp_path):
         assert not os.path.exists(draft._dir)  # its files are removed
 
 
+@pytest.mark.parametrize("report", ["store", "inside", 3])
+def test_report_that_would_overwrite_the_store_is_refused_before_the_run(tmp_path, report):
+    from mkdist.errors import InputValidationError
+
+    views, _ = make_blobs_views(n_per_cluster=20, n_clusters=3, seed=5)
+    store = tmp_path / "run.zarr"
+    path = {"store": str(store), "inside": str(store / "report.html")}.get(report, report)
+    with pytest.raises(InputValidationError, match="report|the output"):
+        mkdist.cluster(list(views), str(store), 3, random_state=0, report=path)
+    assert not store.exists()
+
+
 def test_figures_drawn_from_other_data_are_drawn_again(fitted_reports):
     """A figure drawn early is reused only if the summary it was drawn from still holds."""
     data = fitted_reports["mkc"]
