@@ -55,7 +55,7 @@ from ._kernels import (
 from ._kmeans import KMeansResult
 from ._methods import register
 from ._mkc import default_embedding_dim
-from ._linalg import top_eigenpairs, top_eigenvalue_sum
+from ._linalg import top_eigenpairs, top_eigenvalue_sum, unit_rows
 from ._pep import excess_pep, principal_eigenvalue_proportion
 from ._sampling import sample_landmark_indices
 from ._state import StateArrays
@@ -664,12 +664,6 @@ def _residual_means(Z: np.ndarray, labels: np.ndarray, k: int, fallback: np.ndar
 
 
 # ============================================================================ fitted model
-def _unit_rows(Z: np.ndarray) -> np.ndarray:
-    """Rows of Z scaled to unit Euclidean length (a zero row stays zero)."""
-    norms = np.linalg.norm(Z, axis=1, keepdims=True)
-    return Z / np.maximum(norms, np.finfo(np.float64).tiny).astype(Z.dtype, copy=False)
-
-
 def _fingerprint_constants(view_index: int, n_features: int) -> np.ndarray:
     """Fixed odd 64-bit multipliers for the row fingerprint of one view."""
     rng = np.random.default_rng([0x6D6B64, view_index, n_features])
@@ -796,7 +790,7 @@ class LateFusionModel:
         self.embedding = _filtered(self.graphs, self.filter_weights, self.partitions,
                                    self.graph_filter_order) * self.gamma_cols[None, :]
         #: the landmarks' rows in the space the clusters live in (``transform``'s rows)
-        self.cluster_embedding = _unit_rows(self.embedding) if self.normalize_embedding else self.embedding
+        self.cluster_embedding = unit_rows(self.embedding) if self.normalize_embedding else self.embedding
         fp = _fingerprints([self.landmarks[v] for v in self.view_names])
         self.fingerprint_order = np.argsort(fp, kind="stable")
         self.fingerprints_sorted = fp[self.fingerprint_order]
@@ -919,7 +913,7 @@ class LateFusionModel:
         if new.size:
             sub = {k: v[new] for k, v in views.items()} if new.size < match.size else views
             rows = self._filtered_rows(self._base_rows(sub))
-            out[new] = _unit_rows(rows) if self.normalize_embedding else rows
+            out[new] = unit_rows(rows) if self.normalize_embedding else rows
         return out
 
     @property

@@ -27,7 +27,7 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse.linalg
 
-__all__ = ["top_eigenpairs", "top_eigenvalue_sum", "blas_threads"]
+__all__ = ["top_eigenpairs", "top_eigenvalue_sum", "unit_rows", "blas_threads"]
 
 #: Below this size LAPACK's subset driver is as fast as Lanczos and has no start vector.
 LANCZOS_MIN_N = 64
@@ -101,6 +101,25 @@ def top_eigenvalue_sum(K: np.ndarray, t: int) -> float:
     if t >= K.shape[0]:
         return float(np.trace(K))
     return float(np.sum(top_eigenpairs(K, t, vectors=False)))
+
+
+def unit_rows(Z: np.ndarray) -> np.ndarray:
+    """Rows of Z scaled to unit Euclidean length, in Z's precision; a zero row stays zero.
+
+    The row normalisation of spectral clustering (Ng, Jordan & Weiss) that MKC and late fusion
+    apply to their embeddings.  The floor is the smallest normal number of Z's own dtype: the
+    float64 floor rounded to 0 in float32 and turned a zero float32 row into NaN.
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n, d), floating
+
+    Returns
+    -------
+    ndarray of shape (n, d), Z's dtype
+    """
+    norms = np.linalg.norm(Z, axis=1, keepdims=True)
+    return Z / np.maximum(norms, np.finfo(Z.dtype).tiny)
 
 
 @contextlib.contextmanager

@@ -28,11 +28,10 @@ from ._kernels import (
     preprocess_block, resolve_kernel_specs, self_kernel,
 )
 from ._kmeans import KMeansResult, assign_labels, kmeans
-from ._linalg import blas_threads
+from ._linalg import blas_threads, top_eigenpairs, unit_rows
 from ._methods import register
 from ._pep import DEGENERATE_PEP_RATIO, excess_pep, principal_eigenvalue_proportion
 from ._sampling import sample_landmark_indices
-from ._linalg import top_eigenpairs
 from ._simplemkkm import average_kernel_kmeans, combine_kernels, simple_mkkm
 from ._state import StateArrays
 from ._validation import check_finite, common_float_dtype
@@ -201,7 +200,7 @@ def _embed_rows(blocks: list, model: MKCModel) -> np.ndarray:
     for j, G in proj.rows(views):
         H += w2[proj.index[j]] * G
     if model.normalize_embedding:
-        H /= np.maximum(np.linalg.norm(H, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+        H = unit_rows(H)
     return H.astype(dtype, copy=False)
 
 
@@ -331,7 +330,7 @@ WEIGHTS_AGREEMENT_ARI = 0.8
 def _landmark_partition(H: np.ndarray, n_clusters: int, normalize: bool, seed: int) -> np.ndarray:
     """k-means on the rows of a landmark embedding (row-normalised as the full embedding is)."""
     if normalize:
-        H = H / np.maximum(np.linalg.norm(H, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+        H = unit_rows(H)
     return np.asarray(kmeans(H, n_clusters, n_init=3, random_state=seed).labels)
 
 

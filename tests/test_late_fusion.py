@@ -199,14 +199,14 @@ def test_final_kmeans_on_all_points_or_landmark_clustering(blobs_views):
 def test_clusters_live_in_the_row_normalised_embedding(blobs_views):
     """normalize_embedding (default): H~ rows scaled to unit length before every k-means and
     every assignment; False: Algorithm 1's labels and centroids in the raw H~."""
-    from mkdist._late_fusion import _unit_rows
+    from mkdist._linalg import unit_rows
 
     views, y = blobs_views
     for n_landmarks in (60, None):
         m = LateFusionClustering(3, n_landmarks=n_landmarks, random_state=2, **FAST).fit(views)
         model = m.model_
         assert m.get_params()["normalize_embedding"] and model.normalize_embedding
-        np.testing.assert_allclose(model.cluster_embedding, _unit_rows(model.embedding))
+        np.testing.assert_allclose(model.cluster_embedding, unit_rows(model.embedding))
         H = m.transform(views)
         np.testing.assert_allclose(np.linalg.norm(H, axis=1), 1.0)
         lm = [v[m.landmark_indices_] for v in views]
