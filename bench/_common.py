@@ -124,7 +124,7 @@ def worker_peak_rss(client) -> dict:
 def run_pipeline(N: int, store: Path, *, report: bool = False, **params) -> dict:
     """W1 at N rows through ``mkdist.cluster`` on a fresh 2-worker LocalCluster, end to end from
     Zarr into ``store`` (replaced).  With ``report`` the run writes its report as ``cluster_flow``
-    does (``mkdist.cluster(report=True)``: the model's figures drawn in a background thread while
+    does (``mkdist.cluster(report=True)``: the model's figures drawn by a background process while
     the rows are embedded, the rest after the last stage); ``end_to_end_s`` then includes the
     report's tail, and ``report_s`` is its cost to the run: the tail, the time the stages waited
     for the report, and half the drawing process's CPU time spent while the workers were busy

@@ -496,7 +496,7 @@ def _cluster_size_figures(data: Mapping) -> list[ReportFigure] | str:
         ax.bar(np.arange(k), sizes, color=_BLUE, width=0.8)
     else:  # one filled outline instead of thousands of rectangles
         ax.stairs(np.nan_to_num(sizes), np.arange(k + 1) - 0.5, fill=True, color=_BLUE)
-    ax.axhline(n / k, color=_RED, ls="--", lw=1, label=f"even split (N/K = {n / k:,.0f})")
+    ax.axhline(n / k, color=_RED, ls="--", lw=1)
     # Named at its right end, outside the bars: a legend placed "best" searched every bar for
     # room (a third of this figure's drawing time) and could still sit on one.
     ax.annotate(f"even split\nN/K = {n / k:,.0f}", xy=(1.0, n / k), xycoords=("axes fraction", "data"),

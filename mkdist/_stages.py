@@ -33,7 +33,7 @@ from ._config import RunConfig
 from ._drift import check_thresholds, drift_statistics
 from ._io import check_labels_out, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
 from ._kmeans import assign_with_distance
-from ._methods import AUTO_METHOD, DEFAULT_METHOD, get_method
+from ._methods import AUTO_METHOD, get_method
 from ._sampling import gather_rows
 from ._state import dataset_to_state, state_to_dataset, to_jsonable
 from .errors import DamagedStoreError, InputValidationError
