@@ -2,37 +2,21 @@
 
 Each run measures how far the batch drifted from the data the model was fitted on and says
 so in its artifact; with ``fail_on_drift`` a drifted batch fails the flow run, so a
-deployment can trigger a refit.
+deployment can trigger a refit.  Thin: the run driver's ``drive_assign`` with each step as a
+Prefect task.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
-from prefect.cache_policies import NO_CACHE
 
 from mkdist.errors import DriftDetectedError
-from mkdist.pipeline import assign, assignment_summary, write_report
+from mkdist.pipeline import as_input, dask_client, drive_assign
 
-from ._runtime import dask_client, retry_transient
-
-_TASK = dict(cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=[5, 30],
-             retry_condition_fn=retry_transient)
-
-
-@task(name="assign-new-points", **_TASK)
-def assign_task(model_store: str, source: Any, output: str, overwrite: bool, progress: bool,
-                labels_out: str | None, id_column: str | None, drift_thresholds: dict | None) -> dict:
-    return assignment_summary(assign(model_store, source, output, overwrite=overwrite, progress=progress,
-                                     labels_out=labels_out, id_column=id_column,
-                                     drift_thresholds=drift_thresholds))
-
-
-@task(name="assignment-report", **_TASK)
-def report_task(output: str) -> str:
-    return write_report(output)
+from .cluster import prefect_step
 
 
 @flow(name="mkdist-assign", log_prints=True)
@@ -47,8 +31,9 @@ def assign_flow(model_store: str, source: Any, output: str, dask_address: str | 
     ----------
     model_store : str
         A finished run store (from ``cluster_flow`` / ``mkdist run``).
-    source : str
-        New points, same views and features as the training input.
+    source : str or dict
+        New points, same views and features as the training input (a table is read with the
+        model's views); or the JSON of a ``mkdist.pipeline.InputSource``.
     output : str
         Store that receives the ``labels`` stage (labels and distances) and the drift record.
     dask_address : str, optional
@@ -56,7 +41,8 @@ def assign_flow(model_store: str, source: Any, output: str, dask_address: str | 
     labels_out : str, optional
         Also write every row's id, cluster and distance as Parquet there.
     id_column : str, optional
-        Column / coordinate of ``source`` holding the row ids (default: the row position).
+        Column / coordinate of ``source`` holding the row ids (default: the model's id column
+        when the batch has it, else the row position).
     drift_thresholds : dict, optional
         Overrides of ``mkdist.pipeline.DEFAULT_DRIFT_THRESHOLDS``.
     fail_on_drift : bool, default=False
@@ -66,14 +52,13 @@ def assign_flow(model_store: str, source: Any, output: str, dask_address: str | 
         Write ``<output>.report.html`` (distance distribution, cluster shift, drift table).
     """
     logger = get_run_logger()
-    with dask_client(dask_address, n_workers, connect_timeout=connect_timeout) as client:
-        logger.info("Dask dashboard: %s", client.dashboard_link)
-        summary = assign_task(model_store, source, output, overwrite, progress, labels_out, id_column,
-                              drift_thresholds)
+    with dask_client(dask_address, n_workers, connect_timeout=connect_timeout):
+        summary = drive_assign(model_store, as_input(source, id_column=id_column), output, overwrite=overwrite,
+                               progress=progress, labels_out=labels_out, drift_thresholds=drift_thresholds,
+                               report=report, step=prefect_step)
     logger.info("assigned %d points to %s", summary["N"], output)
     markdown = summary["markdown"]
-    if report:
-        summary["report"] = report_task(output)
+    if summary.get("report"):
         markdown = f"Report (figures): `{summary['report']}`\n\n" + markdown
     create_markdown_artifact(markdown, key="mkdist-assign-summary", description=f"assign {output}")
     if summary["drifted"]:

@@ -1,9 +1,10 @@
 """``cluster_flow``: a whole clustering run as a Prefect flow over a Dask cluster.
 
-Thin by design: every task calls one ``mkdist.pipeline`` function with the store URL and the
-input source (never arrays); the method's stage plan decides which stage tasks exist; the
-store's stage markers make each task skip work that is already complete, so re-running the
-flow with the same inputs resumes a failed run.
+Thin by design: the run is ``mkdist.pipeline``'s run driver (the same loop as
+``mkdist.cluster`` and ``mkdist run``), and every step of it -- open the store, each stage of
+the method's plan, the metrics, the labels out, the report -- runs as a Prefect task through
+the driver's ``step`` hook.  The store's stage markers make each stage skip work that is
+already complete, so re-running the flow with the same inputs resumes a failed run.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from mkdist.pipeline import (
-    DEFAULT_METHOD, ReportDraft, RunConfig, load_labels, merge_timings, open_run, prepare_resume, run_stage,
-    stage_metrics, stage_plan, summary_markdown, write_labels_out, write_report, writer_lease,
+    DEFAULT_METHOD, STEP_NAMES, InputSource, RunConfig, as_input, dask_client, drive_run, plan_run,
+    summary_markdown,
 )
 
-from ._runtime import dask_client, retry_transient
+from ._runtime import retry_transient
 
 # Resume comes from the store's stage markers, not from Prefect's result cache: the store is
 # the one source of truth a later run (on any machine) can read, so results are not persisted.
@@ -27,41 +28,12 @@ _TASK = dict(cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay
              retry_condition_fn=retry_transient)
 
 #: Prefect task names of the stages (the stages themselves come from the method's plan).
-STAGE_TASK_NAMES = {"landmarks": "sample-landmarks", "model": "fit-model", "embedding": "embed-all-points",
-                    "labels": "label-all-points"}
+STAGE_TASK_NAMES = {k: v for k, v in STEP_NAMES.items() if k in ("landmarks", "model", "embedding", "labels")}
 
 
-@task(name="validate-and-open-store", **_TASK)
-def validate_task(source: Any, store: str, config: dict, overwrite: bool) -> dict:
-    run = open_run(store, source, RunConfig(**config), overwrite=overwrite)
-    resume = prepare_resume(run)
-    return {"status": resume["status"], "plan": list(stage_plan(run)), "dropped": resume["dropped"],
-            "cleaned": resume["cleaned"]}
-
-
-@task(name="stage", **_TASK)
-def stage_task(name: str, store: str, source: Any, progress: bool) -> dict:
-    return run_stage(name, store, source, progress=progress)
-
-
-@task(name="metrics-and-summary", **_TASK)
-def metrics_task(store: str, timings: dict, y_true: Any) -> dict:
-    return stage_metrics(store, timings=timings, y_true=y_true)
-
-
-@task(name="run-report", **_TASK)
-def report_task(store: str, draft: ReportDraft | None = None) -> str:
-    return write_report(store, draft=draft)
-
-
-@task(name="labels-out", **_TASK)
-def labels_out_task(store: str, labels_out: str, source: Any, id_column: str | None, overwrite: bool) -> str:
-    return write_labels_out(store, labels_out, source, id_column=id_column, overwrite=overwrite)
-
-
-@task(name="labels-for-scoring", **_TASK)
-def labels_task(source: Any, label_key: str) -> Any:
-    return load_labels(source, label_key)
+def prefect_step(name: str, fn, *args: Any, **kwargs: Any) -> Any:
+    """The run driver's ``step`` hook: each step of the run as a Prefect task named ``name``."""
+    return task(name=name, **_TASK)(fn)(*args, **kwargs)
 
 
 @flow(name="mkdist-cluster", log_prints=True)
@@ -70,15 +42,16 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
                  dask_address: str | None = None, n_workers: int | None = None,
                  overwrite: bool = False, label_key: str | None = None, progress: bool = False,
                  connect_timeout: float | None = None, labels_out: str | None = None,
-                 id_column: str | None = None, report: bool = True,
+                 id_column: str | None = None, report: bool = True, views: dict | None = None,
                  method: str = DEFAULT_METHOD, options: dict | None = None) -> dict:
-    """Cluster every point of ``source`` with multiple kernel clustering; results in ``store``.
+    """Cluster every point of ``source``; results in ``store``.
 
     Parameters
     ----------
-    source : str
-        Input path or URL: Zarr group / xarray dataset with one variable per view, Parquet,
-        or .npy/.npz (see ``mkdist.load_views``).
+    source : str or dict
+        Input path or fsspec URL: Parquet (a file, a directory, a glob), a Zarr group / xarray
+        dataset with one variable per view, or .npy/.npz (see ``mkdist.load_views``); or the
+        JSON of a ``mkdist.pipeline.InputSource``.
     store : str
         Run store (local directory or fsspec URL).  Same input + same parameters: resume.
     n_clusters, kernels, n_landmarks, random_state
@@ -89,15 +62,19 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
     connect_timeout : float, optional
         Seconds to wait for ``dask_address`` (default 10, or ``MKDIST_CONNECT_TIMEOUT``).
     overwrite : bool, default=False
-        Replace a store that holds a different run.
+        Replace what is in the way: a store holding a different run, a labels output of
+        another run.  A store of this same run is resumed.
     label_key : str, optional
-        Variable of ``source`` with ground-truth labels: adds ACC/NMI/ARI/purity to the metrics.
+        Column / variable of ``source`` with ground-truth labels: adds ACC/NMI/ARI/purity to
+        the metrics (never a feature).
     labels_out : str, optional
         Also write every row's id, cluster and distance to its centre as Parquet there.
     id_column : str, optional
         Column / coordinate of ``source`` holding the row ids (default: the row position).
     report : bool, default=True
         Write the run report (``<store>.report.html``) and link it from the summary artifact.
+    views : dict, optional
+        A table's views: view name -> columns or patterns (``{"a": "a*", "b": ["b0", "b1"]}``).
     method : str, default=DEFAULT_METHOD ("mkc")
         A registered method (``mkdist.available_methods()``), or "auto" (chosen from the
         input's shape when the store opens, recorded in it: ``mkdist.choose_method``); its
@@ -114,37 +91,18 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
     logger = get_run_logger()
     config = RunConfig.from_options(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
                                     random_state=random_state, method=method, **(options or {}))
+    source = as_input(source, views=views, id_column=id_column, label_column=label_key)
+    plan = plan_run(source, store, config, labels_out=labels_out, overwrite=overwrite, report=report)
+    if isinstance(source, InputSource) and plan.opened.message():
+        logger.info("%s", plan.opened.message())
     # The lease is held by this (the flow's) process, where every stage task runs.
-    with writer_lease(store, owner="mkdist cluster_flow"), \
-            dask_client(dask_address, n_workers, connect_timeout=connect_timeout) as client:
+    with dask_client(dask_address, n_workers, connect_timeout=connect_timeout) as client:
         logger.info("Dask dashboard: %s", client.dashboard_link)
-        opened = validate_task(source, store, config.to_json(), overwrite)
-        logger.info("store %s: %s; stages %s", store, opened["status"], opened["plan"])
-        if opened["dropped"]:
-            logger.warning("damaged stages are recomputed: %s", opened["dropped"])
-        # The report's figures are drawn while the later stages run (ReportDraft).
-        draft = ReportDraft(store) if report else None
-        try:
-            parts = []
-            for name in opened["plan"]:
-                task_name = STAGE_TASK_NAMES.get(name, name)
-                parts.append(stage_task.with_options(name=task_name)(name, store, source, progress))
-                if draft is not None:
-                    draft.stage_complete(name)
-        except BaseException:
-            if draft is not None:
-                draft.close()
-            raise
-        timings = merge_timings(parts)
-        y_true = labels_task(source, label_key) if label_key else None
-        summary = metrics_task(store, timings, y_true)
-        if labels_out:
-            summary["labels_out"] = labels_out_task(store, labels_out, source, id_column, overwrite)
-    summary["resumed_stages"] = [s for s in opened["plan"] if opened["status"].get(s) == "complete"]
+        result = drive_run(plan, progress=progress, label_key=label_key, step=prefect_step,
+                           owner="mkdist cluster_flow", echo=logger.info)
+    summary = result.metrics
     markdown = summary_markdown(summary, store)
-    if report:
-        with draft:
-            summary["report"] = report_task(store, draft)
+    if summary.get("report"):
         logger.info("run report: %s", summary["report"])
         markdown = f"Run report (figures): `{summary['report']}`\n\n" + markdown
     create_markdown_artifact(markdown, key="mkdist-cluster-summary", description=f"mkdist run {store}")

@@ -1,4 +1,4 @@
-"""The embedded demo: synthetic 2-view data written to Zarr, then the whole cluster flow."""
+"""The embedded demo: synthetic 2-view data written to Zarr, then the whole run on a local cluster."""
 
 from __future__ import annotations
 
@@ -22,9 +22,16 @@ def write_demo_input(path: str | Path, n_samples: int, *, chunk_rows: int = 25_0
     return path
 
 
-def run_demo(workdir: str | Path, *, n_samples: int = 200_000, n_workers: int = 2, progress: bool = True) -> dict:
-    """Generate the data (once), run ``cluster_flow`` from scratch, return its summary."""
-    from mkdist.flows import cluster_flow
+def run_demo(workdir: str | Path, *, n_samples: int = 200_000, n_workers: int = 2, progress: bool = True,
+             echo=None) -> dict:
+    """Generate the data (once), run the whole pipeline from scratch on a LocalCluster (the
+    run driver of ``mkdist run``), return its summary."""
+    import shutil
+
+    from ._config import RunConfig
+    from ._dask_runtime import dask_client
+    from ._io import InputSource
+    from ._run import drive_run, plan_run
 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -32,13 +39,12 @@ def run_demo(workdir: str | Path, *, n_samples: int = 200_000, n_workers: int = 
     if not (source / "zarr.json").exists():
         write_demo_input(source, n_samples)
     store = workdir / "store.zarr"
-    if store.exists():
-        # The demo's own store: start from scratch so every demo runs the whole job.
-        import shutil
-
-        shutil.rmtree(store)
-    summary = cluster_flow(source=str(source), store=str(store), n_clusters=10, n_landmarks=1000,
-                           random_state=0, n_workers=n_workers, overwrite=True, label_key="y",
-                           progress=progress)
+    # The demo's own store: start from scratch so every demo runs the whole job.
+    shutil.rmtree(store, ignore_errors=True)
+    config = RunConfig.from_options(n_clusters=10, n_landmarks=1000, random_state=0)
+    plan = plan_run(InputSource(str(source), label_column="y"), str(store), config, report=True)
+    with dask_client(None, n_workers):
+        result = drive_run(plan, progress=progress, label_key="y", owner="mkdist demo", echo=echo)
+    summary = dict(result.metrics)
     summary["store"] = str(store)
     return summary

@@ -409,6 +409,15 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
     scaling = FeatureScaling.fit(scale, landmark_views)
     lv = scaling.apply(landmark_views, np.float64) if scaling is not None else landmark_views
     lv = {k: np.asarray(v, dtype=np.float64) for k, v in lv.items()}
+    for name in dict.fromkeys(s.view for s in specs):
+        X = lv[name]
+        if X.shape[0] > 1 and np.array_equal(X, np.broadcast_to(X[:1], X.shape)):
+            # Caught here for every kernel kind: a cosine or linear kernel on such a view is 0 or
+            # constant, and the eigensolver then failed with "ARPACK error -9: Starting vector is zero".
+            raise InputValidationError(
+                f"view {name!r} is constant on the landmarks: all {X.shape[0]} landmark rows are the same (a view of "
+                "zeros, or of one repeated row), so no kernel on it carries anything to cluster"
+                + ("; drop the view" if len(lv) > 1 else ": there is nothing to cluster"))
     fitted = fit_kernels(specs, lv, random_state=random_state)
     stack = landmark_kernels(lv, fitted)
     stack, prep = fit_preprocessing(stack, center, normalize)

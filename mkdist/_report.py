@@ -158,7 +158,31 @@ def inspect_markdown(info: dict) -> str:
         for k in ("N", "cluster_sizes", "scores", "timings"):
             if summary.get(k) is not None:
                 lines.append(f"  {k:<14} {json.dumps(summary[k], default=_fmt)}")
+    params = info["attrs"].get("params") or {}
+    if params.get("model_store"):
+        lines.append(f"assignment of new rows with the model in {params['model_store']}")
+    drift = info["attrs"].get("drift")
+    if drift:
+        lines += drift_lines(drift)
     return "\n".join(lines)
+
+
+def drift_lines(drift: dict) -> list[str]:
+    """An assignment's drift, as ``mkdist inspect`` shows it: the verdict, then each signal."""
+    th = drift.get("thresholds") or {}
+    verdict = ("DRIFTED: " + "; ".join(drift.get("reasons") or [])) if drift.get("drifted") else \
+        "no drift beyond the thresholds"
+    lines = [f"drift: {verdict}"]
+    for key, what in (("share_beyond_fit_p99", "share beyond the fit's 99th percentile of distance"),
+                      ("cluster_tv", "cluster proportions, total variation"),
+                      ("cluster_psi", "cluster proportions, PSI")):
+        if key in drift:
+            lines.append(f"  {what:<54} {drift[key]:.4f} (threshold {th.get(key, float('nan')):g})")
+    for view, d in (drift.get("views") or {}).items():
+        lines.append(f"  {'view ' + view + ': mean shift (fitted sd) / scale ratio':<54} "
+                     f"{d['mean_shift_sd']:.3f} / {d['scale_ratio']:.3f} (thresholds {th.get('mean_shift_sd', 0):g} / "
+                     f"{th.get('scale_ratio_max', 0):g})")
+    return lines
 
 
 def assignment_summary(store) -> dict:
@@ -475,7 +499,20 @@ def _reap(proc: Any) -> None:
 
 
 def load_labels(source: Any, key: str) -> np.ndarray:
-    """Ground-truth labels stored beside the views (``y`` in an .npz or a dataset variable)."""
+    """Ground-truth labels stored beside the views (``y`` in an .npz, a dataset variable, a
+    table's column)."""
+    from ._io import InputSource, as_input
+
+    source = as_input(source)
+    if isinstance(source, InputSource) and source.is_table:
+        from ._tables import ParquetTable
+
+        table = ParquetTable.open(source.location, source.storage_options)
+        if key not in table.columns:
+            raise ValueError(f"label column {key!r} is not a column of {source.location}")
+        return np.asarray(table._whole_column(key).to_numpy(zero_copy_only=False))
+    if isinstance(source, InputSource):
+        source = source.location
     if isinstance(source, (str, Path)):
         path = str(source)
         if path.endswith(".npz"):

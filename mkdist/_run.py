@@ -1,39 +1,351 @@
-"""A whole run in one call: :func:`cluster` runs a method's stages in order, then its report.
+"""The one run driver: what ``mkdist.cluster``, ``mkdist run`` and the Prefect flow all run.
 
-It sits above :mod:`mkdist._stages` (the stages) and :mod:`mkdist._report` (the report, which
-reads the stages' stores), so that a run can draw its report as it goes without an import
-cycle; the flows run the same stages and report as Prefect tasks.
+A run is checked first (:func:`plan_run`: parameters, the input's metadata, the store, the
+labels output and the report path -- no data read, nothing written), then driven
+(:func:`drive_run`): the store's writer lease, the input scan and the store opened, damaged
+stages dropped, the method's stages in order with the report drawn as they complete, the
+metrics, the labels out, the report.  Each of these steps goes through a ``step`` callable:
+called directly by ``mkdist.cluster`` and the command line, wrapped as a Prefect task by
+the flow, so the loop exists once.
+
+It sits above :mod:`mkdist._stages` (the stages) and :mod:`mkdist._report` (the report,
+which reads the stages' stores), so that a run can draw its report as it goes without an
+import cycle.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ._config import ClusterResult, RunConfig
-from ._io import check_labels_out, load_ids, load_views
+from ._io import InputSource, OpenedInput, as_input, check_labels_out, load_ids, write_labels_parquet
 from ._methods import DEFAULT_METHOD
-from ._report import ReportDraft, write_report
+from ._progress import stage_line
+from ._rerun import FINISHED, request_key
+from ._report import ReportDraft, assignment_summary, load_labels, write_report
 from ._stages import (
-    load_estimator, merge_timings, open_run, prepare_resume, refuse_overlap, run_stage, stage_metrics, stage_plan,
-    write_labels_out, writer_lease,
+    as_store, assign, check_run, load_estimator, merge_timings, open_run, prepare_resume, refuse_overlap, run_stage,
+    stage_metrics, stage_plan, writer_lease,
 )
 from .errors import InputValidationError
 
-__all__ = ["cluster"]
+__all__ = ["cluster", "plan_run", "drive_run", "drive_assign", "write_labels_out", "RunPlan", "direct_step",
+           "STEP_NAMES"]
+
+#: What each step of a run is called (the Prefect task names of the flow).
+STEP_NAMES = {"open": "validate-and-open-store", "landmarks": "sample-landmarks", "model": "fit-model",
+              "embedding": "embed-all-points", "labels": "label-all-points", "metrics": "metrics-and-summary",
+              "labels_out": "labels-out", "report": "run-report", "y_true": "labels-for-scoring",
+              "assign": "assign-new-points", "assign_report": "assignment-report"}
+
+Step = Callable[..., Any]
 
 
-def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_landmarks: int | None = None,
-            random_state: int | None = None, *, method: str = DEFAULT_METHOD, overwrite: bool = False,
-            progress: bool = False, y_true=None, chunk_rows: int | None = None, labels_out: Any = None,
-            id_column: str | None = None, report: bool | str = False, **params) -> ClusterResult:
+def direct_step(name: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Run one step of a run in this process (what ``mkdist.cluster`` and the CLI do)."""
+    return fn(*args, **kwargs)
+
+
+@dataclasses.dataclass
+class RunPlan:
+    """A run, checked and decided before any work (:func:`plan_run`).
+
+    Attributes
+    ----------
+    source : InputSource or in-memory input
+    store : str or RunStore
+    config : RunConfig
+        Resolved: ``method="auto"`` chosen, a stored seed adopted.
+    views : dict of str to dask.array.Array
+        Lazy; nothing read.
+    opened : OpenedInput or None
+        A location's metadata (tables: the view plan and what was ignored).
+    existing : RunStore or None
+        The store at the location, if there was one.
+    labels_out : str or None
+    labels_action : {"write", "skip", "replace"} or None
+        What the run does with ``labels_out`` (skip: this run already wrote it).
+    complete : bool
+        Every stage of the plan (and the metrics) is stored for this run: nothing to compute.
+    overwrite : bool
+    report : bool or str
+    request : str or None
+        For a location's input: the request this run answers (:func:`mkdist._rerun.request_key`),
+        recorded in the store when the run finishes, so that the same command again is a no-op.
+    """
+
+    source: Any
+    store: Any
+    config: RunConfig
+    views: dict
+    opened: Any
+    existing: Any
+    labels_out: str | None
+    labels_action: str | None
+    complete: bool
+    overwrite: bool
+    report: bool | str
+    id_column: str | None = None
+    request: str | None = None
+
+    def labels_mark(self, run) -> dict[str, Any]:
+        """What a labels output written from ``run`` records about it."""
+        return {"store": str(run.url), "fingerprint": run.fingerprint, "labels": run.stage_token("labels")}
+
+
+def plan_run(source: Any, store: Any, config: RunConfig, *, labels_out: Any = None, overwrite: bool = False,
+             report: bool | str = False, id_column: str | None = None) -> RunPlan:
+    """Every check of a run that reads no data and writes nothing, and what the run will do.
+
+    Parameters against the method's table, the input's metadata (a table's columns, views,
+    nulls and row ids; a Zarr/.npz layout), parameters against the input's shape, the store
+    (a file, another run, another live writer), the labels output (another run's, or already
+    written by this one) and the report path (overlapping the store or the input).
+
+    Raises
+    ------
+    InputValidationError, StoreExistsError, StoreLockedError, SchemaVersionError, DamagedStoreError
+    """
+    config.check_params()
+    refuse_overlap(store, input=source)
+    if labels_out is not None:
+        refuse_overlap(labels_out, store=store, input=source)
+    if not isinstance(report, (bool, str, os.PathLike)):
+        raise InputValidationError(f"`report`={report!r} must be True, False or the report's path.")
+    if not isinstance(report, bool):
+        refuse_overlap(report, store=store, input=source)
+    _refuse_file_store(store)
+    if isinstance(source, OpenedInput):
+        opened, source = source, source.source
+    else:
+        opened = source.open() if isinstance(source, InputSource) else None
+    request = request_key(opened.fingerprint, config.to_json()) if opened is not None else None
+    views, fingerprint, existing = check_run(store, opened if opened is not None else source, config,
+                                            overwrite=overwrite)
+    # check_run refused a store of another run; with a known seed, this is the same run.
+    same_run = (existing is not None and not overwrite and existing.fingerprint == fingerprint
+                and config.random_state is not None)
+    complete = same_run and all(existing.is_complete(s) for s in list(stage_plan(config)) + ["metrics"])
+    action = None
+    if labels_out is not None:
+        mark = None
+        if complete:
+            mark = {"store": str(existing.url), "fingerprint": existing.fingerprint,
+                    "labels": existing.stage_token("labels")}
+        action = check_labels_out(labels_out, overwrite, mark, _storage_options(source))
+    if isinstance(source, InputSource):
+        id_column = source.id_column
+    elif labels_out is not None and id_column is not None:
+        load_ids(source, id_column, views)  # an in-memory input without that coordinate: refused now
+    return RunPlan(source, store, config, views, opened, existing, None if labels_out is None else str(labels_out),
+                   action, complete, overwrite, report, id_column, request)
+
+
+def _storage_options(source: Any) -> dict | None:
+    return source.storage_options if isinstance(source, InputSource) else None
+
+
+def _refuse_file_store(store: Any) -> None:
+    """A store location that is a regular file is refused before anything else reads it."""
+    import fsspec
+
+    raw = os.fspath(store.url if hasattr(store, "url") else store) if isinstance(
+        store, (str, os.PathLike)) or hasattr(store, "url") else None
+    if raw is None:
+        return
+    fs, path = fsspec.core.url_to_fs(raw)
+    if fs.isfile(path):
+        raise InputValidationError(f"the store {raw} is a file; a run store is a directory (give a new path, "
+                                   "e.g. runs/customers.zarr)")
+
+
+@contextlib.contextmanager
+def _remove_if_unused(store: Any):
+    """A run refused or interrupted before it created its store leaves no directory behind
+    (the writer lease creates the location to hold its lease file)."""
+    import fsspec
+
+    raw = store.url if hasattr(store, "url") else os.fspath(store)
+    fs, path = fsspec.core.url_to_fs(raw)
+    existed = fs.exists(path)
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            with contextlib.suppress(OSError):
+                if fs.isdir(path) and not fs.ls(path):
+                    fs.rm(path, recursive=True)
+        raise
+
+
+def drive_run(plan: RunPlan, *, progress: bool = False, y_true: Any = None, label_key: str | None = None,
+              step: Step = direct_step, owner: str = "mkdist", echo: Callable[[str], None] | None = None
+              ) -> ClusterResult:
+    """Drive a checked run to its end: lease, scan and store, stages, metrics, labels out, report.
+
+    Parameters
+    ----------
+    plan : RunPlan
+        From :func:`plan_run`.
+    progress : bool, default=False
+        Progress of the passes over the rows on stderr, labelled by stage.
+    y_true : array-like of shape (N,), optional
+        Ground truth (adds scores to the metrics); or ``label_key``, a column/variable of the
+        source read by its own step.
+    step : callable ``step(name, fn, *args, **kwargs)``
+        How each step runs: :func:`direct_step`, or the flow's Prefect task wrapper.
+    owner : str
+        Who holds the store's lease (shown to a second writer).
+    echo : callable, optional
+        Where the run's one-line notes go (the input's columns, resumed stages).
+
+    Returns
+    -------
+    ClusterResult
+    """
+    config, store = plan.config, plan.store
+    t_all = time.perf_counter()
+    with _remove_if_unused(store), writer_lease(store, owner=owner):
+        run = step(STEP_NAMES["open"], open_run, store, plan.opened if plan.opened is not None else plan.source,
+                   config, overwrite=plan.overwrite, progress=progress)
+        resume = prepare_resume(run)
+        before = resume["status"]
+        stages = list(stage_plan(config))
+        done = [s for s in stages if before.get(s) == "complete"]
+        if len(done) < len(stages) and run.attrs.get(FINISHED):
+            run.update_attrs(**{FINISHED: None})  # no longer finished until this run is
+        if echo is not None and done:
+            echo(f"resuming: {', '.join(done)} already stored" + (
+                f"; damaged, recomputed: {', '.join(resume['dropped'])}" if resume["dropped"] else ""))
+        draft = ReportDraft(run) if plan.report and not plan.complete else None
+        try:
+            parts = []
+            for i, name in enumerate(stages, 1):
+                if progress and name not in done:
+                    stage_line(f"[{i}/{len(stages)}] {name}", final=True)
+                parts.append(step(STEP_NAMES.get(name, name), run_stage, name, run, plan.views, progress=progress))
+                if draft is not None:
+                    draft.stage_complete(name)
+            timings = merge_timings(parts)
+            timings["total_s"] = time.perf_counter() - t_all
+            stored = run.attrs.get("summary") if run.is_complete("metrics") else None
+            if len(done) == len(stages) and stored and (label_key is None or stored.get("scores")) \
+                    and y_true is None:
+                metrics = stored  # nothing was recomputed: the stored summary is this run's
+            else:
+                if y_true is None and label_key is not None:
+                    y_true = step(STEP_NAMES["y_true"], load_labels, plan.source, label_key)
+                metrics = step(STEP_NAMES["metrics"], stage_metrics, run, timings=timings, y_true=y_true)
+            labels_out = None
+            if plan.labels_out is not None:
+                labels_out = step(STEP_NAMES["labels_out"], _write_labels_out, run, plan, progress=progress)
+        except BaseException:
+            if draft is not None:
+                draft.close()
+            raise
+    written, report_timings = None, {}
+    if plan.report:
+        t0 = time.perf_counter()
+        target = None if plan.report is True else os.fspath(plan.report)
+        if draft is not None:
+            with draft:
+                written = step(STEP_NAMES["report"], write_report, run, target, draft=draft)
+            report_timings = {"tail_s": time.perf_counter() - t0, "foreground_s": draft.foreground_s,
+                              "background_cpu_s": draft.background_cpu_s, "timeline": dict(draft.timeline)}
+        else:
+            written = _existing_report(run, target) or step(STEP_NAMES["report"], write_report, run, target)
+    if plan.request is not None:
+        finished = {"request": plan.request, "labels_out": labels_out, "report": written}
+        if run.attrs.get(FINISHED) != finished:
+            run.update_attrs(**{FINISHED: finished})
+    metrics = dict(metrics)
+    metrics["resumed_stages"] = done
+    metrics["computed_stages"] = [s for s in stages if s not in done]
+    if labels_out is not None:
+        metrics["labels_out"] = labels_out
+    if written is not None:
+        metrics["report"] = written
+    return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=load_estimator(run), store=run,
+                         timings=timings, skipped=done, metrics=metrics, report=written,
+                         report_timings=report_timings)
+
+
+def _existing_report(run, target: str | None) -> str | None:
+    """The report a finished run already wrote (a no-op re-run does not draw it again)."""
+    import fsspec
+
+    path = target or f"{str(run.url).rstrip('/')}.report.html"
+    fs, p = fsspec.core.url_to_fs(path)
+    return path if fs.exists(p) and fs.info(p).get("mtime", 0) else None
+
+
+def _write_labels_out(run, plan: RunPlan, *, progress: bool = False) -> str:
+    """The run's labels as Parquet keyed by the input's ids (``plan.labels_out``), written from
+    the stored labels (no recompute); skipped when this run already wrote them."""
+    return write_labels_out(run, plan.labels_out, plan.source, id_column=plan.id_column, overwrite=plan.overwrite,
+                            views=plan.views, progress=progress)
+
+
+def write_labels_out(store: Any, labels_out: Any, source: Any, *, id_column: str | None = None,
+                     overwrite: bool = False, views: dict | None = None, progress: bool = False) -> str:
+    """A finished run's labels as Parquet keyed by its input's ids: id, cluster, distance per row.
+
+    Written from the stored labels (no recompute).  An output this run already wrote is left
+    as it is; one of another run (or any other file) is replaced only with ``overwrite``.
+
+    Parameters
+    ----------
+    store : RunStore or str
+    labels_out : str or Path
+    source : path/URL, InputSource or xarray.Dataset
+        The run's input (where the ids are read).
+    id_column : str, optional
+        Default: the source's (an InputSource's), else the row position.
+    views : dict of str to dask.array.Array, optional
+        The loaded views (their row chunks); read from ``source`` when not given.
+
+    Returns
+    -------
+    str
+    """
+    from ._io import load_views
+    from ._stages import persist_progress
+
+    run = as_store(store, mode="r")
+    source = as_input(source, id_column=id_column)
+    refuse_overlap(labels_out, store=run, input=source.location if isinstance(source, InputSource) else source)
+    id_column = source.id_column if isinstance(source, InputSource) else id_column
+    mark = {"store": str(run.url), "fingerprint": run.fingerprint, "labels": run.stage_token("labels")}
+    options = _storage_options(source)
+    if check_labels_out(labels_out, overwrite, mark, options) == "skip":
+        return str(labels_out)
+    views = views if views is not None else load_views(source)
+    stored = run.read_stage("labels")
+    chunks = next(iter(views.values())).chunks[0]
+    labels = stored["labels"].data.rechunk((chunks,))
+    distance = stored["distance"].data.rechunk((chunks,))
+    return write_labels_parquet(labels_out, labels, distance, load_ids(source, id_column, views),
+                                id_name=id_column or "row", overwrite=True, mark=mark, storage_options=options,
+                                compute=persist_progress("labels-out", int(labels.shape[0]), progress))
+
+
+def cluster(source: Any, store: Any, n_clusters: int, kernels: Any = None, n_landmarks: int | None = None,
+            random_state: int | None = None, *, method: str = DEFAULT_METHOD, views: Any = None,
+            id_column: str | None = None, overwrite: bool = False, progress: bool = False, y_true=None,
+            label_column: str | None = None, chunk_rows: int | None = None, labels_out: Any = None,
+            report: bool | str = False, storage_options: dict | None = None, **params) -> ClusterResult:
     """Run the staged pipeline of a method on the active Dask scheduler, persisting every stage.
 
     Parameters
     ----------
-    views : array, list/dict of arrays, xarray.Dataset or path/URL
-        Anything :func:`mkdist.load_views` reads (NumPy, Dask, xarray, Zarr, Parquet, .npy/.npz).
+    source : array, list/dict of arrays, xarray.Dataset, path/URL or InputSource
+        Anything :func:`mkdist.load_views` reads: NumPy, Dask, xarray, Zarr, Parquet (a file,
+        a directory of files, a glob; any fsspec URL), .npy/.npz.
     store : str or Path
         Run store location (local directory or fsspec URL).  Reused for resuming when it
         holds this input and these parameters; otherwise refused unless ``overwrite``.
@@ -47,23 +359,33 @@ def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_land
         kernels are chosen from the input's shape by :func:`mkdist.choose_method`; the choice
         and its reason are stored with the run (``store.params["auto"]``, shown by
         ``mkdist inspect``).
+    views : mapping of str to list of str, optional
+        A table's views: view name -> columns or ``fnmatch`` patterns (``{"a": "a*", "b":
+        ["b0", "b1"]}``); default one view of every numeric column but the id and labels.
+        For Zarr/xarray/.npz inputs, a list of the variables that are views.
+    id_column : str, optional
+        Column / coordinate of a table or dataset holding the row ids: never a feature, and
+        the key of ``labels_out``; default: the row position.
     overwrite : bool, default=False
-        Replace a store that holds a different run.
+        Replace what is in the way: a store holding a different run (recomputed from scratch)
+        and an existing ``labels_out`` of another run.  A store of this same run is resumed.
     progress : bool, default=False
-        Show Dask progress bars for the passes over the data.
+        Progress of the passes over the rows on stderr, labelled by stage, with rows/s.
     y_true : array-like of shape (N,), optional
         Ground truth; adds ACC/NMI/ARI/purity to the stored metrics.
+    label_column : str, optional
+        A column / variable of ``source`` holding the ground truth (never a feature).
     chunk_rows : int, optional
-        Row chunking for NumPy input (see :func:`mkdist.load_views`).
+        Rows per chunk (see :func:`mkdist.load_views`).
     labels_out : str or Path, optional
-        Also write every row's id, cluster and distance to its centre as Parquet.
-    id_column : str, optional
-        Column / coordinate of ``views`` (a file or an xarray Dataset) holding the row ids;
-        default: the row position.
+        Also write every row's id, cluster and distance to its centre as Parquet; written
+        from the stored labels, and skipped when this run already wrote it.
     report : bool or str, default=False
         Also write the run report: True puts it next to the store (``<store>.report.html``),
         a str is its path.  The model's figures are drawn while the rows are embedded
         (:class:`mkdist._report.ReportDraft`), so the report adds little to the run's time.
+    storage_options : dict, optional
+        fsspec options of a remote ``source`` (credentials, endpoint).
     **params
         Parameters of the method's estimator (e.g. ``weights="uniform"`` for ``mkc``),
         ``method_params={...}``, or ``write_kernel_blocks=True``.
@@ -74,53 +396,43 @@ def cluster(views: Any, store: Any, n_clusters: int, kernels: Any = None, n_land
 
     Examples
     --------
-    >>> from distributed import Client, LocalCluster            # doctest: +SKIP
-    >>> client = Client(LocalCluster(n_workers=2))               # doctest: +SKIP
-    >>> result = mkdist.cluster([X1, X2], "runs/demo.zarr", 10)  # doctest: +SKIP
-    >>> result.labels[:10].compute(), result.timings             # doctest: +SKIP
+    >>> from distributed import Client, LocalCluster                       # doctest: +SKIP
+    >>> client = Client(LocalCluster(n_workers=2))                          # doctest: +SKIP
+    >>> result = mkdist.cluster("customers.parquet", "runs/c.zarr", 5, id_column="customer_id",
+    ...                         views={"a": "a*", "b": "b*"}, labels_out="labels.parquet")  # doctest: +SKIP
+    >>> result.labels[:10].compute(), result.timings                        # doctest: +SKIP
     """
     config = RunConfig.from_options(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
                                     random_state=random_state, method=method, **params)
-    refuse_overlap(store, input=views)  # here too: open_run sees the loaded views, not the location
+    source = as_input(source, views=views, id_column=id_column, label_column=label_column, chunk_rows=chunk_rows,
+                      storage_options=storage_options)
+    if not isinstance(source, InputSource) and (chunk_rows is not None or views is not None):
+        from ._io import load_views
+
+        source = load_views(source, views=views, chunk_rows=chunk_rows)
+    plan = plan_run(source, store, config, labels_out=labels_out, overwrite=overwrite, report=report,
+                    id_column=id_column)
+    return drive_run(plan, progress=progress, y_true=y_true, label_key=label_column if y_true is None else None,
+                     owner="mkdist.cluster")
+
+
+def drive_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False, progress: bool = False,
+                 labels_out: Any = None, id_column: str | None = None, drift_thresholds: dict | None = None,
+                 report: bool = True, step: Step = direct_step) -> dict[str, Any]:
+    """Label a new batch with a stored model (:func:`mkdist.assign`), then its report: what
+    ``mkdist assign`` and the assign flow run.
+
+    Returns
+    -------
+    dict
+        :func:`mkdist.pipeline.assignment_summary` of the output, with ``report`` and
+        ``labels_out`` (where they were written).
+    """
+    out = step(STEP_NAMES["assign"], assign, model_store, source, output, overwrite=overwrite, progress=progress,
+               labels_out=labels_out, id_column=id_column, drift_thresholds=drift_thresholds)
+    summary = assignment_summary(out)
     if labels_out is not None:
-        refuse_overlap(labels_out, store=store, input=views)
-        check_labels_out(labels_out, overwrite)
-    if not isinstance(report, (bool, str, os.PathLike)):
-        raise InputValidationError(f"`report`={report!r} must be True, False or the report's path.")
-    if not isinstance(report, bool):  # refused before the run, not after it
-        refuse_overlap(report, store=store, input=views)
-    vs = load_views(views, chunk_rows=chunk_rows)
-    if labels_out is not None:
-        load_ids(views, id_column, vs)  # a missing id column is refused before any work
-    with writer_lease(store, owner="mkdist.cluster"):
-        run = open_run(store, vs, config, overwrite=overwrite)
-        before = prepare_resume(run)["status"]
-        t_all = time.perf_counter()
-        plan = stage_plan(config)
-        draft = ReportDraft(run) if report else None
-        try:
-            parts = []
-            for name in plan:
-                parts.append(run_stage(name, run, vs, progress=progress))
-                if draft is not None:
-                    draft.stage_complete(name)
-            timings = merge_timings(parts)
-            timings["total_s"] = time.perf_counter() - t_all
-            metrics = stage_metrics(run, timings=timings, y_true=y_true)
-        except BaseException:
-            if draft is not None:
-                draft.close()
-            raise
-    if labels_out is not None:
-        write_labels_out(run, labels_out, views, id_column=id_column, overwrite=overwrite, chunk_rows=chunk_rows)
-    written, report_timings = None, {}
-    if draft is not None:
-        t0 = time.perf_counter()
-        with draft:
-            written = write_report(run, None if report is True else os.fspath(report), draft=draft)
-        report_timings = {"tail_s": time.perf_counter() - t0, "foreground_s": draft.foreground_s,
-                          "background_cpu_s": draft.background_cpu_s, "timeline": dict(draft.timeline)}
-    skipped = [s for s in plan if before.get(s) == "complete"]
-    return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=load_estimator(run), store=run,
-                         timings=timings, skipped=skipped, metrics=metrics, report=written,
-                         report_timings=report_timings)
+        summary["labels_out"] = str(labels_out)
+    if report:
+        summary["report"] = step(STEP_NAMES["assign_report"], write_report, out)
+    return summary

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import dataclasses
 import json
 import logging
 import os
@@ -31,17 +32,17 @@ import numpy as np
 from ._blocks import report_passes
 from ._config import RunConfig
 from ._drift import check_thresholds, drift_statistics
-from ._io import check_labels_out, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
+from ._io import InputSource, OpenedInput, check_labels_out, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
 from ._kmeans import assign_with_distance
 from ._methods import AUTO_METHOD, get_method
 from ._sampling import gather_rows
 from ._state import dataset_to_state, state_to_dataset, to_jsonable
-from .errors import DamagedStoreError, InputValidationError
+from .errors import DamagedStoreError, InputValidationError, MkdistError
 from .metrics import clustering_scores
 
 __all__ = [
     "check_run", "check_assign", "open_run", "writer_lease", "prepare_resume", "stage_plan", "run_stage", "merge_timings", "stage_landmarks", "stage_model", "stage_embedding", "stage_labels",
-    "stage_metrics", "load_estimator", "assign", "refuse_overlap", "write_labels_out",
+    "stage_metrics", "load_estimator", "assign", "refuse_overlap", "persist_progress", "input_record", "like_model",
 ]
 
 logger = logging.getLogger("mkdist")
@@ -68,36 +69,40 @@ LEASE_TTL = 60.0
 
 # ----------------------------------------------------------------------------- helpers
 @contextlib.contextmanager
-def _pass_progress(stage: str, enabled: bool):
+def _pass_progress(stage: str, enabled: bool, n_rows: int | None = None):
     """With ``enabled``, one status line on stderr that counts the passes over the rows of an
     iterative fit (power k-means, k-means, Nystrom's reductions: one pass per iteration),
     which a progress bar per pass would turn into dozens of bars."""
     if not enabled:
         yield
         return
+    from ._progress import stage_line
+
     state = {"passes": 0, "seconds": 0.0}
     t0 = time.perf_counter()
+
+    def rate(seconds: float) -> str:
+        return f", {n_rows / seconds:,.0f} rows/s" if n_rows and seconds > 0 else ""
 
     def show(layer: str, seconds: float) -> None:
         state["passes"] += 1
         state["seconds"] += seconds
-        sys.stderr.write(f"\r{stage}: pass {state['passes']} over the rows ({layer}, {seconds:.1f} s)   ")
-        sys.stderr.flush()
+        stage_line(f"{stage}: pass {state['passes']} over the rows ({layer}, {seconds:.1f} s{rate(seconds)})",
+                   final=False)
 
     with report_passes(show):
         yield
     if state["passes"]:
-        sys.stderr.write(f"\r{stage}: {state['passes']} passes over the rows in "
-                         f"{time.perf_counter() - t0:.1f} s{' ' * 30}\n")
-        sys.stderr.flush()
+        stage_line(f"{stage}: {state['passes']} passes over {n_rows or 0:,} rows in "
+                   f"{time.perf_counter() - t0:.1f} s", final=True)
 
 
-def _persist(x, progress: bool = False):
-    """Persist on the active scheduler and wait (with a progress bar if asked)."""
+def _persist(x, progress: bool = False, stage: str = "compute", n_rows: int = 0):
+    """Persist on the active scheduler and wait (with a progress line for ``stage`` if asked)."""
     import dask
 
     try:
-        from distributed import get_client, progress as dprogress, wait
+        from distributed import get_client, wait
 
         client = get_client()
     except (ImportError, ValueError):
@@ -109,7 +114,9 @@ def _persist(x, progress: bool = False):
         futures = futures_of(x)
         try:
             if progress:
-                dprogress(x)
+                from ._progress import track
+
+                track(x, stage, n_rows)
             wait(futures)
             failed = [f for f in futures if f.status == "error"]
             if failed:
@@ -121,11 +128,17 @@ def _persist(x, progress: bool = False):
             raise
         return x
     if progress:
-        from dask.diagnostics import ProgressBar
+        from ._progress import LocalRowsBar
 
-        with ProgressBar():
+        with LocalRowsBar(stage, n_rows):
             return dask.persist(x)[0]
     return dask.persist(x)[0]
+
+
+def persist_progress(stage: str, n_rows: int, progress: bool):
+    """A ``compute(collections)`` for callers that take one: :func:`_persist` with a progress
+    line for ``stage``."""
+    return lambda collections: _persist(collections, progress, stage, n_rows)
 
 
 def as_store(store, mode: str = "r+"):
@@ -241,7 +254,8 @@ def _int32(labels):
 
 
 # ----------------------------------------------------------------------------- opening a run
-def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False):
+def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False,
+              chunk_rows: int | None = None):
     """Every check of a run that reads no data, and writes nothing.
 
     The store must not overlap the input (when the input is a location); every parameter is
@@ -262,10 +276,11 @@ def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool 
     InputValidationError, StoreExistsError, StoreLockedError, SchemaVersionError, DamagedStoreError
     """
     config.check_params()  # first: a bad argument is refused before the input (or xarray) is opened
-    refuse_overlap(store_url, input=views)
+    opened = views if isinstance(views, OpenedInput) else None
+    refuse_overlap(store_url, input=opened.source.location if opened is not None else views)
     from mkdist.storage import RunStore
 
-    views = load_views(views)
+    views = opened.load() if opened is not None else load_views(views, chunk_rows=chunk_rows)
     if config.method == AUTO_METHOD:
         config.resolve(views)
         config.check_params()
@@ -290,7 +305,7 @@ def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool 
     return views, fingerprint, existing
 
 
-def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False):
+def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False, progress: bool = False):
     """Check the run (:func:`check_run`), scan the input, then create or reopen the run store.
 
     The scan is one pass over the data before anything is written: NaN/inf (with view,
@@ -304,7 +319,11 @@ def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool =
     """
     from mkdist.storage import RunStore
 
+    opened = views if isinstance(views, OpenedInput) else None
     views, fingerprint, existing = check_run(store_url, views, config, overwrite=overwrite)
+    described = {} if opened is None else {"feature_names": opened.feature_names,
+                                           "describe_row": opened.describe_row}
+    n_rows = int(next(iter(views.values())).shape[0])
     if config.random_state is None:
         config.random_state = int(np.random.SeedSequence().entropy % (2**31 - 1))
     same_run = existing is not None and not overwrite and existing.fingerprint == fingerprint
@@ -314,17 +333,52 @@ def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool =
         # The landmark rows are read in the scan's pass (each chunk once) when the plan needs them.
         if "landmarks" in stage_plan(config) and not (same_run and existing.is_complete("landmarks")):
             idx = config.make_estimator().sample_landmarks(views, config.random_state)
-            stats, rows = scan_views(views, gather=idx)
+            with _pass_progress("scan input", progress, n_rows):
+                stats, rows = scan_views(views, gather=idx, **described)
             landmarks = (idx, rows)
         else:
-            stats = scan_views(views)
+            with _pass_progress("scan input", progress, n_rows):
+                stats = scan_views(views, **described)
     run = RunStore.create(store_url, fingerprint=fingerprint, params=config.to_json(), overwrite=overwrite)
     if "input_stats" not in run.attrs:
         run.update_attrs(input_stats=stats)
+    if opened is not None and "input" not in run.attrs:
+        # How the input's columns became views: an assignment of a new batch reads it the same way.
+        run.update_attrs(input=input_record(opened))
     _drop_handoffs(run.url)
     if landmarks is not None:
         _HANDOFF[_handoff_key(run, "landmarks")] = landmarks
     return run
+
+
+def input_record(opened: OpenedInput) -> dict[str, Any]:
+    """What a run store keeps of its input: location, kind, views (a table's columns per view),
+    id and label columns."""
+    record = {"location": opened.source.location, "kind": opened.kind, "n_rows": opened.n_rows,
+              "id_column": opened.source.id_column, "label_column": opened.source.label_column}
+    if opened.plan is not None:
+        record["views"] = opened.plan.views
+    return record
+
+
+def like_model(source: Any, model) -> Any:
+    """A new batch read as the model's input was: a table without declared views gets the
+    model's columns per view, and the model's id column when it has that column."""
+    from ._io import InputSource, as_input
+
+    source = as_input(source)
+    record = model.attrs.get("input") or {}
+    if not isinstance(source, InputSource) or not record.get("views") or not source.is_table:
+        return source
+    changes = {}
+    if source.views is None:
+        changes["views"] = record["views"]
+    if source.id_column is None and record.get("id_column"):
+        from ._tables import ParquetTable
+
+        if record["id_column"] in ParquetTable.open(source.location, source.storage_options).columns:
+            changes["id_column"] = record["id_column"]
+    return dataclasses.replace(source, **changes) if changes else source
 
 
 def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
@@ -348,7 +402,9 @@ def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
         raise InputValidationError(f"the run in {src.url} is not finished (its labels stage is not complete): "
                                    "finish it first (re-run it to resume).")
     est = load_estimator(src)
-    views = load_views(source, chunk_rows=chunk_rows)
+    source = like_model(source, src)
+    opened = source.open() if isinstance(source, InputSource) else None
+    views = opened.load() if opened is not None else load_views(source, chunk_rows=chunk_rows)
     est.predict(views)  # lazy: checks the views against the model, computes nothing
     fingerprint = views_fingerprint(views)
     try:
@@ -363,7 +419,7 @@ def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
         out.check_no_other_writer("an assignment")
         if not overwrite:
             out.check_same_run(fingerprint, _assign_params(src))
-    return est, views, fingerprint
+    return est, views, fingerprint, opened
 
 
 def _assign_params(src) -> dict[str, Any]:
@@ -414,8 +470,9 @@ def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
         rows = {n: np.asarray(ds[f"X__{n}"].values) for n in ds.attrs["view_names"]}
         est.fit_landmarks(rows, np.asarray(ds["landmark_index"].values), config.random_state)
     else:
-        with _pass_progress("model", progress):
-            est.fit(load_views(views))
+        views = load_views(views)
+        with _pass_progress("model", progress, int(next(iter(views.values())).shape[0])):
+            est.fit(views)
     ds = state_to_dataset(est.model_state(), config.method)
     # What reports show of the model, kept with it: a report drawn while the run goes on reads
     # this instead of rebuilding the estimator (mkdist._report.ReportDraft).
@@ -482,7 +539,8 @@ def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, f
         # Uncompressed: zstd saves 8% on these floats and cost 2-3x the read time of each of
         # the k-means passes (measured on W1, 50,000 x 20 float32 chunks: 9-11 ms vs 3-4 ms).
         ds["embedding"].encoding["compressors"] = None
-        store.write_stage_lazy("embedding", ds).commit(lambda delayed: _persist(delayed, progress))
+        n_rows = int(next(iter(views.values())).shape[0])
+        store.write_stage_lazy("embedding", ds).commit(lambda delayed: _persist(delayed, progress, "embedding", n_rows))
         t_embed = time.perf_counter() - t0
     if config.write_kernel_blocks and not store.is_complete("kernel_blocks"):
         t0 = time.perf_counter()
@@ -547,7 +605,7 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
         # Streamed from the store by every pass (k-means sample, Lloyd passes, labels), not
         # persisted: worker memory stays independent of N (see stage_embedding).
         H = store.read_stage("embedding")["embedding"].data
-        with _pass_progress("k-means", progress):
+        with _pass_progress("k-means", progress, int(H.shape[0])):
             km = est.fit_centroids(H, config.random_state)  # None: the method keeps its landmark centroids
         labels, distance = assign_with_distance(H, est.cluster_centers_)
         shown = None
@@ -564,10 +622,12 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
         # uncompressed): gathered in the labels' pass, every embedding chunk read from the
         # store had a second consumer and stayed in memory until the gather ran.
         sample = np.asarray(H[idx].compute())
-        labels, distance = _persist((_int32(labels), distance.astype(np.float32)), progress)
+        labels, distance = _persist((_int32(labels), distance.astype(np.float32)), progress, "labels",
+                                    int(labels.shape[0]))
     else:
         # One persist: the report sample shares the pass (and the input reads) with the labels.
-        labels, distance, sample = _persist((_int32(labels), distance.astype(np.float32), shown[idx]), progress)
+        labels, distance, sample = _persist((_int32(labels), distance.astype(np.float32), shown[idx]), progress,
+                                            "labels", int(labels.shape[0]))
     # The sizes too: the labels are in memory now, and the metrics and the report need them.
     sample, sample_distance, sample_labels, sizes = dask.compute(
         sample, distance[idx], labels[idx], da.bincount(labels, minlength=int(config.n_clusters)))
@@ -588,15 +648,20 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
     import dask.array as da
     import xarray as xr
 
+    import dask
+
     store = as_store(store)
     config = _config(store)
     labels = store.read_stage("labels")
     lab = labels["labels"].data
-    # Stored by the labels stage; a store written before it kept them: a distributed bincount.
-    # The labels reach the client only to score them.
-    sizes = (labels["cluster_sizes"].values if "cluster_sizes" in labels
-             else da.bincount(lab, minlength=config.n_clusters).compute())
-    scores = clustering_scores(np.asarray(y_true), np.asarray(lab.compute())) if y_true is not None else None
+    # Read here, not through the cluster: the sizes are a few numbers, and the labels reach
+    # the client anyway to be scored (through a fresh cluster's workers the two reads took 9 s
+    # of a 200k-row re-run on a busy 2-core machine).
+    with dask.config.set(scheduler="threads"):
+        # Stored by the labels stage; a store written before it kept them: a bincount.
+        sizes = (labels["cluster_sizes"].values if "cluster_sizes" in labels
+                 else da.bincount(lab, minlength=config.n_clusters).compute())
+        scores = clustering_scores(np.asarray(y_true), np.asarray(lab.compute())) if y_true is not None else None
     kmeans = ({"inertia": labels.attrs["inertia"], "n_iter": labels.attrs["kmeans_n_iter"]}
               if "inertia" in labels.attrs else None)
     summary = {
@@ -676,22 +741,30 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
     from mkdist.storage import RunStore
 
     thresholds = check_thresholds(drift_thresholds)
-    est, vs, fingerprint = check_assign(model_store, source, output, overwrite=overwrite, chunk_rows=chunk_rows)
+    est, vs, fingerprint, opened = check_assign(model_store, source, output, overwrite=overwrite,
+                                                chunk_rows=chunk_rows)
+    source = opened.source if opened is not None else source
+    id_column = id_column or (source.id_column if opened is not None else None)
     src = as_store(model_store, mode="r")
-    ids = None
     if labels_out is not None:
         refuse_overlap(labels_out, model_store=model_store, input=source, output=output)
-        check_labels_out(labels_out, overwrite)
-        ids = load_ids(source, id_column, vs)
+        check_labels_out(labels_out, overwrite, _assignment_mark(output, fingerprint),
+                         storage_options=getattr(source, "storage_options", None))
+        if opened is None:
+            load_ids(source, id_column, vs)  # a missing id is refused before any work
     fit_labels = src.read_stage("labels")
     fit_p99 = float(fit_labels.attrs["distance_p99"])
     fitted_sizes = json.loads(src.read_stage("metrics").attrs["summary"])["cluster_sizes"]
+    described = {} if opened is None else {"feature_names": opened.feature_names, "describe_row": opened.describe_row}
     with writer_lease(output, owner="mkdist.assign"):
         out = RunStore.create(output, fingerprint=fingerprint, params=_assign_params(src), overwrite=overwrite)
         if prepare_resume(out, ["labels"])["status"].get("labels") != "complete":
-            batch_stats = scan_views(vs)  # refuses NaN / overflow / constant views before any write
+            n_rows = int(next(iter(vs.values())).shape[0])
+            with _pass_progress("scan input", progress, n_rows):
+                batch_stats = scan_views(vs, **described)  # refuses NaN / overflow / constant views before any write
             labels, distance = est.assign_with_distance(vs)
-            labels, distance = _persist((_int32(labels), distance.astype(np.float32)), progress)
+            labels, distance = _persist((_int32(labels), distance.astype(np.float32)), progress, "assign",
+                                        int(labels.shape[0]))
             sizes, beyond = dask.compute(da.bincount(labels, minlength=int(est.n_clusters)),
                                          (distance > fit_p99).mean())
             drift = drift_statistics(fit_stats=src.attrs.get("input_stats") or {}, batch_stats=batch_stats,
@@ -704,20 +777,24 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
             out.update_attrs(drift=drift, input_stats=batch_stats)
         if labels_out is not None:
             stored = out.read_stage("labels")
-            write_labels_parquet(labels_out, stored["labels"].data, stored["distance"].data, ids,
-                                 id_name=id_column or "row", overwrite=overwrite)
+            chunks = next(iter(vs.values())).chunks[0]
+            mark = {"store": str(out.url), "fingerprint": out.fingerprint, "labels": out.stage_token("labels")}
+            write_labels_parquet(labels_out, stored["labels"].data.rechunk((chunks,)),
+                                 stored["distance"].data.rechunk((chunks,)), load_ids(source, id_column, vs),
+                                 id_name=id_column or "row", overwrite=overwrite, mark=mark,
+                                 storage_options=getattr(source, "storage_options", None),
+                                 compute=persist_progress("labels-out", int(stored["labels"].shape[0]), progress))
     return out
 
 
-def write_labels_out(store, labels_out: Any, source: Any, *, id_column: str | None = None,
-                     overwrite: bool = False, chunk_rows: int | None = None) -> str:
-    """A finished run's labels as Parquet next to its data: id, cluster, distance per row."""
-    store = as_store(store, mode="r")
-    refuse_overlap(labels_out, store=store, input=source)
-    check_labels_out(labels_out, overwrite)
-    views = load_views(source, chunk_rows=chunk_rows)
-    stored = store.read_stage("labels")
-    labels = stored["labels"].data.rechunk((next(iter(views.values())).chunks[0],))
-    distance = stored["distance"].data.rechunk(labels.chunks)
-    return write_labels_parquet(labels_out, labels, distance, load_ids(source, id_column, views),
-                                id_name=id_column or "row", overwrite=overwrite)
+def _assignment_mark(output: Any, fingerprint: str) -> dict[str, Any] | None:
+    """The labels-output mark of ``output`` when it already holds this batch's labels, else None."""
+    from mkdist.storage import RunStore
+
+    try:
+        out = RunStore.open(output, mode="r")
+    except (FileNotFoundError, MkdistError):
+        return None
+    if out.fingerprint != fingerprint or not out.is_complete("labels"):
+        return None
+    return {"store": str(out.url), "fingerprint": out.fingerprint, "labels": out.stage_token("labels")}

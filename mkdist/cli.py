@@ -1,10 +1,17 @@
-"""The ``mkdist`` command line: run, assign, inspect, methods, demo.
+"""The ``mkdist`` command line: run, assign, inspect, report, methods, demo.
 
 Exit codes: 0 success; 2 bad input (arguments, parameters, data, store state, an
 unreachable scheduler), refused with one line on stderr -- everything that can be checked
-without the data is checked before Prefect or Dask start; 3 ``assign --fail-on-drift`` and
-the batch drifted (its labels are stored); 1 any other failure (one line; ``--debug`` prints
-the traceback).
+without computing is checked before Dask (or Prefect) starts; 3 ``assign --fail-on-drift``
+and the batch drifted (its labels are stored, its result printed); 130 interrupted (Ctrl-C:
+the store is left resumable); 1 any other failure (one line; ``--debug`` prints the
+traceback).
+
+A run needs no Prefect server: without one configured (``PREFECT_API_URL`` or the active
+Prefect profile), ``mkdist run`` and ``mkdist assign`` drive the run in this process -- the
+same driver the Prefect flows wrap -- and with one configured they run as flows, tracked by
+it.  ``--prefect`` asks for a flow anyway (a temporary server is started for it, in its own
+process group so that a Ctrl-C stops the run, not the server).
 """
 
 from __future__ import annotations
@@ -12,8 +19,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -22,15 +31,16 @@ from urllib.parse import urlparse
 
 import click
 
-EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DRIFT = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 #: Seconds to wait for an existing Dask scheduler (``--connect-timeout``, MKDIST_CONNECT_TIMEOUT).
 DEFAULT_CONNECT_TIMEOUT = 10.0
-#: Run options the cluster flow takes as its own arguments (the rest are estimator parameters).
-FLOW_KEYS = ("n_clusters", "kernels", "n_landmarks", "random_state", "method", "label_key", "labels_out",
-             "id_column")
-#: Options that are the CLI's, not the run's.
-CLI_KEYS = ("dask_address", "n_workers", "label_key", "labels_out", "id_column")
+#: Seconds an interrupted command may spend stopping its cluster before it is cut short.
+INTERRUPT_GRACE_S = 4.0
+#: Options that are the CLI's and the flow's, not the estimator's.
+RUN_KEYS = ("n_clusters", "kernels", "n_landmarks", "random_state", "method", "label_key", "labels_out",
+            "id_column", "views", "dask_address", "n_workers")
+INTERRUPTED = "mkdist: interrupted; re-run the same command to resume."
 
 
 class BadInput(click.ClickException):
@@ -43,13 +53,19 @@ def _environment(quiet: bool, debug: bool) -> None:
     # Prefect reads its settings at import: set them before the flows are imported.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
-    # With no server configured, Prefect starts a temporary one in this process and gives it
-    # 20 s by default; on this 2-core machine under load it took longer (the demo failed with
-    # "Timed out while attempting to connect to ephemeral Prefect API server").
+    # With no server configured, Prefect starts a temporary one and gives it 20 s by default;
+    # on this 2-core machine under load it took longer.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     if quiet and not debug:
         os.environ["PREFECT_LOGGING_LEVEL"] = "CRITICAL"
         os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
+    if not debug:
+        # distributed logs ~30 lines per LocalCluster (workers starting, and at close "Worker
+        # process still alive after 4.0 seconds, killing"); the command prints what a person
+        # needs itself, and a failure reaches it as an exception.  Read by Dask's config when
+        # distributed is first imported, and inherited by the worker processes.
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
+        logging.getLogger("mkdist").setLevel(logging.ERROR if quiet else logging.WARNING)
 
 
 class _OneLineForKnownErrors(logging.Filter):
@@ -74,6 +90,58 @@ def _quiet_prefect_tracebacks() -> None:
         handler.addFilter(_OneLineForKnownErrors())
 
 
+def _descendants() -> list[int]:
+    """Process ids of this process's descendants (Linux /proc; elsewhere none are found)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _stop_now() -> None:
+    """End this command at once: its child processes (cluster workers, the report drawer, a
+    temporary Prefect server) first, then itself, with the interrupted exit code."""
+    for pid in _descendants():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    sys.stderr.write(f"\n{INTERRUPTED}\n")
+    sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED)
+
+
+def _on_interrupt(signum, frame) -> None:
+    """Ctrl-C: the first raises KeyboardInterrupt, so the run stops in order (its lease
+    released, its cluster closed) within INTERRUPT_GRACE_S, or is cut short then; a second
+    Ctrl-C cuts it short at once.  The store is resumable either way: stages are committed
+    atomically."""
+    if getattr(_on_interrupt, "seen", False):
+        _stop_now()
+    _on_interrupt.seen = True
+    timer = threading.Timer(INTERRUPT_GRACE_S, _stop_now)
+    timer.daemon = True
+    timer.start()
+    raise KeyboardInterrupt
+
+
+def _handle_interrupts() -> None:
+    if threading.current_thread() is threading.main_thread():
+        _on_interrupt.seen = False
+        signal.signal(signal.SIGINT, _on_interrupt)
+
+
 def _guard(fn, debug: bool) -> Any:
     """Call fn; map failures to the documented exit codes with a one-line message."""
     from mkdist.errors import DriftDetectedError, MkdistError
@@ -90,8 +158,8 @@ def _guard(fn, debug: bool) -> Any:
         click.echo(f"mkdist: bad input: {message}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
-        click.echo("mkdist: interrupted; re-run the same command to resume.", err=True)
-        sys.exit(EXIT_FAILURE)
+        click.echo(f"\n{INTERRUPTED}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
         if debug:
             traceback.print_exc()
@@ -139,25 +207,88 @@ def _check_scheduler(address: str | None, timeout: float) -> None:
                        "--dask-address, or start the scheduler") from None
 
 
-def _prepare_run(source: str, store: str, merged: dict[str, Any], overwrite: bool):
-    """Every check that needs no data pass: options, input metadata, store state, overlaps."""
+def _prefect_api_configured() -> bool:
+    """Whether a Prefect API is configured (environment or the active profile), read without
+    importing Prefect (which takes ~2 s)."""
+    if os.environ.get("PREFECT_API_URL"):
+        return True
+    profiles = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser() / "profiles.toml"
+    if not profiles.is_file():
+        return False
+    import tomllib
+
+    try:
+        data = tomllib.loads(profiles.read_text())
+    except (OSError, ValueError):
+        return False
+    active = os.environ.get("PREFECT_PROFILE") or data.get("active") or "ephemeral"
+    return bool((data.get("profiles") or {}).get(active, {}).get("PREFECT_API_URL"))
+
+
+def _run_options(config_path: str | None, given: dict[str, Any], view_items: tuple[str, ...]) -> dict[str, Any]:
+    """The config file's options overridden by the command line's; ``--view`` replaces the
+    file's ``[views]`` table."""
+    from mkdist._tables import parse_view_option
+
+    merged = {**_load_config(config_path), **{k: v for k, v in given.items() if v is not None}}
+    if view_items:
+        merged["views"] = parse_view_option(view_items)
+    views = merged.get("views")
+    if views is not None and not isinstance(views, dict):
+        raise BadInput(f"views in {config_path} must be a table of view = columns, e.g. [views] a = 'a*'")
+    return merged
+
+
+def _request(source: str, merged: dict[str, Any]):
+    """The run's options and input, checked without the data or the heavy imports: the
+    parameters against the method's table, the input's metadata (a table's columns and
+    views, nulls, row ids).  Returns (config, opened input, request key)."""
     from mkdist._config import RunConfig
+    from mkdist._io import InputSource
+    from mkdist._rerun import request_key
 
     if "n_clusters" not in merged:
         raise BadInput("give --n-clusters (or n_clusters in --config)")
-    options = {k: v for k, v in merged.items() if k not in CLI_KEYS}
-    config = RunConfig.from_options(**options)
+    run_keys = ("n_clusters", "kernels", "n_landmarks", "random_state", "method")
+    config = RunConfig.from_options(**{k: v for k, v in merged.items() if k not in RUN_KEYS or k in run_keys})
     config.check_params()  # before mkdist.pipeline loads scikit-learn, Dask and xarray (2-3 s)
-    from mkdist.pipeline import check_run
+    opened = InputSource(source, views=merged.get("views"), id_column=merged.get("id_column"),
+                         label_column=merged.get("label_key")).open()
+    return config, opened, request_key(opened.fingerprint, config.to_json())
 
-    views, _, _ = check_run(store, source, config, overwrite=overwrite)
-    if merged.get("labels_out"):
-        from mkdist.pipeline import check_labels_out, load_ids, refuse_overlap
 
-        refuse_overlap(merged["labels_out"], store=store, input=source)
-        check_labels_out(merged["labels_out"], overwrite)
-        load_ids(source, merged.get("id_column"), views)
-    return config
+def _nothing_to_do(store: str, key: str, merged: dict[str, Any], overwrite: bool) -> dict | None:
+    """The stored summary when the store holds this finished run and its outputs are there."""
+    from mkdist._rerun import finished_run
+
+    if overwrite:
+        return None
+    summary = finished_run(store, key)
+    if summary is None or (summary.get("report") and not os.path.exists(summary["report"])):
+        return None
+    labels_out = merged.get("labels_out")
+    if labels_out is not None:
+        from mkdist._io import labels_out_owner
+
+        owner = labels_out_owner(labels_out)
+        url = store.rstrip("/") if "://" in store else os.path.abspath(store)
+        if not owner or summary.get("labels_out") != labels_out or owner.get("store") != url:
+            return None
+    else:
+        summary.pop("labels_out", None)
+    return summary
+
+
+def _plan(config, opened, store: str, merged: dict[str, Any], overwrite: bool):
+    """Every check of a run that needs no data pass, and what it will do (no cluster yet)."""
+    from mkdist.pipeline import plan_run
+
+    return plan_run(opened, store, config, labels_out=merged.get("labels_out"), overwrite=overwrite, report=True)
+
+
+def _note(text: str) -> None:
+    """A line about the run (input, resume) on stderr, beside the progress."""
+    click.echo(text, err=True)
 
 
 class _OneLineErrors(click.Group):
@@ -193,20 +324,33 @@ def _cluster_options(fn):
         click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True),
                      default=lambda: float(os.environ.get("MKDIST_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT)),
                      show_default="10, or MKDIST_CONNECT_TIMEOUT", help="Seconds to wait for --dask-address."),
-        click.option("--overwrite", is_flag=True, help="Replace a store holding a different run."),
+        click.option("--prefect/--no-prefect", "use_prefect", default=None,
+                     help="Run as a Prefect flow (default: when a Prefect API is configured; --prefect without "
+                          "one starts a temporary server)."),
         click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
-        click.option("--quiet", is_flag=True, help="No progress bars, no Prefect logs."),
-        click.option("--debug", is_flag=True, help="Print tracebacks of failures."),
+        click.option("--quiet", is_flag=True, help="Print only the result line (errors still go to stderr)."),
+        click.option("--debug", is_flag=True, help="Print tracebacks of failures, and Dask's and Prefect's logs."),
     ]):
         fn = option(fn)
     return fn
 
 
 @main.command()
-@click.option("--input", "source", required=True, help="Zarr group / xarray dataset, Parquet, or .npy/.npz.")
+@click.option("--input", "source", required=True,
+              help="Parquet (a file, a directory of files, a glob), a Zarr group / xarray dataset, or .npy/.npz; "
+                   "local or an fsspec URL (s3://...).")
 @click.option("--store", required=True, help="Run store: local directory or fsspec URL.")
 @click.option("--n-clusters", type=click.IntRange(min=1), help="Number of clusters K (or in --config).")
-@click.option("--config", "config_path", default=None, help="TOML/JSON/YAML file of run options.")
+@click.option("--view", "view_items", multiple=True, metavar="NAME=COLUMNS",
+              help="A view of a table: its columns or patterns, comma-separated (--view a='a*' --view b=b0,b1,b2); "
+                   "repeat for each view.  Default: one view of every numeric column but the id and labels.")
+@click.option("--id-column", default=None,
+              help="Column / coordinate with the row ids: never a feature; keys --labels-out (default: position).")
+@click.option("--labels-out", default=None, help="Also write id, cluster, distance per row as Parquet here.")
+@click.option("--label-key", default=None, help="Column / variable holding true labels (never a feature): adds "
+                                                "ACC/NMI to the metrics.")
+@click.option("--config", "config_path", default=None,
+              help="TOML/JSON/YAML file of run options (a [views] table, id_column, estimator parameters, ...).")
 @click.option("--n-landmarks", type=click.IntRange(min=1), default=None)
 @click.option("--kernels", default=None, help="Kernel set name (auto, rbf-grid, rbf, mkkm12, ...).")
 @click.option("--method", default=None,
@@ -214,51 +358,142 @@ def _cluster_options(fn):
                    "data's shape, recorded in the store); estimator parameters go in --config (top level "
                    "or under method_params).")
 @click.option("--random-state", type=click.IntRange(min=0), default=None)
-@click.option("--label-key", default=None, help="Variable holding true labels: adds ACC/NMI to the metrics.")
-@click.option("--labels-out", default=None, help="Also write id, cluster, distance per row as Parquet here.")
-@click.option("--id-column", default=None, help="Column / coordinate of INPUT with the row ids (default: position).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace what is in the way: a store holding a different run (recomputed from scratch) and a "
+                   "--labels-out of another run.  A store of this same run is resumed, never recomputed.")
 @_cluster_options
-def run(source, store, n_clusters, config_path, n_landmarks, kernels, method, random_state, label_key, labels_out,
-        id_column, dask_address, n_workers, connect_timeout, overwrite, as_json, quiet, debug):
-    """Cluster INPUT with the cluster flow; results and model go to STORE."""
+def run(source, store, n_clusters, view_items, id_column, labels_out, label_key, config_path, n_landmarks, kernels,
+        method, random_state, overwrite, dask_address, n_workers, connect_timeout, use_prefect, as_json, quiet,
+        debug):
+    """Cluster INPUT; results and model go to STORE.  The same command again resumes it."""
     _environment(quiet, debug)
+    t0 = time.perf_counter()
+    given = dict(n_clusters=n_clusters, n_landmarks=n_landmarks, kernels=kernels, method=method,
+                 random_state=random_state, dask_address=dask_address, n_workers=n_workers, label_key=label_key,
+                 labels_out=labels_out, id_column=id_column)
+
+    def request():
+        merged = _run_options(config_path, given, view_items)
+        return (merged, *_request(source, merged))
+
+    merged, config, opened, key = _guard(request, debug)
+    done = _nothing_to_do(store, key, merged, overwrite)
+    if done is not None:
+        _print_result(done, store, as_json, quiet, time.perf_counter() - t0, nothing_to_do=True)
+        return
+    if not quiet and opened.message():
+        _note(f"input: {opened.message()}")
 
     def prepare():
-        config = _load_config(config_path)
-        given = dict(n_clusters=n_clusters, n_landmarks=n_landmarks, kernels=kernels, method=method,
-                     random_state=random_state, dask_address=dask_address, n_workers=n_workers,
-                     label_key=label_key, labels_out=labels_out, id_column=id_column)
-        merged = {**config, **{k: v for k, v in given.items() if v is not None}}
-        _prepare_run(source, store, merged, overwrite)
         _check_scheduler(merged.get("dask_address"), connect_timeout)
-        return merged
+        return _plan(config, opened, store, merged, overwrite)
 
-    merged = _guard(prepare, debug)
+    plan = _guard(prepare, debug)
+    flow = use_prefect if use_prefect is not None else _prefect_api_configured()
 
     def go():
+        _handle_interrupts()
+        if flow:
+            return _run_flow(plan, merged, store, overwrite, connect_timeout, quiet, debug)
+        import contextlib
+
+        from mkdist.pipeline import dask_client, drive_run
+
+        # A finished run that only lacks its labels output writes it from the store: reads and
+        # writes in this process, no LocalCluster to start (a given scheduler is still used).
+        cluster = contextlib.nullcontext() if plan.complete and not merged.get("dask_address") else \
+            dask_client(merged.get("dask_address"), merged.get("n_workers"), connect_timeout=connect_timeout)
+        with cluster:
+            result = drive_run(plan, progress=not quiet, label_key=merged.get("label_key"), owner="mkdist run",
+                               echo=None if quiet else _note)
+        return result.metrics
+
+    summary = _guard(go, debug)
+    _print_result(summary, store, as_json, quiet, time.perf_counter() - t0)
+
+
+def _run_flow(plan, merged: dict, store: str, overwrite: bool, connect_timeout: float, quiet: bool,
+              debug: bool) -> dict:
+    """The run as the Prefect flow (tracked by the configured server, or a temporary one)."""
+    with _prefect_server():
         from mkdist.flows import cluster_flow
 
         if not debug:
             _quiet_prefect_tracebacks()
-        flow_args = {k: v for k, v in merged.items() if k in FLOW_KEYS}
-        options = {k: v for k, v in merged.items() if k not in FLOW_KEYS + CLI_KEYS}
-        return cluster_flow(source=source, store=store, overwrite=overwrite, progress=not quiet,
-                            dask_address=merged.get("dask_address"), n_workers=merged.get("n_workers"),
-                            connect_timeout=connect_timeout, options=options, **flow_args)
-
-    summary = _guard(go, debug)
-    _print_summary(summary, store, as_json)
-    if not as_json and summary.get("report"):
-        click.echo(f"run report: {summary['report']}")
+        options = {k: v for k, v in merged.items() if k not in RUN_KEYS}
+        return cluster_flow(source=plan.source.to_json(), store=store, n_clusters=plan.config.n_clusters,
+                            kernels=merged.get("kernels"), n_landmarks=merged.get("n_landmarks"),
+                            random_state=merged.get("random_state"), method=merged.get("method") or "mkc",
+                            overwrite=overwrite, progress=not quiet, dask_address=merged.get("dask_address"),
+                            n_workers=merged.get("n_workers"), connect_timeout=connect_timeout,
+                            label_key=merged.get("label_key"), labels_out=merged.get("labels_out"),
+                            options=options)
 
 
-def _print_summary(summary: dict, store: str, as_json: bool) -> None:
+class _prefect_server:
+    """With no Prefect API configured: a temporary server for this command, started in its own
+    process group (a Ctrl-C in the terminal stops the run, not the server the run reports to),
+    and stopped at the end."""
+
+    def __enter__(self):
+        self._server = None
+        if _prefect_api_configured():
+            return self
+        from prefect.server.api.server import SubprocessASGIServer
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        server = SubprocessASGIServer()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if threading.current_thread() is \
+            threading.main_thread() else None
+        try:
+            server.start(timeout=int(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")))
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        self._server = server
+        self._settings = temporary_settings({PREFECT_API_URL: server.api_url})
+        self._settings.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._server is not None:
+            self._settings.__exit__(*exc)
+            self._server.stop()
+
+
+def _print_result(summary: dict, store: str, as_json: bool, quiet: bool, seconds: float,
+                  nothing_to_do: bool = False) -> None:
+    """The run's result: its summary (or JSON), and one line saying what it did and where."""
     if as_json:
         click.echo(json.dumps(summary, default=float, indent=2))
         return
-    from mkdist.pipeline import summary_markdown
+    line = _result_line(summary, store, seconds, nothing_to_do)
+    if not quiet:
+        from mkdist.pipeline import summary_markdown
 
-    click.echo(summary_markdown(summary, store))
+        click.echo(summary_markdown(summary, store))
+    click.echo(line)
+
+
+def _result_line(summary: dict, store: str, seconds: float, nothing_to_do: bool) -> str:
+    resumed = summary.get("resumed_stages") or []
+    if nothing_to_do:
+        what = f"nothing to do: {store} already holds this run"
+    elif resumed and not summary.get("computed_stages"):
+        what = f"{store} already holds this run; wrote what was missing in {seconds:.1f} s"
+    else:
+        what = (f"clustered {int(summary.get('N') or 0):,} rows into {summary.get('n_clusters')} clusters "
+                f"({summary.get('method')}) in {seconds:.1f} s; store {store}")
+        if resumed:
+            what += f" (resumed after {resumed[-1]})"
+    scores = summary.get("scores") or {}
+    if scores.get("acc") is not None:
+        what += f"; ACC {scores['acc']:.4f}"
+    if summary.get("labels_out"):
+        what += f"; labels {summary['labels_out']}"
+    if summary.get("report"):
+        what += f"; report {summary['report']}"
+    return what
 
 
 def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
@@ -276,51 +511,83 @@ def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
 
 @main.command()
 @click.option("--model-store", required=True, help="Store of a finished run.")
-@click.option("--input", "source", required=True, help="New points (same views and features).")
+@click.option("--input", "source", required=True,
+              help="New points: a table (read with the model's views unless --view is given), Zarr or .npy/.npz.")
 @click.option("--output", required=True, help="Store for the labels of the new points.")
 @click.option("--labels-out", default=None, help="Also write id, cluster, distance per row as Parquet here.")
-@click.option("--id-column", default=None, help="Column / coordinate of INPUT with the row ids (default: position).")
+@click.option("--id-column", default=None,
+              help="Column / coordinate of INPUT with the row ids (default: the model's id column when INPUT has it, "
+                   "else the position).")
+@click.option("--view", "view_items", multiple=True, metavar="NAME=COLUMNS",
+              help="A view of a table, as for `mkdist run` (default: the model's views).")
 @click.option("--fail-on-drift", is_flag=True, help="Exit 3 (after storing the labels) when the batch drifted.")
 @click.option("--drift-threshold", "drift_threshold", multiple=True,
               help="NAME=VALUE overriding a drift threshold (share_beyond_fit_p99, cluster_tv, cluster_psi, "
                    "mean_shift_sd, scale_ratio_max).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace what is in the way: an output store of another batch, a --labels-out of another run.")
 @_cluster_options
-def assign(model_store, source, output, labels_out, id_column, fail_on_drift, drift_threshold, dask_address,
-           n_workers, connect_timeout, overwrite, as_json, quiet, debug):
-    """Label new data with a stored model (no refit) and report its drift from the fit."""
+def assign(model_store, source, output, labels_out, id_column, view_items, fail_on_drift, drift_threshold,
+           overwrite, dask_address, n_workers, connect_timeout, use_prefect, as_json, quiet, debug):
+    """Label new data with a stored model (no refit) and report its drift from the fit.
+
+    Always prints the result: points, drift verdict and the report's path (exit 3 with
+    --fail-on-drift when the batch drifted, after printing)."""
     _environment(quiet, debug)
+    t0 = time.perf_counter()
 
     def prepare():
+        from mkdist._io import InputSource
+        from mkdist._tables import parse_view_option
+
         thresholds = _thresholds(drift_threshold)  # before mkdist.pipeline loads (2-3 s)
-        from mkdist.pipeline import check_assign, check_labels_out, load_ids, refuse_overlap
-
-        _, views, _ = check_assign(model_store, source, output, overwrite=overwrite)
-        if labels_out:
-            refuse_overlap(labels_out, model_store=model_store, input=source, output=output)
-            check_labels_out(labels_out, overwrite)
-            load_ids(source, id_column, views)
+        views = parse_view_option(view_items) if view_items else None
+        batch = InputSource(source, views=views, id_column=id_column)
         _check_scheduler(dask_address, connect_timeout)
-        return thresholds
+        from mkdist.pipeline import check_assign
 
-    thresholds = _guard(prepare, debug)
+        check_assign(model_store, batch, output, overwrite=overwrite)
+        return thresholds, batch
+
+    thresholds, batch = _guard(prepare, debug)
+    flow = use_prefect if use_prefect is not None else _prefect_api_configured()
 
     def go():
-        from mkdist.flows import assign_flow
+        _handle_interrupts()
+        options = dict(overwrite=overwrite, progress=not quiet, labels_out=labels_out,
+                       drift_thresholds=thresholds or None)
+        if flow:
+            with _prefect_server():
+                from mkdist.flows import assign_flow
 
-        if not debug:
-            _quiet_prefect_tracebacks()
-        return assign_flow(model_store=model_store, source=source, output=output, dask_address=dask_address,
-                           n_workers=n_workers, connect_timeout=connect_timeout, overwrite=overwrite,
-                           progress=not quiet, labels_out=labels_out, id_column=id_column,
-                           drift_thresholds=thresholds or None, fail_on_drift=fail_on_drift)
+                if not debug:
+                    _quiet_prefect_tracebacks()
+                # fail_on_drift stays here: the result is printed before the exit code says so.
+                return assign_flow(model_store=model_store, source=batch.to_json(), output=output,
+                                   dask_address=dask_address, n_workers=n_workers,
+                                   connect_timeout=connect_timeout, **options)
+        from mkdist.pipeline import dask_client, drive_assign
+
+        with dask_client(dask_address, n_workers, connect_timeout=connect_timeout):
+            return drive_assign(model_store, batch, output, **options)
 
     summary = _guard(go, debug)
+    drifted = bool(summary.get("drifted"))
     if as_json:
-        click.echo(json.dumps({k: v for k, v in summary.items() if k != "markdown"}, indent=2))
+        click.echo(json.dumps({k: v for k, v in summary.items() if k != "markdown"}, indent=2, default=float))
     else:
-        click.echo(summary["markdown"])
+        if not quiet:
+            click.echo(summary["markdown"])
+        verdict = ("DRIFTED: " + "; ".join(summary["drift"]["reasons"])) if drifted else "no drift"
+        line = (f"assigned {summary['N']:,} rows with the model in {model_store} in {time.perf_counter() - t0:.1f} s; "
+                f"{verdict}; output {output}")
+        if summary.get("labels_out"):
+            line += f"; labels {summary['labels_out']}"
         if summary.get("report"):
-            click.echo(f"report: {summary['report']}")
+            line += f"; report {summary['report']}"
+        click.echo(line)
+    if drifted and fail_on_drift:
+        sys.exit(EXIT_DRIFT)
 
 
 @main.command()
@@ -373,21 +640,23 @@ def methods(markdown):
 @click.option("--quiet", is_flag=True)
 @click.option("--debug", is_flag=True, help="Print tracebacks of failures.")
 def demo(workdir, n_samples, n_workers, quiet, debug):
-    """Generate a 2-view data set and run the whole cluster flow on a local Dask cluster."""
+    """Generate a 2-view data set and run the whole pipeline on a local Dask cluster."""
     _environment(quiet, debug)
 
     def go():
+        _handle_interrupts()
         from mkdist._demo import run_demo
 
-        return run_demo(workdir, n_samples=n_samples, n_workers=n_workers, progress=not quiet)
+        return run_demo(workdir, n_samples=n_samples, n_workers=n_workers, progress=not quiet,
+                        echo=None if quiet else _note)
 
     t0 = time.perf_counter()
     summary = _guard(go, debug)
-    _print_summary(summary, summary["store"], False)
-    click.echo(f"demo finished in {time.perf_counter() - t0:.1f} s; store: {summary['store']}")
-    click.echo(f"inspect it with: mkdist inspect {summary['store']}")
-    if summary.get("report"):
-        click.echo(f"run report (open it in a browser): {summary['report']}")
+    _print_result(summary, summary["store"], False, quiet, time.perf_counter() - t0)
+    if not quiet:
+        click.echo(f"inspect it with: mkdist inspect {summary['store']}")
+        if summary.get("report"):
+            click.echo(f"run report (open it in a browser): {summary['report']}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -78,3 +78,61 @@ def make_multiview_blobs(n_samples: int, *, n_clusters: int = 10, view_dims: Seq
         out = dask.compute(views, y)
         return out[0], out[1]
     return views, y
+
+
+def write_customer_table(path, n_rows: int, *, n_clusters: int = 5, view_dims: Sequence[int] = (8, 8),
+                         separation: float = 1.5, n_files: int = 1, row_group_rows: int | None = None,
+                         random_state: int = 0) -> np.ndarray:
+    """A customer table as a data engineer has one: Parquet with a string id, a string and a
+    categorical column, a timestamp, and the numeric columns of two views.
+
+    Columns: ``customer_id`` (string, ``"C0000017"``, rows in shuffled id order),
+    ``segment`` (string), ``region`` (categorical), ``signup`` (timestamp), ``a0`` ..
+    ``a{d0-1}`` and ``b0`` .. ``b{d1-1}`` (float64: the two views of
+    :func:`make_multiview_blobs`), ``true_segment`` (int64, the generating cluster).
+
+    Parameters
+    ----------
+    path : str or Path
+        A ``.parquet`` file (``n_files=1``) or a directory of ``part-*.parquet`` files.
+    n_rows : int
+    n_clusters, view_dims, separation, random_state
+        As :func:`make_multiview_blobs`; the default separation gives clusters k-means on
+        all columns finds almost exactly.
+    n_files : int, default=1
+    row_group_rows : int, optional
+        Rows per Parquet row group (default: pyarrow's, 1 Mi rows).
+
+    Returns
+    -------
+    ndarray of shape (n_rows,)
+        The generating cluster of every row, in table order (also the ``true_segment`` column).
+    """
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    views, y = make_multiview_blobs(n_rows, n_clusters=n_clusters, view_dims=view_dims, separation=separation,
+                                    random_state=random_state, dtype=np.float64, as_dask=False)
+    rng = np.random.default_rng([random_state, 7])
+    order = rng.permutation(n_rows)
+    columns = {"customer_id": pa.array(np.char.add("C", np.char.zfill(order.astype(str), 7)), pa.string()),
+               "segment": pa.array(np.array(["retail", "business", "public"])[rng.integers(0, 3, n_rows)]),
+               "region": pa.array(np.array(["north", "south", "east", "west"])[rng.integers(0, 4, n_rows)]
+                                  ).dictionary_encode(),
+               "signup": pa.array(np.datetime64("2020-01-01") + rng.integers(0, 2000, n_rows).astype("timedelta64[D]"))}
+    for prefix, (name, X) in zip("ab", views.items()):
+        for j in range(X.shape[1]):
+            columns[f"{prefix}{j}"] = pa.array(X[:, j])
+    columns["true_segment"] = pa.array(y.astype(np.int64))
+    table = pa.table(columns)
+    if n_files == 1:
+        pq.write_table(table, os.fspath(path), row_group_size=row_group_rows)
+    else:
+        os.makedirs(path, exist_ok=True)
+        bounds = np.linspace(0, n_rows, n_files + 1).astype(int)
+        for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+            pq.write_table(table.slice(a, b - a), os.path.join(os.fspath(path), f"part-{i:04d}.parquet"),
+                           row_group_size=row_group_rows)
+    return y

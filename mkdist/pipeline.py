@@ -11,34 +11,44 @@ order and :func:`assign` labels new data with a stored model and measures its dr
 """
 
 from ._config import ClusterResult, RunConfig
+from ._dask_runtime import DEFAULT_CONNECT_TIMEOUT, dask_client
 from ._drift import DEFAULT_THRESHOLDS as DEFAULT_DRIFT_THRESHOLDS
-from ._io import check_labels_out, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
+from ._io import (
+    InputSource, as_input, check_labels_out, labels_out_owner, load_ids, load_views, open_input, path_kind, scan_views,
+    views_fingerprint, write_labels_parquet,
+)
 from ._methods import DEFAULT_METHOD, available_methods, get_method, method_table, method_table_markdown
 from ._report import (
     ReportDraft, assignment_summary, inspect_markdown, inspect_store, load_labels, report_data, summary_markdown,
     write_report,
 )
-from ._run import cluster
+from ._run import STEP_NAMES, RunPlan, cluster, direct_step, drive_assign, drive_run, plan_run, write_labels_out
 from ._stages import (
     assign, check_assign, check_run, load_estimator, merge_timings, open_run, prepare_resume,
     refuse_overlap, run_stage, stage_embedding, stage_labels, stage_landmarks, stage_metrics, stage_model,
-    stage_plan, write_labels_out, writer_lease,
+    stage_plan, writer_lease,
 )
+from ._tables import parse_view_option
 from ._worker_env import WORKER_MALLOC_ENVIRON, check_worker_malloc, worker_malloc_settings
 
 __all__ = [
     # runs
     "DEFAULT_METHOD", "RunConfig", "ClusterResult", "cluster", "assign", "load_estimator",
+    # the run driver (mkdist.cluster, the CLI and the flow)
+    "RunPlan", "plan_run", "drive_run", "drive_assign", "direct_step", "STEP_NAMES",
     # the stages, as the flows run them
     "check_run", "check_assign", "open_run", "writer_lease", "prepare_resume", "stage_plan", "run_stage",
     "stage_landmarks", "stage_model", "stage_embedding", "stage_labels", "stage_metrics", "merge_timings",
     "refuse_overlap",
     # input and output
-    "load_views", "scan_views", "views_fingerprint", "load_ids", "check_labels_out", "write_labels_parquet",
+    "InputSource", "as_input", "open_input", "path_kind", "parse_view_option",
+    "load_views", "scan_views", "views_fingerprint", "load_ids", "check_labels_out", "labels_out_owner",
+    "write_labels_parquet",
     "write_labels_out", "load_labels", "DEFAULT_DRIFT_THRESHOLDS",
     # the registry
     "available_methods", "get_method", "method_table", "method_table_markdown",
     # Dask workers mkdist starts or joins
+    "dask_client", "DEFAULT_CONNECT_TIMEOUT",
     "WORKER_MALLOC_ENVIRON", "worker_malloc_settings", "check_worker_malloc",
     # reports
     "summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "report_data", "write_report",

@@ -48,7 +48,7 @@ def test_xarray_zarr_npz_npy_parquet(arrays, tmp_path):
     assert load_views(str(tmp_path / "in.npy"))["view0"].shape == (100, 3)
     df = pd.DataFrame(np.c_[a, b], columns=["a0", "a1", "a2", "b0", "b1"])
     df.to_parquet(tmp_path / "in.parquet")
-    _check(load_views(str(tmp_path / "in.parquet"), columns={"x": ["a0", "a1", "a2"], "z": ["b0", "b1"]}), ["x", "z"], a, b)
+    _check(load_views(str(tmp_path / "in.parquet"), views={"x": ["a0", "a1", "a2"], "z": ["b0", "b1"]}), ["x", "z"], a, b)
 
 
 def test_fingerprint_is_stable_and_content_sensitive(arrays):
@@ -96,5 +96,5 @@ def test_mismatched_chunking_is_refused(arrays):
 
 
 def test_bad_paths(tmp_path):
-    with pytest.raises(InputValidationError, match="cannot read input"):
+    with pytest.raises(InputValidationError, match="not found: .*missing.zarr"):
         load_views(str(tmp_path / "missing.zarr"))

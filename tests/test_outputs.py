@@ -3,6 +3,7 @@ keyed by the input's ids, drift of new batches against the fit."""
 
 from __future__ import annotations
 
+import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
@@ -38,8 +39,8 @@ def test_coordinates_are_never_views(tmp_path):
     got = mkdist.load_views(str(path))
     assert sorted(got) == ["fac", "pix"]
     np.testing.assert_array_equal(got["pix"].compute(), views[0])
-    ids = mkdist.pipeline.load_ids(str(path), "sample", got)
-    np.testing.assert_array_equal(ids.compute(), np.arange(1000, 1060))
+    ids = mkdist.pipeline.load_ids(str(path), "sample", got)  # one lazy block per row chunk
+    np.testing.assert_array_equal(np.concatenate(dask.compute(*ids)), np.arange(1000, 1060))
     with pytest.raises(InputValidationError, match="'shop' is not a column"):
         mkdist.pipeline.load_ids(str(path), "shop", got)
 
@@ -68,9 +69,23 @@ def test_labels_out_round_trips_with_the_input_ids(fitted_run):
         np.testing.assert_array_equal(frame["sample"], np.arange(5000, 5900))
         np.testing.assert_array_equal(frame["cluster"], labels)
         assert (frame["distance"] >= 0).all()
-    with pytest.raises(StoreExistsError, match="exists; pass overwrite"):
-        mkdist.pipeline.write_labels_out(fitted_run["store"], out, str(fitted_run["src"]), id_column="sample")
+    # Written by this run: asked again, it is left as it is (not refused, not rewritten).
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir())
+    assert mkdist.pipeline.write_labels_out(fitted_run["store"], out, str(fitted_run["src"]),
+                                            id_column="sample") == str(out)
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir()) == before
     assert not list(fitted_run["root"].glob("*.partial-*"))
+
+
+def test_labels_out_of_another_run_or_file_is_refused_unless_overwrite(fitted_run, tmp_path):
+    other = tmp_path / "labels.parquet"
+    pd.DataFrame({"x": [1, 2]}).to_parquet(other)
+    with pytest.raises(StoreExistsError, match="holds a file mkdist did not write; pass --overwrite"):
+        mkdist.pipeline.write_labels_out(fitted_run["store"], other, str(fitted_run["src"]), id_column="sample")
+    assert list(pd.read_parquet(other).columns) == ["x"]
+    mkdist.pipeline.write_labels_out(fitted_run["store"], other, str(fitted_run["src"]), id_column="sample",
+                                     overwrite=True)
+    assert list(pd.read_parquet(other).columns) == ["sample", "cluster", "distance"]
 
 
 def test_labels_out_without_an_id_column_keys_rows_by_position(fitted_run, tmp_path):

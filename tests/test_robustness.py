@@ -319,7 +319,7 @@ def test_damaged_metadata_is_a_clear_error(dask_client, tmp_path):
     (lambda v: [v[0], np.ones_like(v[1])], "view 'view1' is constant"),
     (lambda v: [np.repeat(v[0][:1], len(v[0]), axis=0), np.repeat(v[1][:1], len(v[1]), axis=0)], "is constant"),
     (lambda v: [v[0], np.where(np.arange(len(v[1]))[:, None] == 250, np.nan, v[1])],
-     r"NaN or infinity: view 'view1', chunk 2 \(first bad row 250\)"),
+     r"view 'view1', feature 0 holds NaN or infinity in 1 row, first at row 250"),
 ])
 def test_bad_values_are_refused_before_the_first_stage(dask_client, tmp_path, make_bad, message):
     views, _ = make_blobs_views(n_per_cluster=100, n_clusters=3, seed=2)
