@@ -43,7 +43,7 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
                  overwrite: bool = False, label_key: str | None = None, progress: bool = False,
                  connect_timeout: float | None = None, labels_out: str | None = None,
                  id_column: str | None = None, report: bool = True, views: dict | None = None,
-                 method: str = DEFAULT_METHOD, options: dict | None = None) -> dict:
+                 method: str | None = DEFAULT_METHOD, options: dict | None = None) -> dict:
     """Cluster every point of ``source``; results in ``store``.
 
     Parameters
@@ -76,7 +76,7 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
     views : dict, optional
         A table's views: view name -> columns or patterns (``{"a": "a*", "b": ["b0", "b1"]}``).
     method : str, default=DEFAULT_METHOD ("mkc")
-        A registered method (``mkdist.available_methods()``), or "auto" (chosen from the
+        A registered method (None: the default) (``mkdist.available_methods()``), or "auto" (chosen from the
         input's shape when the store opens, recorded in it: ``mkdist.choose_method``); its
         stage plan decides which stage tasks run.
     options : dict, optional

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import posixpath
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -53,8 +54,6 @@ def _memmap_name(v) -> str | None:
     filename = getattr(v, "filename", None)
     if not isinstance(v, np.memmap) or filename is None:
         return None  # from_array hashes the content
-    import os
-
     from dask.base import tokenize
 
     st = os.stat(filename)
@@ -158,8 +157,6 @@ class InputSource:
     storage_options: dict | None = None
 
     def __post_init__(self):
-        import os
-
         object.__setattr__(self, "location", os.fspath(self.location))
         if isinstance(self.views, Mapping):
             object.__setattr__(self, "views", {str(k): (v if isinstance(v, str) else list(v))
@@ -187,8 +184,6 @@ def as_input(source: Any, *, views: Any = None, id_column: str | None = None, la
              chunk_rows: int | None = None, storage_options: dict | None = None) -> Any:
     """``source`` as an :class:`InputSource` when it is a location (str, PathLike or the JSON
     of one); in-memory inputs (arrays, xarray) are returned as they are."""
-    import os
-
     if isinstance(source, InputSource):
         changes = {k: v for k, v in dict(views=views, id_column=id_column, label_column=label_column,
                                          chunk_rows=chunk_rows, storage_options=storage_options).items()
@@ -773,3 +768,62 @@ def write_labels_parquet(path: Any, labels, distance, ids, *, id_name: str = "id
             fs.rm(tmp, recursive=True)
         raise
     return str(path)
+
+
+# ----------------------------------------------------------------------------- locations
+def _location(url: Any) -> tuple[str, str] | None:
+    """(protocol, normalised path) of a store or input location; None for in-memory objects."""
+    if hasattr(url, "url"):  # a RunStore
+        url = url.url
+    if not isinstance(url, (str, os.PathLike)):
+        return None
+    raw = os.fspath(url)
+    if "://" not in raw or raw.startswith("file://"):
+        return "file", os.path.realpath(os.path.expanduser(raw.removeprefix("file://")))
+    protocol, _, path = raw.partition("://")
+    return protocol, "/" + path.strip("/")
+
+
+def refuse_overlap(target: Any, **inputs: Any) -> None:
+    """Refuse an output location that is, contains or lies inside one of the inputs.
+
+    Writing a store there (or overwriting it) could destroy the input, e.g. ``assign`` onto
+    its own model store.
+
+    Raises
+    ------
+    InputValidationError
+        Naming the output and the input it would overlap.
+    """
+    out = _location(target)
+    if out is None:
+        return
+    for what, given in inputs.items():
+        other = _location(given)
+        if other is None or other[0] != out[0]:
+            continue
+        if out[1] == other[1]:
+            relation = "is"
+        elif out[1].startswith(other[1].rstrip("/") + "/"):
+            relation = "lies inside"
+        elif other[1].startswith(out[1].rstrip("/") + "/"):
+            relation = "contains"
+        else:
+            continue
+        raise InputValidationError(
+            f"the output {target} {relation} the {what.replace('_', ' ')} {given}: writing it could destroy "
+            "that input; choose another output location.")
+
+
+def refuse_file_store(store: Any) -> None:
+    """A store location that is a regular file is refused before anything else reads it."""
+    import fsspec
+
+    raw = store.url if hasattr(store, "url") else store
+    if not isinstance(raw, (str, os.PathLike)):
+        return
+    raw = os.fspath(raw)
+    fs, path = fsspec.core.url_to_fs(raw)
+    if fs.isfile(path):
+        raise InputValidationError(f"the store {raw} is a file; a run store is a directory (give a new path, "
+                                   "e.g. runs/customers.zarr)")

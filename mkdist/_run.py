@@ -23,7 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ._config import ClusterResult, RunConfig
-from ._io import InputSource, OpenedInput, as_input, check_labels_out, load_ids, write_labels_parquet
+from ._io import (
+    InputSource, OpenedInput, as_input, check_labels_out, load_ids, refuse_file_store, write_labels_parquet,
+)
 from ._methods import DEFAULT_METHOD
 from ._progress import stage_line
 from ._rerun import FINISHED, request_key
@@ -119,7 +121,7 @@ def plan_run(source: Any, store: Any, config: RunConfig, *, labels_out: Any = No
         raise InputValidationError(f"`report`={report!r} must be True, False or the report's path.")
     if not isinstance(report, bool):
         refuse_overlap(report, store=store, input=source)
-    _refuse_file_store(store)
+    refuse_file_store(store)
     if isinstance(source, OpenedInput):
         opened, source = source, source.source
     else:
@@ -148,20 +150,6 @@ def plan_run(source: Any, store: Any, config: RunConfig, *, labels_out: Any = No
 
 def _storage_options(source: Any) -> dict | None:
     return source.storage_options if isinstance(source, InputSource) else None
-
-
-def _refuse_file_store(store: Any) -> None:
-    """A store location that is a regular file is refused before anything else reads it."""
-    import fsspec
-
-    raw = os.fspath(store.url if hasattr(store, "url") else store) if isinstance(
-        store, (str, os.PathLike)) or hasattr(store, "url") else None
-    if raw is None:
-        return
-    fs, path = fsspec.core.url_to_fs(raw)
-    if fs.isfile(path):
-        raise InputValidationError(f"the store {raw} is a file; a run store is a directory (give a new path, "
-                                   "e.g. runs/customers.zarr)")
 
 
 @contextlib.contextmanager

@@ -32,7 +32,7 @@ import numpy as np
 from ._blocks import report_passes
 from ._config import RunConfig
 from ._drift import check_thresholds, drift_statistics
-from ._io import InputSource, OpenedInput, check_labels_out, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
+from ._io import InputSource, OpenedInput, check_labels_out, refuse_overlap, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
 from ._kmeans import assign_with_distance
 from ._methods import AUTO_METHOD, get_method
 from ._sampling import gather_rows
@@ -202,50 +202,6 @@ def stage_plan(store_or_config: Any) -> tuple[str, ...]:
     stage is written with the embedding)."""
     config = store_or_config if isinstance(store_or_config, RunConfig) else _config(as_store(store_or_config, "r"))
     return tuple(config.estimator_class.stage_plan)
-
-
-def _location(url: Any) -> tuple[str, str] | None:
-    """(protocol, normalised path) of a store or input location; None for in-memory objects."""
-    if hasattr(url, "url"):  # a RunStore
-        url = url.url
-    if not isinstance(url, (str, os.PathLike)):
-        return None
-    raw = os.fspath(url)
-    if "://" not in raw or raw.startswith("file://"):
-        return "file", os.path.realpath(os.path.expanduser(raw.removeprefix("file://")))
-    protocol, _, path = raw.partition("://")
-    return protocol, "/" + path.strip("/")
-
-
-def refuse_overlap(target: Any, **inputs: Any) -> None:
-    """Refuse an output location that is, contains or lies inside one of the inputs.
-
-    Writing a store there (or overwriting it) could destroy the input, e.g. ``assign`` onto
-    its own model store.
-
-    Raises
-    ------
-    InputValidationError
-        Naming the output and the input it would overlap.
-    """
-    out = _location(target)
-    if out is None:
-        return
-    for what, given in inputs.items():
-        other = _location(given)
-        if other is None or other[0] != out[0]:
-            continue
-        if out[1] == other[1]:
-            relation = "is"
-        elif out[1].startswith(other[1].rstrip("/") + "/"):
-            relation = "lies inside"
-        elif other[1].startswith(out[1].rstrip("/") + "/"):
-            relation = "contains"
-        else:
-            continue
-        raise InputValidationError(
-            f"the output {target} {relation} the {what.replace('_', ' ')} {given}: writing it could destroy "
-            "that input; choose another output location.")
 
 
 def _int32(labels):

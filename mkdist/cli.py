@@ -239,13 +239,19 @@ def _run_options(config_path: str | None, given: dict[str, Any], view_items: tup
     return merged
 
 
-def _request(source: str, merged: dict[str, Any]):
-    """The run's options and input, checked without the data or the heavy imports: the
-    parameters against the method's table, the input's metadata (a table's columns and
-    views, nulls, row ids).  Returns (config, opened input, request key)."""
+def _request(source: str, store: str, merged: dict[str, Any]):
+    """The run's options, input and outputs, checked without the data or the heavy imports:
+    the parameters against the method's table, the input's metadata (a table's columns and
+    views, nulls, row ids), the store path's kind, outputs overlapping inputs.  Returns
+    (config, opened input, request key)."""
     from mkdist._config import RunConfig
-    from mkdist._io import InputSource
+    from mkdist._io import InputSource, refuse_file_store, refuse_overlap
     from mkdist._rerun import request_key
+
+    refuse_overlap(store, input=source)
+    if merged.get("labels_out"):
+        refuse_overlap(merged["labels_out"], store=store, input=source)
+    refuse_file_store(store)
 
     if "n_clusters" not in merged:
         raise BadInput("give --n-clusters (or n_clusters in --config)")
@@ -374,7 +380,7 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
 
     def request():
         merged = _run_options(config_path, given, view_items)
-        return (merged, *_request(source, merged))
+        return (merged, *_request(source, store, merged))
 
     merged, config, opened, key = _guard(request, debug)
     done = _nothing_to_do(store, key, merged, overwrite)
@@ -423,7 +429,7 @@ def _run_flow(plan, merged: dict, store: str, overwrite: bool, connect_timeout: 
         options = {k: v for k, v in merged.items() if k not in RUN_KEYS}
         return cluster_flow(source=plan.source.to_json(), store=store, n_clusters=plan.config.n_clusters,
                             kernels=merged.get("kernels"), n_landmarks=merged.get("n_landmarks"),
-                            random_state=merged.get("random_state"), method=merged.get("method") or "mkc",
+                            random_state=merged.get("random_state"), method=merged.get("method"),
                             overwrite=overwrite, progress=not quiet, dask_address=merged.get("dask_address"),
                             n_workers=merged.get("n_workers"), connect_timeout=connect_timeout,
                             label_key=merged.get("label_key"), labels_out=merged.get("labels_out"),
