@@ -124,8 +124,9 @@ class RunStore:
         <url>/zarr.json                  root group; attrs: schema_version, mkdist_version,
                                          created, fingerprint, params, layout
                                          (+ update_attrs keys)
-        <url>/.mkdist-lease.json         the writer lease while a run holds it: host, pid,
-                                         owner, command, token, started, heartbeat, ttl_s
+        <url>/.mkdist-lease.json         the writer lease while a run holds it: host, host_id,
+                                         pid, pid_start, owner, command, token, started,
+                                         heartbeat, ttl_s
 
     On local disk (``layout="directories"``) a stage is committed by an atomic rename::
 
@@ -358,7 +359,9 @@ class RunStore:
         ttl : float, default=60.0
             Seconds without a heartbeat after which the lease is stale: a killed run's
             lease expires after ``ttl`` and the next run takes it over (with a warning in
-            the ``mkdist.storage`` log).
+            the ``mkdist.storage`` log).  A run on the killed run's own host does not wait:
+            it takes the lease over at once, its holder's pid being gone (or reused by a
+            process started later).
         heartbeat : float, optional
             Seconds between heartbeats (a background thread); default ``ttl / 4``.
 
@@ -378,7 +381,9 @@ class RunStore:
         The lease object is ``<url>/.mkdist-lease.json``.  On local disk it is created with
         a hard link (``O_EXCL`` where links are unsupported), which one creator wins; on other
         fsspec stores with a conditional put where the backend has one, then read back to
-        check the token.  Each heartbeat checks the token too: a holder whose lease was
+        check the token.  The lease records the holder's host identity (host name, kernel
+        boot id, PID namespace) and its process's start time, so that a process sharing
+        them can tell a dead holder from a live one.  Each heartbeat checks the token too: a holder whose lease was
         taken over (it stalled for longer than ``ttl``) logs an error and its writes are
         refused from then on.  Staleness compares the holder's clock with the reader's:
         hosts sharing a store need synchronised clocks (well within ``ttl``).
@@ -418,7 +423,7 @@ class RunStore:
             info = read_lease(self._fs, self._lease_path)
         except ValueError:
             return None
-        return None if info is None or info.stale() else info
+        return info if info is not None and info.live() else None
 
     # ------------------------------------------------------------------- stages
     def stage_status(self, verify: Verify = "quick") -> dict[str, StageState]:

@@ -40,6 +40,7 @@ from mkdist.errors import (
     StoreNotFoundError,
 )
 from mkdist.storage import SCHEMA_VERSION, STANDARD_STAGES, RunStore
+from mkdist.storage._lease import host_id, process_start
 
 FP = "sha256:" + "0" * 64
 PARAMS = {"n_clusters": 3, "kernels": [{"view": 0, "kind": "rbf"}], "tol": 1e-4, "seed": None}
@@ -576,17 +577,20 @@ class TestLocalStore(StoreSuite):
         assert RunStore.open(tmp_path).fingerprint == FP
 
     def test_lease_of_a_live_then_killed_process(self, store, url, caplog):
+        # A run killed with SIGKILL (a crash, the OOM killer) on this host: the next run takes
+        # its lease over at once, not after the TTL (60 s here, as in `mkdist run`).
         store.write_stage("labels", _dataset())
         child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
             import time
             from mkdist.storage import RunStore
-            lease = RunStore.open({str(url)!r}, mode="r+").lease("child run", ttl=2, heartbeat=0.2)
+            lease = RunStore.open({str(url)!r}, mode="r+").lease("child run", ttl=60)
             print("held", flush=True)
             time.sleep(600)
             """)], stdout=subprocess.PIPE, text=True)
         try:
             assert child.stdout.readline() == "held\n"
-            locked = rf"'child run' on host \S+ \(pid {child.pid}\), running since \S+"
+            locked = (rf"'child run' on host \S+ \(pid {child.pid}\), running since \S+.* was "
+                      rf"refused: .*Wait for that run to finish, or stop it \(process {child.pid}\)")
             for call in (lambda: RunStore.create(url, fingerprint=FP, params=PARAMS,
                                                  overwrite=True),
                          lambda: store.write_stage("labels", _dataset(seed=1), overwrite=True),
@@ -595,15 +599,41 @@ class TestLocalStore(StoreSuite):
                     call()
             child.send_signal(signal.SIGKILL)
             child.wait()
-            # No heartbeat any more: the lease is stale TTL (2 s) after the last one.
-            _wait_for(lambda: store.lease_holder() is None, timeout=10)
+            t0 = time.monotonic()
+            assert store.lease_holder() is None  # its last heartbeat is seconds old, yet it is dead
             with caplog.at_level(logging.WARNING, logger="mkdist.storage"), store.lease():
                 store.write_stage("labels", _dataset(seed=1), overwrite=True)
-            assert "taking over the stale lease of 'child run'" in caplog.text
+            assert time.monotonic() - t0 < 10  # far below the 60 s TTL
+            assert re.search(rf"taking over the lease of 'child run' on host \S+ \(pid {child.pid}"
+                             rf"\), .*: its process \(pid {child.pid}\) is gone on this host",
+                             caplog.text)
             xr.testing.assert_identical(store.read_stage("labels").compute(), _dataset(seed=1))
         finally:
             child.kill()
             child.wait()
+
+    def test_lease_of_a_reused_pid_is_taken_over(self, store, caplog):
+        # The holder's pid now runs another process (this one): its start time differs.
+        self._put_lease(store, age=0, host="here", pid=os.getpid(), host_id=host_id(),
+                        pid_start=str(int(process_start(os.getpid())) + 1))
+        assert store.lease_holder() is None
+        with caplog.at_level(logging.WARNING, logger="mkdist.storage"), store.lease():
+            store.write_stage("labels", _dataset())
+        assert f"its pid {os.getpid()} now belongs to another process" in caplog.text
+
+    def test_lease_of_a_dead_process_on_another_host_waits_for_the_ttl(self, store):
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        # Same pid space for all we know from the host name, but another kernel (boot id):
+        # its pid says nothing here, and only the TTL frees the store.
+        self._put_lease(store, age=5, pid=gone.pid, host_id="elsewhere/other-boot/pid:[1]",
+                        pid_start="1")
+        with pytest.raises(StoreLockedError, match=r"\(pid \d+\).*expires 55 s from now"):
+            store.lease()
+        self._put_lease(store, age=120, pid=gone.pid, host_id="elsewhere/other-boot/pid:[1]",
+                        pid_start="1")
+        with store.lease():
+            pass
 
     def test_write_on_distributed_cluster(self, dask_client, store):
         ds = _dataset(n=40, chunks=10)
