@@ -155,8 +155,10 @@ class RunStore:
     for :data:`GENERATION_GRACE_S` seconds (``MKDIST_GENERATION_GRACE_S``) after their
     replacement, for the readers that still hold them; the next commit of the stage, or
     :meth:`clean_partials`, removes them after that, with the generations no pointer
-    names (unfinished writes).  Other tools read a stage's data with
-    ``xr.open_zarr(url, group=store.stage_group(name))``.
+    names (unfinished writes).  Retirement times are the committing writer's clock and
+    are compared with the cleaning writer's: hosts sharing a store need clocks synchronised
+    well within the grace period (as for the lease's TTL).  Other tools read a stage's data
+    with ``xr.open_zarr(url, group=store.stage_group(name))``.
 
     Schema version 2 committed a stage on local disk by renaming ``<stage>.partial-<uuid>/``
     to ``<stage>/``, which a reader could see half done; such stores are still read (their
