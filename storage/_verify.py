@@ -286,9 +286,13 @@ def _read_chunk(expected: np.ndarray, *, array: Any, shape: tuple[int, ...],
     try:
         block = np.asarray(array[chunk_slices(block_id, shape, chunk_shape)])
     except Exception as e:
-        _refuse_removed(array, where, block_id)
+        failed = e
+    else:
+        failed = None
+    if failed is not None:
+        _refuse_removed(array, where, block_id)  # outside the except: see _refuse_removed
         raise DamagedStageError(f"{where}, chunk {tuple(block_id)}: cannot be read or decoded "
-                                f"({type(e).__name__}: {e}). {fix}") from e
+                                f"({type(failed).__name__}: {failed}). {fix}") from failed
     if chunk_crc(block) != int(expected.reshape(-1)[0]):
         _refuse_removed(array, where, block_id)
         raise DamagedStageError(f"{where}, chunk {tuple(block_id)}: checksum mismatch (the "
@@ -307,10 +311,17 @@ def _refuse_removed(array: Any, where: str, block_id: Sequence[int]) -> None:
     try:
         zarr.open_group(store=array.store, path=group, mode="r", zarr_format=3)
     except FileNotFoundError:
+        gone = True
+    else:
+        gone = False
+    # Raised outside the except clause, so that it carries no __context__: Dask's distributed
+    # workers pickle an error with its context, and zarr's not-found errors do not unpickle
+    # (the client would get a bare Exception instead of StoreNotFoundError).
+    if gone:
         raise StoreNotFoundError(
             f"{where}, chunk {tuple(block_id)}: the version of the stage this read opened was "
             "replaced by a writer and removed after its grace period (MKDIST_GENERATION_GRACE_S)"
-            "; read the stage again, or raise the grace period for readers this slow.") from None
+            "; read the stage again, or raise the grace period for readers this slow.")
 
 
 def verified_dask(array: Any, spec: Mapping[str, Any], dtype: np.dtype, *, where: str,

@@ -836,6 +836,19 @@ class TestLocalStore(StoreSuite):
         with pytest.raises(SchemaVersionError, match="stages committed by directory renames"):
             RunStore.open(url, mode="r+").write_stage("labels", _dataset(), overwrite=True)
 
+    def test_a_removed_version_is_named_on_a_distributed_cluster(self, dask_client, store,
+                                                                 monkeypatch):
+        # The worker process that finds the version gone raises StoreNotFoundError; the
+        # client must get that error, not a bare Exception holding its text.
+        store.write_stage("model", _version(1))
+        opened = store.read_stage("model")
+        store.write_stage("model", _version(2), overwrite=True)
+        assert (opened["b"].values == 1).all()  # read by the workers, within the grace period
+        monkeypatch.setenv("MKDIST_GENERATION_GRACE_S", "0")
+        store.clean_partials()
+        with pytest.raises(StoreNotFoundError, match="replaced by a writer and removed"):
+            opened["b"].values
+
     def test_write_on_distributed_cluster(self, dask_client, store):
         ds = _dataset(n=40, chunks=10)
         store.write_stage("embedding", ds)
