@@ -27,6 +27,13 @@ __all__ = [
 class MkdistError(ValueError):
     """Base class of every error mkdist raises on purpose."""
 
+    def __reduce__(self):
+        # Rebuilt from its arguments (and attributes).  Without this, an error that also
+        # subclasses OSError (StoreNotFoundError, StoreExistsError) inherits OSError.__reduce__,
+        # which tblib (used by Dask's distributed workers to send a task's error) cannot
+        # rebuild: the client would get a bare Exception instead of the error a task raised.
+        return type(self), self.args, self.__dict__ or None
+
 
 class InputValidationError(MkdistError):
     """The input views, kernel specs or parameters are not usable.

@@ -2,8 +2,9 @@
 
 A :class:`RunStore` holds one clustering run in a Zarr v3 group: the run's provenance in
 the root attributes (``schema_version``, ``mkdist_version``, ``created``, ``fingerprint``,
-``params``) and each pipeline stage as an xarray Dataset in its own group, written
-atomically so that readers only ever see complete stages and a crashed run resumes.
+``params``) and each pipeline stage as an xarray Dataset in its own group, a generation
+committed by one atomic put of the stage's pointer, so that readers only ever see complete
+stages (one whole version, even while a writer replaces it) and a crashed run resumes.
 Each stage's completion marker records its arrays' shapes, chunking and per-chunk
 checksums, so a stage damaged later is reported and refused rather than read as data; a
 writer lease keeps a second run from writing the store while one is live.
@@ -14,18 +15,19 @@ RunStore        : create/open a run store; write, read, verify, list and delete 
 PendingStage    : a stage being written lazily (``RunStore.write_stage_lazy``)
 StoreLease      : a run's writer lease on a store (``RunStore.lease``)
 LeaseInfo       : what a lease records (``RunStore.lease_holder``)
-SCHEMA_VERSION  : on-disk layout version this mkdist writes and reads
+SCHEMA_VERSION  : on-disk layout version this mkdist writes (it also reads version 2)
 STANDARD_STAGES : stage names ``RunStore.stage_status`` always reports
+GENERATION_GRACE_S : seconds a replaced stage version stays readable (MKDIST_GENERATION_GRACE_S)
 """
 
 from __future__ import annotations
 
 from ._lease import LeaseInfo, StoreLease
-from ._store import SCHEMA_VERSION, STANDARD_STAGES, PendingStage, RunStore
+from ._store import GENERATION_GRACE_S, SCHEMA_VERSION, STANDARD_STAGES, PendingStage, RunStore
 
 for _obj in (LeaseInfo, PendingStage, RunStore, StoreLease):
     _obj.__module__ = __name__
 del _obj
 
 __all__ = ["RunStore", "PendingStage", "StoreLease", "LeaseInfo", "SCHEMA_VERSION",
-           "STANDARD_STAGES"]
+           "STANDARD_STAGES", "GENERATION_GRACE_S"]

@@ -1,7 +1,14 @@
-"""One writer per run store: a lease object in the store, kept alive by a heartbeat."""
+"""One writer per run store: a lease object in the store, kept alive by a heartbeat.
+
+A holder is presumed dead when its heartbeats stop for the lease's TTL; on its own host (same
+kernel and PID namespace) it is known dead at once when its pid no longer runs, or runs a
+process that started at another time (the pid was reused), and its lease is taken over
+without waiting for the TTL.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -18,7 +25,7 @@ from typing import Any
 from mkdist.errors import StoreLockedError
 
 __all__ = ["LEASE_FILE", "DEFAULT_TTL", "LeaseInfo", "StoreLease", "read_lease", "check_writer",
-           "held_here"]
+           "held_here", "host_id", "process_start"]
 
 logger = logging.getLogger("mkdist.storage")
 
@@ -32,6 +39,39 @@ DEFAULT_TTL = 60.0
 # pipeline's stage functions reopen the store from its URL).
 _HELD: dict[str, str] = {}
 _HELD_LOCK = threading.Lock()
+
+
+@functools.cache
+def host_id() -> str | None:
+    """This host's kernel boot and PID namespace (Linux), or None where they are unknown.
+
+    Two processes with the same ``host_id`` see each other's pids.  The host name alone is
+    not enough: containers sharing a host name (``--network host``) have separate pid
+    spaces, and a pid found absent there would be a live process's.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    return f"{socket.gethostname()}/{boot}/{namespace}"
+
+
+def process_start(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks after boot, from /proc), or None if no
+    such process runs (a zombie, killed but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            stat = f.read()
+    except (OSError, ValueError):
+        return None
+    # Fields after the command, which is in parentheses and may hold spaces: state is the
+    # 3rd field of the line, starttime the 22nd.
+    fields = stat[stat.rfind(")") + 2:].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
 
 
 @dataclass(frozen=True)
@@ -52,6 +92,10 @@ class LeaseInfo:
         Unix time of the last heartbeat (the holder's clock).
     ttl : float
         Seconds without a heartbeat after which the lease is stale.
+    host_id : str or None
+        The holder's :func:`host_id`; None in leases of older mkdist versions.
+    pid_start : str or None
+        The holder's :func:`process_start`, telling its pid from a later process's.
     """
 
     host: str
@@ -61,20 +105,43 @@ class LeaseInfo:
     started: str
     heartbeat: float
     ttl: float
+    host_id: str | None = None
+    pid_start: str | None = None
 
     @classmethod
     def parse(cls, raw: bytes) -> LeaseInfo:
         d = json.loads(raw)
+        optional = {k: str(d[k]) if d.get(k) is not None else None for k in ("host_id", "pid_start")}
         return cls(host=str(d["host"]), pid=int(d["pid"]), owner=str(d["owner"]),
                    token=str(d["token"]), started=str(d["started"]),
-                   heartbeat=float(d["heartbeat_unix"]), ttl=float(d["ttl_s"]))
+                   heartbeat=float(d["heartbeat_unix"]), ttl=float(d["ttl_s"]), **optional)
 
     def age(self) -> float:
         """Seconds since the last heartbeat."""
         return time.time() - self.heartbeat
 
     def stale(self) -> bool:
+        """Whether the TTL passed without a heartbeat."""
         return self.age() > self.ttl
+
+    def holder_gone(self) -> str | None:
+        """Why the holder is known dead, if it ran on this host and is gone; else None.
+
+        Only a holder with this process's :func:`host_id` can be checked: elsewhere a pid
+        means nothing here, and only the TTL tells.
+        """
+        if self.host_id is None or self.pid_start is None or self.host_id != host_id():
+            return None
+        start = process_start(self.pid)
+        if start is None:
+            return f"its process (pid {self.pid}) is gone"
+        if start != self.pid_start:
+            return f"its pid {self.pid} now belongs to another process"
+        return None
+
+    def live(self) -> bool:
+        """Whether the lease still holds: heartbeats within the TTL, from a holder not known dead."""
+        return not self.stale() and self.holder_gone() is None
 
     def describe(self) -> str:
         return (f"{self.owner!r} on host {self.host} (pid {self.pid}), running since "
@@ -115,12 +182,17 @@ def check_writer(fs: Any, path: str, url: str, what: str) -> None:
         info = read_lease(fs, path)
     except ValueError:  # a torn or hand-edited lease protects nothing: writers proceed
         return
-    if info is not None and not info.stale() and not held_here(fs, path, info.token):
+    if info is not None and not held_here(fs, path, info.token) and info.live():
         raise StoreLockedError(_locked_message(url, info, what))
 
 
 def _locked_message(url: str, info: LeaseInfo, what: str) -> str:
     left = max(0.0, info.ttl - info.age())
+    if info.host_id is not None and info.host_id == host_id():
+        # Its process runs on this host (a dead one's lease would have been taken over).
+        return (f"{url} is in use by another live run: {info.describe()}. {what} was refused: "
+                "one store has one writer. Wait for that run to finish, or stop it (process "
+                f"{info.pid}): the lease of a run that died on this host is taken over at once.")
     return (f"{url} is in use by another live run: {info.describe()}. {what} was refused: one "
             "store has one writer. Wait for that run to finish; if it was killed, its lease "
             f"expires {left:.0f} s from now (TTL {info.ttl:.0f} s without heartbeat) and the "
@@ -137,7 +209,8 @@ class StoreLease:
     Take it with :meth:`RunStore.lease` (a context manager).  While held, a background
     thread rewrites the lease object every ``heartbeat`` seconds; another process treats
     the lease as live until ``ttl`` seconds pass without a heartbeat (so the lease of a
-    SIGKILLed run expires), then takes it over.
+    SIGKILLed run expires), then takes it over.  A process on the holder's own host takes
+    it over at once once the holder is dead (:meth:`LeaseInfo.holder_gone`).
 
     Parameters
     ----------
@@ -180,7 +253,8 @@ class StoreLease:
         self.heartbeat_s = float(heartbeat)
         self.info = LeaseInfo(host=socket.gethostname(), pid=os.getpid(),
                               owner=owner or shlex.join(sys.argv) or "python", token=self.token,
-                              started=_now_iso(), heartbeat=time.time(), ttl=float(ttl))
+                              started=_now_iso(), heartbeat=time.time(), ttl=float(ttl),
+                              host_id=host_id(), pid_start=process_start(os.getpid()))
         self.lost: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -206,7 +280,8 @@ class StoreLease:
     def acquire(self) -> StoreLease:
         """Take the lease, or raise StoreLockedError if another live run holds it.
 
-        A stale lease (no heartbeat for its TTL) is taken over, with a warning in the log.
+        A stale lease (no heartbeat for its TTL), or one whose holder died on this host, is
+        taken over, with a warning in the log.
         """
         if self._thread is not None:
             raise RuntimeError(f"{self!r} was already acquired; take a new lease instead.")
@@ -218,10 +293,15 @@ class StoreLease:
                 self._discard(None)
                 current = None
             if current is not None:
-                if not current.stale():
+                gone = None if current.stale() else current.holder_gone()
+                if not current.stale() and gone is None:
                     raise StoreLockedError(_locked_message(self._url, current, "Taking its lease"))
-                logger.warning("%s: taking over the stale lease of %s (TTL %.0f s)", self._url,
-                               current.describe(), current.ttl)
+                if gone is not None:
+                    logger.warning("%s: taking over the lease of %s: %s on this host", self._url,
+                                   current.describe(), gone)
+                else:
+                    logger.warning("%s: taking over the stale lease of %s (TTL %.0f s)",
+                                   self._url, current.describe(), current.ttl)
                 self._discard(current.token)
             if self._create():
                 break
@@ -248,7 +328,8 @@ class StoreLease:
     def _payload(self) -> bytes:
         i = self.info
         return json.dumps({
-            "host": i.host, "pid": i.pid, "owner": i.owner, "command": shlex.join(sys.argv),
+            "host": i.host, "host_id": i.host_id, "pid": i.pid, "pid_start": i.pid_start,
+            "owner": i.owner, "command": shlex.join(sys.argv),
             "token": i.token, "started": i.started,
             "heartbeat": datetime.fromtimestamp(i.heartbeat, timezone.utc).isoformat(),
             "heartbeat_unix": i.heartbeat, "ttl_s": i.ttl, "heartbeat_s": self.heartbeat_s,

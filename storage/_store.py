@@ -1,5 +1,5 @@
-"""Zarr v3 run stores: one clustering run per store, one atomically written, verified group
-per stage."""
+"""Zarr v3 run stores: one clustering run per store; each stage a verified generation, committed
+by one atomic put of its pointer."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import hashlib
 import importlib.metadata
 import json
 import logging
+import math
 import os
 import posixpath
 import re
 import socket
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,32 +41,37 @@ from mkdist.errors import (
 )
 
 from . import _verify
+from ._legacy import LegacyDirectories
 from ._lease import DEFAULT_TTL, LEASE_FILE, LeaseInfo, StoreLease, check_writer, held_here, \
     read_lease
 
 if TYPE_CHECKING:
     from dask.delayed import Delayed
 
-__all__ = ["SCHEMA_VERSION", "STANDARD_STAGES", "RunStore", "PendingStage"]
+__all__ = ["SCHEMA_VERSION", "STANDARD_STAGES", "GENERATION_GRACE_S", "RunStore", "PendingStage"]
 
 logger = logging.getLogger("mkdist.storage")
 
-#: Version of the on-disk layout; stores written with another version are refused.
-SCHEMA_VERSION = 2
+#: Version of the on-disk layout this mkdist writes.  Version 3 commits every stage as a
+#: generation named by a pointer (snapshot reads, issue 23); stores of version 2 are read,
+#: not written; other versions are refused.
+SCHEMA_VERSION = 3
+_READ_ONLY_SCHEMAS = (2,)
+
+#: Seconds a replaced generation of a stage is kept for the readers that opened it before it
+#: was replaced (their lazy arrays still read it); the next commit of the stage or
+#: ``clean_partials`` removes it after that.  ``MKDIST_GENERATION_GRACE_S`` overrides it.
+GENERATION_GRACE_S = 600.0
 
 #: Stages every run may hold; ``stage_status`` always reports these.
 STANDARD_STAGES = ("landmarks", "model", "embedding", "labels", "kernel_blocks", "metrics")
 
 StageState = Literal["complete", "incomplete", "damaged", "missing"]
 Verify = Literal["quick", "full"] | None
-#: How stages are committed: renamed into place (local disk), or as generations named by a
-#: pointer object (elsewhere, where a rename is a copy + delete).
-Layout = Literal["directories", "generations"]
 
-_MARKER = "mkdist_stage"
+_MARKER = _verify.MARKER
 _PROVENANCE = frozenset({"schema_version", "mkdist_version", "created", "fingerprint", "params",
                          "layout"})
-_PARTIAL = re.compile(r"(?P<stage>.+)\.partial-[0-9a-f]{32}")
 _GENERATION = re.compile(r"(?P<stage>.+)\.gen-[0-9a-f]{32}")
 _POINTER = ".gen-current.json"  # <stage>.gen-current.json names the stage's generation
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
@@ -86,6 +93,8 @@ class _Stage:
     group: str | None = None
     marker: dict[str, Any] | None = None
     problems: list[str] = field(default_factory=list)
+    #: Generations the pointer retired, with the Unix time each was replaced.
+    retired: list[tuple[str, float]] = field(default_factory=list)
 
 
 class RunStore:
@@ -94,6 +103,9 @@ class RunStore:
     The root group's attributes record the run's provenance; each pipeline stage is an
     xarray Dataset in its own group, written atomically (see :meth:`write_stage`), so a
     reader only ever sees complete stages and a crashed run resumes from its last one.
+    A reader sees one whole version of a stage, even while a writer replaces it: the
+    version current when it opened the stage, which it keeps reading (lazily) for at least
+    :data:`GENERATION_GRACE_S` seconds after the replacement.
     A stage's completion marker records what it holds (shapes, chunking, one checksum per
     chunk), so a stage damaged after it was written is reported (:meth:`stage_status`,
     :meth:`verify_stage`) and refused (:meth:`read_stage`) instead of read as data.
@@ -119,30 +131,39 @@ class RunStore:
 
     Notes
     -----
-    Layout (``schema_version`` 2)::
+    Layout (``schema_version`` 3), the same on local disk and on object stores::
 
         <url>/zarr.json                  root group; attrs: schema_version, mkdist_version,
-                                         created, fingerprint, params, layout
+                                         created, fingerprint, params, layout="generations"
                                          (+ update_attrs keys)
-        <url>/.mkdist-lease.json         the writer lease while a run holds it: host, pid,
-                                         owner, command, token, started, heartbeat, ttl_s
+        <url>/.mkdist-lease.json         the writer lease while a run holds it: host, host_id,
+                                         pid, pid_start, owner, command, token, started,
+                                         heartbeat, ttl_s
+        <url>/<stage>.gen-<uuid>/        one write of the stage: xarray Dataset (dimension
+                                         names set), attrs incl. the completion marker
+                                         mkdist_stage (below); never changed once marked
+        <url>/<stage>.gen-current.json   the stage's pointer: {"stage", "generation",
+                                         "digest", "committed", "retired": [{"generation",
+                                         "retired", "retired_unix"}]}
 
-    On local disk (``layout="directories"``) a stage is committed by an atomic rename::
+    Each write is a new generation; the stage is committed by one atomic put of its pointer
+    (on local disk a rename of a complete file, elsewhere one object put), so two writers'
+    chunks never mix.  A reader reads the pointer once per open and then only the
+    generation it names, which stays as it was: it reads one whole version, and no
+    per-chunk lookup.  A failed commit leaves the pointer, and so the previous generation,
+    as they were.  The generations a commit replaced are listed under ``retired`` and kept
+    for :data:`GENERATION_GRACE_S` seconds (``MKDIST_GENERATION_GRACE_S``) after their
+    replacement, for the readers that still hold them; the next commit of the stage, or
+    :meth:`clean_partials`, removes them after that, with the generations no pointer
+    names (unfinished writes).  Retirement times are the committing writer's clock and
+    are compared with the cleaning writer's: hosts sharing a store need clocks synchronised
+    well within the grace period (as for the lease's TTL).  Other tools read a stage's data
+    with ``xr.open_zarr(url, group=store.stage_group(name))``.
 
-        <url>/<stage>/                   xarray Dataset (dimension_names set), attrs incl.
-                                         the completion marker mkdist_stage (below)
-        <url>/<stage>.partial-<uuid>/    a write in progress, or left by a crashed writer
-
-    On other fsspec stores (``layout="generations"``), where a rename is a copy + delete
-    that could mix two writers' chunks, each write is a new generation, and a stage is
-    committed by one put of its pointer::
-
-        <url>/<stage>.gen-<uuid>/        one write of the stage: xarray Dataset + marker
-        <url>/<stage>.gen-current.json   {"stage", "generation", "digest", "committed"}:
-                                         names the generation readers open
-
-    A failed commit leaves the pointer, and so the previous generation, as they were;
-    generations no pointer names are left by unfinished writes (see :meth:`clean_partials`).
+    Schema version 2 committed a stage on local disk by renaming ``<stage>.partial-<uuid>/``
+    to ``<stage>/``, which a reader could see half done; such stores are still read (their
+    stages as they stand) but not written: :meth:`create` (except with ``overwrite=True``)
+    and every write refuse them with SchemaVersionError, saying how to re-create the run.
 
     The completion marker, set last::
 
@@ -196,7 +217,7 @@ class RunStore:
         self.url = path if self._local else raw.rstrip("/")
         self._path = path.rstrip("/") or "/"
         self.mode = mode
-        self._layout_of_root: Layout | None = None
+        self._schema_of_root: tuple[int, str | None] | None = None
 
     def __repr__(self) -> str:
         return f"RunStore({self.url!r}, mode={self.mode!r})"
@@ -206,6 +227,9 @@ class RunStore:
     def create(cls, url: str | os.PathLike[str], *, fingerprint: str, params: Mapping[str, Any],
                overwrite: bool = False) -> RunStore:
         """Create the store of a new run, or reopen the same run to resume it.
+
+        A run of store schema version 2 (an older mkdist) is not resumed: it is read-only to
+        this mkdist, and ``overwrite=True`` replaces it.
 
         Parameters
         ----------
@@ -233,7 +257,8 @@ class RunStore:
             ``overwrite=True`` (or the store is new) while another process's live lease
             holds the location.
         SchemaVersionError
-            The location holds a run written by another mkdist schema.
+            The location holds a run written by another mkdist schema (one this mkdist only
+            reads, too: ``overwrite=True`` replaces it).
         DamagedStoreError
             The location's root metadata is unreadable (``overwrite=True`` replaces it).
         TypeError
@@ -259,13 +284,14 @@ class RunStore:
                         "location, or pass overwrite=True to delete its content.")
             else:
                 _check_schema(attrs, store.url)
+                store._check_schema_writable("resuming it")
                 store.check_same_run(fingerprint, params)
                 return store
         store._check_writer("RunStore.create(...)")
         root = {"zarr_format": 3, "node_type": "group", "attributes": {
             "schema_version": SCHEMA_VERSION, "mkdist_version": _mkdist_version(),
             "created": _now(), "fingerprint": fingerprint, "params": params,
-            "layout": "directories" if store._local else "generations"}}
+            "layout": "generations"}}
         # Written directly rather than with zarr.open_group(mode="w-"), which refuses a
         # location holding anything, such as the lease of the run creating the store.
         fs.makedirs(path, exist_ok=True)
@@ -292,7 +318,8 @@ class RunStore:
         StoreNotFoundError
             No mkdist run store exists at ``url``.
         SchemaVersionError
-            The store was written by a newer mkdist.
+            The store was written by a newer mkdist, or by one too old to read.  A store of
+            schema version 2 opens (in either mode) and reads, but refuses every write.
         """
         store = cls(url, mode=mode)
         attrs = store._root_attrs()
@@ -326,7 +353,7 @@ class RunStore:
         another store.  Concurrent updaters may overwrite each other's keys
         (read-modify-write).
         """
-        self._check_writable()
+        self._check_writable("update_attrs()")
         self._check_writer("update_attrs()")
         fixed = sorted(_PROVENANCE.intersection(attrs))
         if fixed:
@@ -358,7 +385,9 @@ class RunStore:
         ttl : float, default=60.0
             Seconds without a heartbeat after which the lease is stale: a killed run's
             lease expires after ``ttl`` and the next run takes it over (with a warning in
-            the ``mkdist.storage`` log).
+            the ``mkdist.storage`` log).  A run on the killed run's own host does not wait:
+            it takes the lease over at once, its holder's pid being gone (or reused by a
+            process started later).
         heartbeat : float, optional
             Seconds between heartbeats (a background thread); default ``ttl / 4``.
 
@@ -378,12 +407,15 @@ class RunStore:
         The lease object is ``<url>/.mkdist-lease.json``.  On local disk it is created with
         a hard link (``O_EXCL`` where links are unsupported), which one creator wins; on other
         fsspec stores with a conditional put where the backend has one, then read back to
-        check the token.  Each heartbeat checks the token too: a holder whose lease was
+        check the token.  The lease records the holder's host identity (host name, kernel
+        boot id, PID namespace) and its process's start time, so that a process sharing
+        them can tell a dead holder from a live one.  Each heartbeat checks the token too: a holder whose lease was
         taken over (it stalled for longer than ``ttl``) logs an error and its writes are
         refused from then on.  Staleness compares the holder's clock with the reader's:
         hosts sharing a store need synchronised clocks (well within ``ttl``).
         """
-        self._check_writable()
+        # Mode only: the lease of a read-only-schema store is what `--overwrite` replaces it under.
+        self._check_writable(None)
         return StoreLease(self._fs, self._path, self.url, local=self._local, owner=owner,
                           ttl=ttl, heartbeat=heartbeat).acquire()
 
@@ -418,7 +450,7 @@ class RunStore:
             info = read_lease(self._fs, self._lease_path)
         except ValueError:
             return None
-        return None if info is None or info.stale() else info
+        return info if info is not None and info.live() else None
 
     # ------------------------------------------------------------------- stages
     def stage_status(self, verify: Verify = "quick") -> dict[str, StageState]:
@@ -462,6 +494,26 @@ class RunStore:
         record = json.dumps({"group": stage.group, "marker": stage.marker}, sort_keys=True, default=str)
         return hashlib.sha256(record.encode()).hexdigest()
 
+    def stage_group(self, name: str) -> str:
+        """The Zarr group holding complete stage ``name`` now, relative to :attr:`url`.
+
+        For reading a stage with other tools: ``xr.open_zarr(store.url,
+        group=store.stage_group("labels"))`` (unverified, and decoded as xarray decodes).
+        It is the stage's current generation, ``<name>.gen-<uuid>``; a writer replacing the
+        stage later leaves it as it is for :data:`GENERATION_GRACE_S` seconds.
+
+        Raises
+        ------
+        StoreNotFoundError, IncompleteStageError, DamagedStageError
+            As :meth:`read_stage`.
+        """
+        stage = self._stage(name, "quick")
+        self._refuse_unfinished(stage)
+        if stage.state == "damaged":
+            raise DamagedStageError(f"stage {name!r} in {self.url} is damaged: "
+                                    f"{'; '.join(stage.problems)}. {_damaged_fix(name)}")
+        return stage.group
+
     def is_complete(self, name: str, *, verify: Verify = "quick") -> bool:
         """Whether stage ``name`` was written completely and is not damaged.
 
@@ -502,6 +554,10 @@ class RunStore:
         checksum is compared when the returned Dask arrays compute it, in the same task
         that reads it: verification costs no extra pass.
 
+        The returned Dataset is a snapshot: it reads the version of the stage that was
+        current when it was opened, even if a writer replaces the stage meanwhile, provided
+        it is computed within :data:`GENERATION_GRACE_S` seconds of that replacement.
+
         Raises
         ------
         StoreNotFoundError
@@ -512,6 +568,9 @@ class RunStore:
             The stage no longer holds what its marker records; the message names the store,
             the stage and the array.  Also raised when computing the returned data finds a
             chunk that cannot be decoded or whose checksum differs (naming the chunk too).
+        StoreNotFoundError
+            Also raised when computing the returned data, if the version it reads was
+            replaced and then removed after its grace period.
         """
         stage = self._stage(name, "quick")
         self._refuse_unfinished(stage)
@@ -550,14 +609,16 @@ class RunStore:
 
         Notes
         -----
-        The data goes to a group of its own, ``<name>.partial-<uuid>`` (local disk) or
-        ``<name>.gen-<uuid>`` (other stores); then the completion marker is set on that
-        group, last; then the group is renamed to ``<name>`` (local disk), or the stage's
-        pointer is set to name it (other stores: one put, so two writers' chunks never mix
-        in one stage).  On any error the group is removed and the error re-raised, and the
-        previous stage, if any, stays as it was.  With a parallel scheduler, tasks already
-        running when another one fails may still write chunks after that cleanup; such
-        leftovers are never read as a stage and are removed by :meth:`clean_partials`.
+        The data goes to a new generation, ``<name>.gen-<uuid>``; then the completion
+        marker is set on it, last; then the stage's pointer is set to name it (one atomic
+        put, so two writers' chunks never mix in one stage, and a reader finds the old
+        version or the new one, whole).  The generation replaced is kept for readers that
+        opened it, for :data:`GENERATION_GRACE_S` seconds; this commit removes the ones
+        retired longer ago.  On any error the new generation is removed and the error
+        re-raised, and the previous stage, if any, stays as it was.  With a parallel
+        scheduler, tasks already running when another one fails may still write chunks
+        after that cleanup; such leftovers are never read as a stage and are removed by
+        :meth:`clean_partials`.
         """
         self.write_stage_lazy(name, dataset, overwrite=overwrite).commit()
 
@@ -578,15 +639,12 @@ class RunStore:
         --------
         write_stage : the eager version, with the same checks and guarantees.
         """
-        self._check_writable()
-        self._check_writer(f"write_stage({_check_name(name)!r})")
-        if self._layout == "directories" and not self._local:
-            raise StoreError(f"{self.url} holds a local-disk run store (stages committed by "
-                             "renames); write it through its local path.")
+        self._check_writable(f"write_stage({_check_name(name)!r})")
+        self._check_writer(f"write_stage({name!r})")
         self._check_target(name, overwrite)  # fail before any computation
+        generation_grace_s()  # a bad MKDIST_GENERATION_GRACE_S too, not once the data is written
         ds = _encoded(_writable(dataset))
-        kind = "partial" if self._layout == "directories" else "gen"
-        partial = f"{name}.{kind}-{uuid.uuid4().hex}"
+        partial = f"{name}.gen-{uuid.uuid4().hex}"
         try:
             # xarray writes the metadata and the numpy-backed variables now; its Delayed for
             # the Dask-backed ones is dropped: they are written below, with their checksums.
@@ -612,20 +670,22 @@ class RunStore:
         return PendingStage(self, name, partial, delayed, overwrite)
 
     def delete_stage(self, name: str, *, missing_ok: bool = False) -> None:
-        """Delete stage ``name`` and its partial groups or generations (do not call while it
-        is written).
+        """Delete stage ``name`` and all its generations (do not call while it is written).
+
+        Unlike a commit, this keeps no generation for the grace period: a reader still
+        computing data it read from the stage fails (StoreNotFoundError).
 
         Raises
         ------
         StoreNotFoundError
             Nothing of that name exists and ``missing_ok=False``.
         """
-        self._check_writable()
-        self._check_writer(f"delete_stage({_check_name(name)!r})")
-        # The pointer (or the stage's group, its marker first) goes first: the stage is gone
-        # at once, and what a crash leaves behind is a leftover for clean_partials.
-        targets = [t for t in (name + _POINTER, name) if self._fs.exists(self._abs(t))]
-        targets += self._partials_of(name)
+        self._check_writable(f"delete_stage({_check_name(name)!r})")
+        self._check_writer(f"delete_stage({name!r})")
+        # The pointer goes first: the stage is gone at once, and what a crash leaves behind
+        # is a leftover for clean_partials.
+        targets = [name + _POINTER] if self._fs.exists(self._abs(name + _POINTER)) else []
+        targets += self._writes_of(name)
         if not targets and not missing_ok:
             raise StoreNotFoundError(f"stage {name!r} does not exist in {self.url}.")
         for target in targets:
@@ -634,10 +694,11 @@ class RunStore:
     def clean_partials(self) -> list[str]:
         """Remove what unfinished writes left: everything outside the committed stages.
 
-        That is ``*.partial-*`` groups, generations no pointer names, and stray arrays,
-        groups or objects outside any stage (data whose marker was lost, chunks of a
-        failed move).  Committed stages, damaged ones included, are kept: see
-        :meth:`delete_stage`.
+        That is generations no pointer names, generations a commit replaced more than
+        :data:`GENERATION_GRACE_S` seconds ago, and stray arrays, groups or objects outside
+        any stage.  Committed stages, damaged ones included, are kept (see
+        :meth:`delete_stage`), and so are replaced generations still within their grace
+        period, which readers may hold.
 
         Refused while another process's live lease holds the store, so its writes in
         progress are never touched.  Within the lease holder, call it when none of its own
@@ -649,7 +710,7 @@ class RunStore:
         list of str
             The removed groups and objects, relative to the store root, sorted.
         """
-        self._check_writable()
+        self._check_writable("clean_partials()")
         self._check_writer("clean_partials()")
         _, leftovers = self._scan()
         for rel in leftovers:
@@ -657,52 +718,72 @@ class RunStore:
         return leftovers
 
     # ---------------------------------------------------------------- internals
+    def _stored_schema(self) -> tuple[int, str | None] | None:
+        """(schema_version, layout) from the root attributes, read once; None if no store."""
+        if self._schema_of_root is None:
+            attrs = self._root_attrs()
+            if attrs is not None and isinstance(attrs.get("schema_version"), int):
+                self._schema_of_root = (attrs["schema_version"], attrs.get("layout"))
+        return self._schema_of_root
+
     @property
-    def _layout(self) -> Layout:
-        """How this store commits stages: as its root records, else as its location suits."""
-        if self._layout_of_root is None:
-            layout = (self._root_attrs() or {}).get("layout")
-            self._layout_of_root = layout if layout in ("directories", "generations") else (
-                "directories" if self._local else "generations")
-        return self._layout_of_root
+    def _legacy(self) -> LegacyDirectories | None:
+        """The reader of a schema-2 local store, whose stages are directories; else None."""
+        if self._stored_schema() == (2, "directories"):
+            return LegacyDirectories(self._fs, self._path)
+        return None
+
+    def _check_schema_writable(self, what: str) -> None:
+        """Refuse ``what`` on a store of a schema this mkdist reads but does not write."""
+        schema = self._stored_schema()
+        if schema is not None and schema[0] in _READ_ONLY_SCHEMAS:
+            layout = ", stages committed by directory renames" if schema[1] == "directories" else ""
+            raise SchemaVersionError(
+                f"{self.url} holds a run of store schema_version={schema[0]} (written by an "
+                f"older mkdist{layout}): mkdist {_mkdist_version()} reads it but does not write "
+                f"it, so {what} was refused. Re-create the run with RunStore.create(..., "
+                "overwrite=True) (`mkdist run --overwrite`), or use another location.")
 
     def _locate(self, name: str) -> _Stage:
-        """Where stage ``name`` stands, from its marker alone (no verification)."""
+        """Where stage ``name`` stands, from its pointer and marker alone (no verification)."""
+        if (legacy := self._legacy) is not None:
+            return _Stage(name, *legacy.locate(name))
         stage = self._locate_group(name)
-        if stage.state == "missing" and (
-                self._partials_of(name)
-                or self._layout == "directories" and self._fs.isdir(self._abs(name))
-                and self._holds_arrays(name)):
+        if stage.state == "missing" and self._writes_of(name):
             stage.state = "incomplete"
         return stage
 
     def _locate_group(self, name: str) -> _Stage:
-        """Stage ``name`` if it was committed (complete, or damaged), else "missing"."""
-        group = name
-        if self._layout == "generations":
+        """Stage ``name`` if its pointer names a generation (complete, or damaged), else
+        "missing".  The pointer is read once: the stage is the generation it names."""
+        try:
+            pointer = self._read_json(name + _POINTER)
+        except ValueError as e:
+            return _Stage(name, "damaged", problems=[
+                f"its pointer {name}{_POINTER} is unreadable ({e})"])
+        if pointer is None:
+            return _Stage(name, "missing")
+        group = pointer.get("generation")
+        if not isinstance(group, str) or _write_of(group) != name:
+            return _Stage(name, "damaged", problems=[
+                f"its pointer {name}{_POINTER} names {group!r}, no generation of it"])
+        retired = []
+        for entry in pointer.get("retired") or []:
             try:
-                pointer = self._read_json(name + _POINTER)
-            except ValueError as e:
-                return _Stage(name, "damaged", problems=[
-                    f"its pointer {name}{_POINTER} is unreadable ({e})"])
-            if pointer is None:
-                return _Stage(name, "missing")
-            group = pointer.get("generation")
-            m = _GENERATION.fullmatch(group) if isinstance(group, str) else None
-            if m is None or m["stage"] != name:
-                return _Stage(name, "damaged", problems=[
-                    f"its pointer {name}{_POINTER} names {group!r}, no generation of it"])
+                gen, when = entry["generation"], float(entry["retired_unix"])
+            except (KeyError, TypeError, ValueError):
+                continue  # a malformed entry protects nothing: that generation is a leftover
+            if isinstance(gen, str) and _write_of(gen) == name and gen != group:
+                retired.append((gen, when))
         try:
             meta = self._meta(group)
         except ValueError as e:
-            return _Stage(name, "damaged", group,
+            return _Stage(name, "damaged", group, retired=retired,
                           problems=[f"its group metadata {group}/zarr.json is unreadable ({e})"])
-        if _is_marked(meta):
-            return _Stage(name, "complete", group, meta["attributes"][_MARKER])
-        if group != name:
-            return _Stage(name, "damaged", group, problems=[
-                f"the generation its pointer names, {group}, is missing or has no marker"])
-        return _Stage(name, "missing")
+        if _verify.is_marked(meta):
+            return _Stage(name, "complete", group, meta["attributes"][_MARKER], retired=retired)
+        return _Stage(name, "damaged", group, retired=retired, problems=[
+            f"the generation its pointer names, {group}, is missing or has no marker"])
 
     def _stage(self, name: str, verify: Verify) -> _Stage:
         return self._check_stage(self._locate(_check_name(name)), verify)
@@ -832,10 +913,13 @@ class RunStore:
             if child.rstrip("/") != self._lease_path:
                 fs.rm(child, recursive=True)
 
-    def _check_writable(self) -> None:
+    def _check_writable(self, what: str | None) -> None:
+        """Refuse a write in mode "r", and ``what`` (unless None) on a read-only schema."""
         if self.mode == "r":
             raise StoreError(f"{self.url} was opened read-only; use RunStore.open(url, mode='r+') "
                              "to write to it.")
+        if what is not None:
+            self._check_schema_writable(what)
 
     def _check_target(self, name: str, overwrite: bool) -> _Stage:
         """Refuse replacing a complete stage (unless overwrite) or a group, or nesting in one.
@@ -857,9 +941,7 @@ class RunStore:
             logger.warning("%s: replacing damaged stage %r (%s)", self.url, name,
                            "; ".join(stage.problems))
             return stage
-        if stage.state != "complete" and (self._fs.isdir(self._abs(name))
-                                          if self._layout == "generations"
-                                          else self._meta(name) is not None):
+        if stage.state != "complete" and self._fs.isdir(self._abs(name)):
             raise StoreExistsError(
                 f"{name!r} in {self.url} is not a stage written by mkdist (a group of stages?); "
                 f"delete it with delete_stage({name!r}) first.")
@@ -896,46 +978,30 @@ class RunStore:
         # Again: another writer may have taken the store, or finished this stage, meanwhile.
         self._check_writer(f"committing stage {name!r}")
         current = self._check_target(name, overwrite)
-        if self._layout == "generations":
-            self._point(name, partial, marker, current)
-        else:
-            self._rename(name, partial)
-
-    def _rename(self, name: str, partial: str) -> None:
-        """Rename the marked group ``partial`` to ``name``, replacing what is there."""
-        old = None
-        if self._fs.exists(self._abs(name)):
-            # Move the old stage aside and delete it only once the new one is in place: a
-            # crash in between leaves two partial groups (the stage reads as incomplete and a
-            # re-run rewrites it), never a half-deleted stage; and data read lazily from the
-            # old stage has already been written into the new one.
-            old = f"{name}.partial-{uuid.uuid4().hex}"
-            os.rename(self._abs(name), self._abs(old))
-        try:
-            # Atomic, and refuses to merge into a non-empty directory another writer created.
-            os.rename(self._abs(partial), self._abs(name))
-        except BaseException:
-            if old is not None:
-                os.rename(self._abs(old), self._abs(name))
-            raise
-        if old is not None:
-            self._remove(old)
+        self._point(name, partial, marker, current)
 
     def _point(self, name: str, generation: str, marker: Mapping[str, Any],
                current: _Stage) -> None:
-        """Make the marked ``generation`` stage ``name`` with one put of its pointer, then
-        delete the generation it replaces."""
+        """Make the marked ``generation`` stage ``name`` with one put of its pointer; retire
+        the generation it replaces, and remove those retired longer than the grace period."""
+        now, grace = time.time(), generation_grace_s()
+        retired = [(current.group, now)] if current.group not in (None, generation) else []
+        retired += current.retired
+        kept = [(g, t) for g, t in retired if now - t < grace]
+        expired = [g for g, t in retired if now - t >= grace]
         pointer = name + _POINTER
-        body = json.dumps({"stage": name, "generation": generation, "digest": marker["digest"],
-                           "committed": _now()}, indent=1).encode()
+        body = json.dumps({
+            "stage": name, "generation": generation, "digest": marker["digest"],
+            "committed": _now(),
+            "retired": [{"generation": g, "retired": _iso(t), "retired_unix": t} for g, t in kept],
+        }, indent=1).encode()
         raced = (f"stage {name!r} was committed to {self.url} by another writer while this one "
                  "wrote it; this write was discarded (run one writer per store: "
                  "RunStore.lease).")
         try:
-            # A conditional put where the backend has one: of two writers creating the stage,
-            # one wins and the other is told, instead of silently replacing the first.
-            self._fs.pipe_file(self._abs(pointer), body,
-                               mode="overwrite" if current.group else "create")
+            # Conditional where the stage has no pointer yet: of two writers creating the
+            # stage, one wins and the other is told, instead of silently replacing the first.
+            self._put(pointer, body, create=current.state in ("missing", "incomplete"))
         except FileExistsError:
             raise StoreExistsError(raced) from None
         try:
@@ -944,12 +1010,43 @@ class RunStore:
             back = None
         if back is not None and back.get("generation") != generation:
             raise StoreExistsError(raced)
-        if current.group not in (None, generation):
+        for group in expired:
             try:
-                self._remove(current.group)
-            except Exception as e:  # the stage is committed; the old generation is a leftover
+                self._remove(group)
+            except Exception as e:  # the stage is committed; the generation is a leftover
                 logger.warning("%s: could not delete the replaced generation %s (%s); "
-                               "clean_partials() will.", self.url, current.group, e)
+                               "clean_partials() will.", self.url, group, e)
+
+    def _put(self, rel: str, body: bytes, *, create: bool) -> None:
+        """Write object ``rel`` so that readers find the old content or the new, whole.
+
+        Raises FileExistsError if ``create`` and the object exists (where the backend can
+        tell: a conditional put; on local disk a hard link, which fails if the name exists).
+        """
+        path = self._abs(rel)
+        if not self._local:
+            self._fs.pipe_file(path, body, mode="create" if create else "overwrite")
+            return
+        # A plain write truncates, then writes: a reader could find half a pointer.  The
+        # new content is written aside, then renamed (or linked) over the name: atomic.
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(body)
+        try:
+            if not create:
+                os.replace(tmp, path)
+                return
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise
+            except OSError:  # no hard links here: the read-back in _point catches a race
+                if os.path.exists(path):
+                    raise FileExistsError(path) from None
+                os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
     def _discard(self, name: str, group: str) -> None:
         """Remove the group of a failed write of stage ``name``, unless it was committed.
@@ -958,10 +1055,9 @@ class RunStore:
         clean_partials; the error that failed the write is the one worth raising.
         """
         try:
-            if self._layout == "generations":
-                pointer = self._read_json(name + _POINTER)
-                if pointer is not None and pointer.get("generation") == group:
-                    return  # the pointer was put before the failure: the stage is committed
+            pointer = self._read_json(name + _POINTER)
+            if pointer is not None and pointer.get("generation") == group:
+                return  # the pointer was put before the failure: the stage is committed
             self._remove(group)
         except Exception as e:
             logger.warning("%s: could not remove %s after a failed write (%s); clean_partials() "
@@ -978,19 +1074,8 @@ class RunStore:
         if self._fs.exists(path):
             self._fs.rm(path, recursive=True)
 
-    def _holds_arrays(self, rel: str) -> bool:
-        """Whether group ``rel`` directly holds arrays (data with no marker above it)."""
-        for child in self._fs.ls(self._abs(rel), detail=False):
-            try:
-                meta = self._meta(posixpath.join(rel, posixpath.basename(child.rstrip("/"))))
-            except ValueError:
-                continue
-            if (meta or {}).get("node_type") == "array":
-                return True
-        return False
-
-    def _partials_of(self, name: str) -> list[str]:
-        """The groups of unfinished (or uncommitted) writes of stage ``name``."""
+    def _writes_of(self, name: str) -> list[str]:
+        """The generations of stage ``name``: committed, retired, or of unfinished writes."""
         parent = posixpath.dirname(name)
         if not self._fs.isdir(self._abs(parent)):
             return []
@@ -1001,20 +1086,22 @@ class RunStore:
     def _scan(self) -> tuple[dict[str, _Stage], list[str]]:
         """The stages in the store (not verified), and what unfinished writes left.
 
-        Leftovers are partial groups, generations no pointer names, and anything else
-        outside the stages: arrays, groups holding no stage, unknown objects.  Walks with
-        fsspec rather than zarr so that groups whose metadata was never written (or was
-        already deleted) are found too; never lists inside a stage's group.
+        Leftovers are generations no pointer names (nor retired less than the grace period
+        ago), and anything else outside the stages: arrays, groups holding no stage,
+        unknown objects.  Walks with fsspec rather than zarr so that groups whose metadata
+        was never written (or was already deleted) are found too; never lists inside a
+        generation.
         """
         self._fs.invalidate_cache(self._path)  # zarr wrote through another fs instance
-        gens = self._layout == "generations"
+        if (legacy := self._legacy) is not None:  # read-only: nothing of it is cleaned
+            return {n: _Stage(n, *found) for n, found in legacy.stages().items()}, []
         stages: dict[str, _Stage] = {}
-        writes: dict[str, list[str]] = {}  # stage -> its partial groups / generations
+        writes: dict[str, list[str]] = {}  # stage -> its generations
         strays: list[str] = []
 
-        def visit(rel: str) -> tuple[bool, bool]:
-            """Walk group ``rel``: whether it holds anything to keep, whether it holds arrays."""
-            keep = arrays = False
+        def visit(rel: str) -> bool:
+            """Walk group ``rel``: whether it holds anything to keep."""
+            keep = False
             for entry in self._fs.ls(self._abs(rel), detail=True):
                 base = posixpath.basename(entry["name"].rstrip("/"))
                 child = posixpath.join(rel, base)
@@ -1022,7 +1109,7 @@ class RunStore:
                     stage = child[:-len(_POINTER)] if child.endswith(_POINTER) else None
                     if base == "zarr.json" or (not rel and base == LEASE_FILE):
                         continue
-                    if gens and stage and _valid_name(stage):
+                    if stage and _valid_name(stage):
                         stages[stage] = self._locate_group(stage)
                         keep = True
                     else:
@@ -1032,38 +1119,31 @@ class RunStore:
                     writes.setdefault(stage, []).append(child)
                     keep = True
                     continue
-                if not gens and (found := self._locate_group(child)).state != "missing":
-                    stages[child] = found
-                    keep = True
-                    continue
                 try:
                     is_array = (self._meta(child) or {}).get("node_type") == "array"
                 except ValueError:
                     is_array = False
                 if is_array:
                     strays.append(child)
-                    arrays = True
                     continue
                 n = len(strays)
-                below, holds_arrays = visit(child)
-                if below:
+                if visit(child):
                     keep = True
                     continue
                 del strays[n:]  # nothing to keep below: the group goes as a whole
                 strays.append(child)
-                if holds_arrays and not gens:
-                    # Data but no marker: not written by write_stage, or its marker was lost.
-                    stages.setdefault(child, _Stage(child, "incomplete"))
-            return keep, arrays
+            return keep
 
         if self._fs.isdir(self._path):
             visit("")
         leftovers = strays
+        now, grace = time.time(), generation_grace_s()
         for name, groups in writes.items():
             stage = stages.setdefault(name, _Stage(name, "incomplete"))
             if stage.state == "damaged" and stage.group is None:
-                continue  # its pointer is unreadable: which generation it names is unknown
-            leftovers += [g for g in groups if g != stage.group]
+                continue  # its pointer is unreadable: which generations it names is unknown
+            held = {stage.group} | {g for g, t in stage.retired if now - t < grace}
+            leftovers += [g for g in groups if g not in held]
         return stages, sorted(leftovers)
 
 
@@ -1155,26 +1235,44 @@ def _check_name(name: str) -> str:
 
 
 def _write_of(rel: str) -> str | None:
-    """The stage whose write group ``rel`` is (a partial group or a generation), or None."""
-    m = _PARTIAL.fullmatch(rel) or _GENERATION.fullmatch(rel)
+    """The stage whose generation ``rel`` is, or None."""
+    m = _GENERATION.fullmatch(rel)
     return m["stage"] if m else None
 
 
-def _is_marked(meta: Mapping[str, Any] | None) -> bool:
-    """Whether node metadata carries the completion marker."""
-    marker = ((meta or {}).get("attributes") or {}).get(_MARKER)
-    return isinstance(marker, Mapping) and marker.get("complete") is True
+def generation_grace_s() -> float:
+    """Seconds a replaced generation is kept: ``MKDIST_GENERATION_GRACE_S``, else
+    :data:`GENERATION_GRACE_S`.  Read at each use, not once at import."""
+    raw = os.environ.get("MKDIST_GENERATION_GRACE_S")
+    if raw is None or not raw.strip():
+        return GENERATION_GRACE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:  # NaN included
+        raise ValueError(f"MKDIST_GENERATION_GRACE_S={raw!r} is not a number of seconds >= 0 "
+                         f"(e.g. {GENERATION_GRACE_S:.0f}).")
+    return value
+
+
+def _iso(unix: float) -> str:
+    return datetime.fromtimestamp(unix, timezone.utc).isoformat(timespec="seconds")
 
 
 def _check_schema(attrs: Mapping[str, Any], url: str) -> None:
+    """Refuse a store whose schema this mkdist cannot read (too old, or newer)."""
     version = attrs.get("schema_version")
+    if version in _READ_ONLY_SCHEMAS:
+        return
     if isinstance(version, int) and version < SCHEMA_VERSION:
         # No migration: version 1 stages carry no checksums to verify them by.
         raise SchemaVersionError(
             f"{url} has store schema_version={version}, written by an older mkdist; mkdist "
-            f"{_mkdist_version()} reads schema_version {SCHEMA_VERSION} only and cannot verify "
-            "its stages: re-create the run with RunStore.create(..., overwrite=True) "
-            "(`mkdist run --overwrite`), or use another location.")
+            f"{_mkdist_version()} reads schema versions {min(_READ_ONLY_SCHEMAS)} to "
+            f"{SCHEMA_VERSION} only and cannot verify its stages: re-create the run with "
+            "RunStore.create(..., overwrite=True) (`mkdist run --overwrite`), or use another "
+            "location.")
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"{url} has store schema_version={version!r}, but mkdist {_mkdist_version()} reads "

@@ -19,15 +19,18 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+import zarr
 from dask.base import tokenize
 
-from mkdist.errors import DamagedStageError
+from mkdist.errors import DamagedStageError, StoreNotFoundError
 
-__all__ = ["CHECKSUM", "array_spec", "chunk_crc", "numpy_crcs", "store_with_crcs", "manifest",
-           "quick_problems", "full_problems", "verified_dask"]
+__all__ = ["CHECKSUM", "MARKER", "array_spec", "chunk_crc", "numpy_crcs", "store_with_crcs",
+           "manifest", "is_marked", "quick_problems", "full_problems", "verified_dask"]
 
 #: Name of the per-chunk checksum recorded in the manifest.
 CHECKSUM = "crc32"
+#: Group attribute holding a stage's completion marker (its manifest, set last).
+MARKER = "mkdist_stage"
 # Problems listed per array before "and N more": a message names what is wrong, it does
 # not enumerate 10 000 missing chunks.
 _SHOWN = 5
@@ -157,6 +160,12 @@ def manifest(specs: Mapping[str, Mapping[str, Any]],
 
 
 # ------------------------------------------------------------------- checking
+def is_marked(meta: Mapping[str, Any] | None) -> bool:
+    """Whether node metadata (a parsed ``zarr.json``) carries the completion marker."""
+    marker = ((meta or {}).get("attributes") or {}).get(MARKER)
+    return isinstance(marker, Mapping) and marker.get("complete") is True
+
+
 def _listed(what: str, items: Sequence[Any], total: int | None = None) -> str:
     shown = ", ".join(str(tuple(i)) if isinstance(i, tuple) else repr(i) for i in items[:_SHOWN])
     more = f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else ""
@@ -277,12 +286,42 @@ def _read_chunk(expected: np.ndarray, *, array: Any, shape: tuple[int, ...],
     try:
         block = np.asarray(array[chunk_slices(block_id, shape, chunk_shape)])
     except Exception as e:
+        failed = e
+    else:
+        failed = None
+    if failed is not None:
+        _refuse_removed(array, where, block_id)  # outside the except: see _refuse_removed
         raise DamagedStageError(f"{where}, chunk {tuple(block_id)}: cannot be read or decoded "
-                                f"({type(e).__name__}: {e}). {fix}") from e
+                                f"({type(failed).__name__}: {failed}). {fix}") from failed
     if chunk_crc(block) != int(expected.reshape(-1)[0]):
+        _refuse_removed(array, where, block_id)
         raise DamagedStageError(f"{where}, chunk {tuple(block_id)}: checksum mismatch (the "
                                 f"stored chunk differs from what was written). {fix}")
     return block
+
+
+def _refuse_removed(array: Any, where: str, block_id: Sequence[int]) -> None:
+    """Raise if the group of ``array`` is gone: the version read was replaced, then removed.
+
+    Zarr reads a deleted chunk as fill values, which would otherwise be reported as a
+    checksum mismatch, i.e. as damage, although the store is fine and reading again works:
+    StoreNotFoundError says so.
+    """
+    group = array.path.rpartition("/")[0]
+    try:
+        zarr.open_group(store=array.store, path=group, mode="r", zarr_format=3)
+    except FileNotFoundError:
+        gone = True
+    else:
+        gone = False
+    # Raised outside the except clause, so that it carries no __context__: Dask's distributed
+    # workers pickle an error with its context, and zarr's not-found errors do not unpickle
+    # (the client would get a bare Exception instead of StoreNotFoundError).
+    if gone:
+        raise StoreNotFoundError(
+            f"{where}, chunk {tuple(block_id)}: the version of the stage this read opened was "
+            "replaced by a writer and removed after its grace period (MKDIST_GENERATION_GRACE_S)"
+            "; read the stage again, or raise the grace period for readers this slow.")
 
 
 def verified_dask(array: Any, spec: Mapping[str, Any], dtype: np.dtype, *, where: str,
@@ -296,6 +335,9 @@ def verified_dask(array: Any, spec: Mapping[str, Any], dtype: np.dtype, *, where
     DamagedStageError
         When computed: a chunk cannot be decoded or its CRC differs from ``spec``'s; the
         message starts with ``where`` and names the chunk, then says ``fix``.
+    StoreNotFoundError
+        When computed: the array's group was removed meanwhile (a replaced generation whose
+        grace period passed).
     """
     shape, chunk_shape = tuple(spec["shape"]), tuple(spec["chunk_shape"])
     if math.prod(shape) == 0:

@@ -16,6 +16,7 @@ from mkdist import MultipleKernelClustering
 from mkdist.pipeline import assign, cluster, load_estimator
 from mkdist.errors import InputValidationError, SchemaVersionError, StoreExistsError
 from mkdist.metrics import clustering_accuracy
+from mkdist.storage import RunStore
 
 from .conftest import make_blobs_views, raise_if_dask_computes
 
@@ -43,16 +44,19 @@ def test_cluster_end_to_end_and_store_contents(dask_client, data, tmp_path):
     status = res.store.stage_status()
     assert all(status[s] == "complete" for s in ("landmarks", "model", "embedding", "labels", "metrics"))
     assert status["kernel_blocks"] == "missing"
-    # Readable with xarray, with named dimensions.
-    emb = xr.open_zarr(url, group="embedding", consolidated=False)
+    # Readable with xarray, with named dimensions (each stage's group is its current generation).
+    def group(stage):
+        return res.store.stage_group(stage)
+
+    emb = xr.open_zarr(url, group=group("embedding"), consolidated=False)
     assert emb["embedding"].dims == ("sample", "component") and emb.sizes["sample"] == 1200
-    model = xr.open_zarr(url, group="model", consolidated=False)
+    model = xr.open_zarr(url, group=group("model"), consolidated=False)
     assert model["kernel_weights"].dims == ("kernel",)
     assert model["eigenvectors"].dims == ("landmark", "component")
     assert json.loads(model.attrs["mkdist_state"])["model"]["kernels"][0]["sigma"] > 0
     assert model.attrs["method"] == "mkc"
     # The centroids are stored with the labels (the model stage is written once).
-    labels = xr.open_zarr(url, group="labels", consolidated=False)
+    labels = xr.open_zarr(url, group=group("labels"), consolidated=False)
     assert labels["cluster_centers"].dims == ("cluster", "component") and labels["labels"].dims == ("sample",)
     # Each load rebuilds its own estimator (the arrays are read once): changing one leaves the next intact.
     first = load_estimator(url)
@@ -65,9 +69,9 @@ def test_cluster_end_to_end_and_store_contents(dask_client, data, tmp_path):
     # The embedding is chunked like the input.
     assert emb["embedding"].encoding["chunks"][0] == 300
     # No pickle anywhere: every array in the store has a plain numeric dtype.
-    for group in ("landmarks", "model", "embedding", "labels", "metrics"):
-        for var in xr.open_zarr(url, group=group, consolidated=False).data_vars.values():
-            assert var.dtype.kind in "iuf", (group, var.name, var.dtype)
+    for stage in ("landmarks", "model", "embedding", "labels", "metrics"):
+        for var in xr.open_zarr(url, group=group(stage), consolidated=False).data_vars.values():
+            assert var.dtype.kind in "iuf", (stage, var.name, var.dtype)
 
 
 def test_rerun_resumes_every_stage(dask_client, data, tmp_path):
@@ -183,7 +187,8 @@ def test_embedding_is_streamed_through_the_store_not_kept_on_the_workers(dask_cl
     while (held := dask_client.run(lambda dask_worker: list(dask_worker.data))) and any(held.values()):
         assert time.monotonic() < deadline, held
         time.sleep(0.1)
-    assert not xr.open_zarr(url, group="embedding", consolidated=False)["embedding"].encoding.get("compressors")
+    emb = xr.open_zarr(url, group=run.stage_group("embedding"), consolidated=False)
+    assert not emb["embedding"].encoding.get("compressors")
     stage_labels(run, vs)
     assert clustering_accuracy(y, run.read_stage("labels")["labels"].values) == 1.0
 
@@ -237,7 +242,7 @@ def test_optional_kernel_blocks(dask_client, data, tmp_path):
     views, _ = data
     url = str(tmp_path / "run.zarr")
     cluster(_dask(views[:1]), url, 3, n_landmarks=50, random_state=0, kernels="rbf", write_kernel_blocks=True)
-    P = xr.open_zarr(url, group="kernel_blocks", consolidated=False)["P"]
+    P = xr.open_zarr(url, group=RunStore.open(url).stage_group("kernel_blocks"), consolidated=False)["P"]
     assert P.dims == ("kernel", "sample", "landmark") and P.shape == (1, 1200, 50)
     idx = load_estimator(url).landmark_indices_
     # The landmark rows of P are the preprocessed landmark kernel: unit diagonal.
