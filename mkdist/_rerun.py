@@ -21,6 +21,9 @@ __all__ = ["request_key", "finished_run", "FINISHED"]
 
 #: Root attribute of a run store recording the request a finished run answered.
 FINISHED = "finished"
+#: A committed stage's pointer object, ``<stage>.gen-current.json`` (mkdist.storage's layout,
+#: schema 3); named here so that this module needs no storage import.
+POINTER_SUFFIX = ".gen-current.json"
 
 
 def request_key(input_fingerprint: str, config_json: dict[str, Any]) -> str:
@@ -49,4 +52,11 @@ def finished_run(store: Any, key: str) -> dict[str, Any] | None:
     finished = attrs.get(FINISHED) or {}
     if finished.get("request") != key or not attrs.get("summary"):
         return None
-    return dict(attrs["summary"], **{k: v for k, v in finished.items() if k != "request"})
+    # Each stage is still committed (its pointer object is there): a few metadata reads.  Its
+    # content is verified by the full path (a run that has work to do) and `mkdist inspect --verify`.
+    try:
+        if not all(fs.exists(f"{path.rstrip('/')}/{stage}{POINTER_SUFFIX}") for stage in finished.get("stages", ())):
+            return None
+    except OSError:
+        return None
+    return dict(attrs["summary"], **{k: v for k, v in finished.items() if k not in ("request", "stages")})

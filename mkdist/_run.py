@@ -248,7 +248,8 @@ def drive_run(plan: RunPlan, *, progress: bool = False, y_true: Any = None, labe
         else:
             written = _existing_report(run, target) or step(STEP_NAMES["report"], write_report, run, target)
     if plan.request is not None:
-        finished = {"request": plan.request, "labels_out": labels_out, "report": written}
+        finished = {"request": plan.request, "labels_out": labels_out, "report": written,
+                    "stages": stages + ["metrics"]}
         if run.attrs.get(FINISHED) != finished:
             run.update_attrs(**{FINISHED: finished})
     metrics = dict(metrics)

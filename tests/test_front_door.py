@@ -225,3 +225,23 @@ def test_prefect_flow_path_when_a_server_is_configured(table, prefect_api, dask_
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(limit=50)
     assert any(run.parameters.get("store") == str(store) for run in runs)
+
+
+def test_the_no_op_check_reads_the_store_layout_it_names(tmp_path):
+    """mkdist._rerun answers without importing the store layer: the pointer name it checks is
+    the store's own, and a stage whose pointer is gone makes the run not finished."""
+    import xarray as xr
+
+    from mkdist import _rerun
+    from mkdist.storage import _store
+
+    assert _rerun.POINTER_SUFFIX == _store._POINTER
+    url = tmp_path / "run.zarr"
+    store = RunStore.create(str(url), fingerprint="sha256:0", params={"k": 1})
+    store.write_stage("labels", xr.Dataset({"labels": ("sample", np.arange(3))}))
+    key = _rerun.request_key("sha256:input", {"n_clusters": 1})
+    store.update_attrs(summary={"N": 3}, finished={"request": key, "stages": ["labels"]})
+    assert _rerun.finished_run(str(url), key)["N"] == 3
+    assert _rerun.finished_run(str(url), _rerun.request_key("sha256:other", {"n_clusters": 1})) is None
+    (url / f"labels{_store._POINTER}").unlink()
+    assert _rerun.finished_run(str(url), key) is None
