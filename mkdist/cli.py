@@ -260,6 +260,9 @@ def _request(source: str, store: str, merged: dict[str, Any]):
     config.check_params()  # before mkdist.pipeline loads scikit-learn, Dask and xarray (2-3 s)
     opened = InputSource(source, views=merged.get("views"), id_column=merged.get("id_column"),
                          label_column=merged.get("label_key")).open()
+    k = config.n_clusters
+    if isinstance(k, int) and k > opened.n_rows:
+        raise BadInput(f"n_clusters={k} is more than the {opened.n_rows:,} rows of {source}; lower --n-clusters")
     return config, opened, request_key(opened.fingerprint, config.to_json())
 
 

@@ -164,13 +164,15 @@ def test_views_from_patterns_and_lists_read_the_right_columns(tmp_path):
     views = source.open().load()
     assert {k: v.shape for k, v in views.items()} == {"a": (120, 5), "b": (120, 3)}
     np.testing.assert_array_equal(views["b"].compute(),
-                                  np.column_stack([table.column(c).to_numpy() for c in ("b0", "b2", "b4")]))
+                                  np.column_stack([table.column(c).to_numpy() for c in ("b0", "b2", "b4")])
+                                  .astype(np.float32))
+    assert views["a"].dtype == np.float32  # the row engine's working precision, whatever the column type
     # The same through the public function, and chunks are uniform (Zarr needs them so).
     views = mkdist.load_views(path, views={"a": "a*", "b": ["b0", "b2", "b4"]}, id_column="customer_id",
                               chunk_rows=50)
     assert views["a"].chunks[0] == (50, 50, 20)
     np.testing.assert_array_equal(views["a"].compute(), np.column_stack([table.column(f"a{j}").to_numpy()
-                                                                         for j in range(5)]))
+                                                                         for j in range(5)]).astype(np.float32))
 
 
 @pytest.mark.parametrize("views, message", [
@@ -209,7 +211,8 @@ def test_directories_globs_and_schema_mismatch(tmp_path):
     for location in (tmp_path / "d", tmp_path / "d" / "*.parquet"):
         opened = open_input(InputSource(str(location), id_column="customer_id", label_column="true_segment"))
         assert opened.n_rows == 120
-        np.testing.assert_array_equal(opened.load()["features"][:, 0].compute(), table.column("a0").to_numpy())
+        np.testing.assert_array_equal(opened.load()["features"][:, 0].compute(),
+                                          table.column("a0").to_numpy().astype(np.float32))
     _write(table.slice(0, 10).drop_columns(["b4"]), tmp_path / "d" / "part-9.parquet")
     with pytest.raises(InputValidationError, match=r"part-9.parquet has other columns .*missing \['b4'\]"):
         open_input(InputSource(str(tmp_path / "d")))
