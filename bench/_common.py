@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -79,16 +80,71 @@ def w1_input(N: int, chunk_rows: int = 50_000) -> Path:
     return path
 
 
-def local_cluster(n_workers: int = 2):
-    """A LocalCluster of ``n_workers`` processes x 1 thread, started as mkdist starts its own."""
+#: How the benchmark's Dask workers are started (``--cluster``):
+#: ``tuned``: a LocalCluster whose nannies pass mkdist's malloc settings (``worker_malloc_settings``);
+#: ``plain``: a LocalCluster with distributed's defaults, as a user creates one from Python;
+#: ``unfixed``: a plain LocalCluster whose workers keep glibc's 128 KiB mmap threshold: an explicit
+#:     ``MALLOC_MMAP_THRESHOLD_=131072``, which mkdist leaves alone -- the glibc state of every
+#:     nanny worker before the row tasks set the thresholds themselves (issue 23);
+#: ``dask-worker``: ``dask scheduler`` and ``dask worker --nthreads 1`` processes, defaults only.
+CLUSTERS = ("tuned", "plain", "unfixed", "dask-worker")
+
+
+class _Processes:
+    """``dask scheduler`` + ``n_workers`` x ``dask worker --nthreads 1``, as an operator starts them."""
+
+    def __init__(self, n_workers: int):
+        import socket
+        import subprocess
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.scheduler_address = f"tcp://127.0.0.1:{port}"
+        dask = [sys.executable, "-m", "dask"]
+        quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs = [subprocess.Popen(dask + ["scheduler", "--host", "127.0.0.1", "--port", str(port),
+                                               "--no-dashboard"], **quiet)]
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    self.close()
+                    raise RuntimeError("dask scheduler did not start")
+                time.sleep(0.3)
+        self.procs += [subprocess.Popen(dask + ["worker", self.scheduler_address, "--nthreads", "1",
+                                                "--memory-limit", "8GiB", "--host", "127.0.0.1",
+                                                "--no-dashboard"], **quiet) for _ in range(n_workers)]
+
+    def close(self):
+        for p in self.procs[::-1]:
+            p.terminate()
+        for p in self.procs:
+            p.wait(timeout=60)
+
+
+def local_cluster(n_workers: int = 2, cluster: str = "tuned"):
+    """A cluster of ``n_workers`` processes x 1 thread started as ``cluster`` says (:data:`CLUSTERS`),
+    and a client of it; the caller closes both."""
+    import dask
     from distributed import Client, LocalCluster
 
     from mkdist.pipeline import worker_malloc_settings
 
-    with worker_malloc_settings():  # as mkdist's own clusters (mkdist/_worker_env.py)
-        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                               memory_limit="8GiB")
-    return cluster, Client(cluster)
+    if cluster == "dask-worker":
+        procs = _Processes(n_workers)
+        client = Client(procs.scheduler_address)
+        client.wait_for_workers(n_workers, timeout=120)
+        return procs, client
+    settings = {"tuned": worker_malloc_settings(), "plain": contextlib.nullcontext(),
+                "unfixed": dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_": "131072"})}
+    with settings[cluster]:
+        lc = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                          memory_limit="8GiB")
+    return lc, Client(lc)
 
 
 def import_library() -> None:
@@ -110,6 +166,15 @@ def vm_hwm_bytes() -> float:
     return float("nan")
 
 
+def vm_rss_bytes() -> float:
+    """Resident set of the calling process now (VmRSS), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024.0
+    return float("nan")
+
+
 def worker_peak_rss(client) -> dict:
     """Peak resident memory of every worker process over its life (fresh cluster per run), GiB.
 
@@ -121,9 +186,9 @@ def worker_peak_rss(client) -> dict:
     return {addr: round(v / 2**30, 3) for addr, v in peaks.items()}
 
 
-def run_pipeline(N: int, store: Path, *, report: bool = False, **params) -> dict:
-    """W1 at N rows through ``mkdist.cluster`` on a fresh 2-worker LocalCluster, end to end from
-    Zarr into ``store`` (replaced).  With ``report`` the run writes its report as ``cluster_flow``
+def run_pipeline(N: int, store: Path, *, report: bool = False, cluster: str = "tuned", **params) -> dict:
+    """W1 at N rows through ``mkdist.cluster`` on a fresh 2-worker cluster (``cluster``: see
+    :data:`CLUSTERS`), end to end from Zarr into ``store`` (replaced).  With ``report`` the run writes its report as ``cluster_flow``
     does (``mkdist.cluster(report=True)``: the model's figures drawn by a background process while
     the rows are embedded, the rest after the last stage); ``end_to_end_s`` then includes the
     report's tail, and ``report_s`` is its cost to the run: the tail, the time the stages waited
@@ -139,14 +204,20 @@ def run_pipeline(N: int, store: Path, *, report: bool = False, **params) -> dict
     if store.exists():
         shutil.rmtree(store)
     y = xr.open_zarr(src, consolidated=False)["y"].values
-    cluster, client = local_cluster()
-    out: dict = {"N": N}
+    workers, client = local_cluster(cluster=cluster)
+    out: dict = {"N": N, "cluster": cluster}
     try:
         client.run(import_library)  # workers import the library before the clock starts
         t0 = time.perf_counter()
         res = mkdist.cluster(str(src), str(store), random_state=0, report=report, **{**W1, **params})
         out["end_to_end_s"] = total = time.perf_counter() - t0
         peaks = worker_peak_rss(client)
+        out["worker_rss_after_gib"] = {a: round(v / 2**30, 3) for a, v in client.run(vm_rss_bytes).items()}
+        # What the row tasks left the workers' allocator in (mkdist/_worker_env.py): "set" and a
+        # reused 4 MiB block is the fast state.
+        from mkdist._worker_env import _worker_malloc_state
+
+        out["worker_malloc"] = client.run(_worker_malloc_state)
         if report:
             timings = res.report_timings
             tail, fore, cpu = timings["tail_s"], timings["foreground_s"], timings["background_cpu_s"]
@@ -163,7 +234,7 @@ def run_pipeline(N: int, store: Path, *, report: bool = False, **params) -> dict
         labels = res.labels.compute()
     finally:
         client.close()
-        cluster.close()
+        workers.close()
     return {**out, "stages": res.timings, "kmeans": res.metrics["kmeans"],
             "scores": mkdist.clustering_scores(y, labels), "worker_peak_rss_gib": peaks,
             "max_worker_peak_rss_gib": max(peaks.values()), "store": str(store)}

@@ -7,6 +7,13 @@
     python bench/bench_speed.py --part report --n 1000000 --repeats 3   # the run report's cost to a run
     python bench/bench_speed.py --part labels --n 300000 --reference-python OLD/.venv/bin/python
                                      # same seed, same labels as an older checkout's pipeline?
+    python bench/bench_speed.py --part plain --n 1000000 --repeats 3
+                                     # clusters with distributed's defaults vs the floor (issue 23)
+
+``--cluster`` (floor, scale, report, pipeline_once) says how the pipeline's workers start
+(``_common.CLUSTERS``): ``tuned`` (default; mkdist's own malloc settings at start), ``plain``
+(a LocalCluster with distributed's defaults), ``unfixed`` (glibc's 128 KiB mmap threshold kept,
+the state of nanny workers before issue 23) or ``dask-worker`` (plain ``dask worker`` processes).
 
 Workload W1 (``_common.w1_input``): two 32-feature float32 views, 10 clusters, ``rbf-grid``
 kernels, 1000 landmarks, read from Zarr; LocalCluster of 2 worker processes x 1 thread.
@@ -31,7 +38,9 @@ import time
 
 import numpy as np
 
-from _common import OUT, W1, emit, import_library, local_cluster, machine, median, run_pipeline, w1_input
+from _common import (
+    CLUSTERS, OUT, W1, emit, import_library, local_cluster, machine, median, run_pipeline, w1_input,
+)
 
 N_LLOYD = 20
 
@@ -201,7 +210,7 @@ def part_floor(args):
     # runs on this machine, so the ratio is the median of the per-round ratios.
     rounds = []
     for _ in range(args.repeats):
-        pipe = run_pipeline(args.n, OUT / "stores" / f"speed-{args.n}.zarr")  # the report: --part report
+        pipe = run_pipeline(args.n, OUT / "stores" / f"speed-{args.n}.zarr", cluster=args.cluster)  # report: --part report
         floors = [floor(args.n, pipe["store"], b) for b in (8192, 512)]
         best = min(floors, key=lambda f: f["total_s"])
         rounds.append({"pipeline": pipe, "floor": floors, "ratio": pipe["end_to_end_s"] / best["total_s"]})
@@ -381,7 +390,7 @@ def part_report(args):
     rounds = []
     for _ in range(args.repeats):
         for report in (True, False):
-            cmd = [sys.executable, __file__, "--part", "pipeline_once", "--n", str(args.n)]
+            cmd = [sys.executable, __file__, "--part", "pipeline_once", "--n", str(args.n), "--cluster", args.cluster]
             done = subprocess.run(cmd + (["--report"] if report else []), capture_output=True, text=True,
                                   check=True, cwd=os.path.dirname(os.path.abspath(__file__)))
             rounds.append(json.loads(done.stdout))
@@ -402,7 +411,7 @@ def part_report(args):
 
 
 def part_pipeline_once(args):
-    out = run_pipeline(args.n, OUT / "stores" / f"report-{args.n}.zarr", report=args.report)
+    out = run_pipeline(args.n, OUT / "stores" / f"report-{args.n}.zarr", report=args.report, cluster=args.cluster)
     shutil.rmtree(out["store"], ignore_errors=True)
     return out
 
@@ -410,17 +419,63 @@ def part_pipeline_once(args):
 # ----------------------------------------------------------------------------- scale
 def part_scale(args):
     ns = [int(x) for x in args.ns.split(",")]
-    runs = [run_pipeline(N, OUT / "stores" / f"scale-{N}.zarr") for N in ns]
+    runs = [run_pipeline(N, OUT / "stores" / f"scale-{N}.zarr", cluster=args.cluster) for N in ns]
     for r in runs:
         shutil.rmtree(r["store"], ignore_errors=True)
     return {"runs": runs, "time_ratio_vs_first": {r["N"]: r["end_to_end_s"] / runs[0]["end_to_end_s"] for r in runs},
             "target": "10M end to end <= 11 x 1M; peak worker RSS <= 2 GiB and flat"}
 
 
+# ----------------------------------------------------------------------------- default clusters
+def part_plain(args):
+    """W1 end to end on clusters started with distributed's defaults, against the floor (issue 23).
+
+    Each round runs, in an order that rotates by one every round: the pipeline on a plain
+    LocalCluster created from Python, on plain ``dask scheduler`` + ``dask worker --nthreads 1``
+    processes, and on a LocalCluster whose workers keep the slow glibc state (``unfixed``), and
+    the tight floor on 512-row blocks (which beat 8192-row blocks in every round of ``--part
+    floor``).  Every pipeline run is the first run of a fresh cluster.  The floor reads the
+    landmarks of the plain run's store (the same seed gives the same landmarks in every run).
+    """
+    kinds = ["plain", "dask-worker", "unfixed", "floor"]
+    stores = {k: OUT / "stores" / f"plain-{k}-{args.n}.zarr" for k in kinds[:3]}
+    rounds = []
+    for r in range(args.repeats):
+        order = kinds[r % len(kinds):] + kinds[:r % len(kinds)]
+        if r == 0 or not (stores["plain"] / "zarr.json").exists():
+            order = [k for k in order if k != "floor"] + ["floor"]  # the floor needs a store first
+        got, load = {}, {}
+        for kind in order:
+            load[kind] = os.getloadavg()[0]
+            got[kind] = (floor(args.n, str(stores["plain"]), 512) if kind == "floor"
+                         else run_pipeline(args.n, stores[kind], cluster=kind))
+        fl = got["floor"]["total_s"]
+        rounds.append({"order": order, "load_1min_before": load, **got,
+                       "ratio_over_floor": {k: got[k]["end_to_end_s"] / fl for k in kinds[:3]},
+                       "embed_unfixed_over_plain": got["unfixed"]["stages"]["embed_s"] / got["plain"]["stages"]["embed_s"],
+                       "embed_unfixed_over_dask_worker":
+                           got["unfixed"]["stages"]["embed_s"] / got["dask-worker"]["stages"]["embed_s"]})
+
+    def med(f):
+        return median([f(r) for r in rounds])
+    return {"rounds": rounds,
+            "end_to_end_s_median": {k: med(lambda r, k=k: r[k]["end_to_end_s"]) for k in kinds[:3]},
+            "embed_s_median": {k: med(lambda r, k=k: r[k]["stages"]["embed_s"]) for k in kinds[:3]},
+            "floor_s_median": med(lambda r: r["floor"]["total_s"]),
+            "floor_embed_s_median": med(lambda r: r["floor"]["embed_s"]),
+            "ratio_over_floor_median": {k: med(lambda r, k=k: r["ratio_over_floor"][k]) for k in kinds[:3]},
+            "embed_unfixed_over_plain_median": med(lambda r: r["embed_unfixed_over_plain"]),
+            "embed_unfixed_over_dask_worker_median": med(lambda r: r["embed_unfixed_over_dask_worker"]),
+            "max_worker_peak_rss_gib": {k: max(r[k]["max_worker_peak_rss_gib"] for r in rounds) for k in kinds[:3]},
+            "target": "plain LocalCluster and dask-worker end to end <= 1.5 x floor, first run of a fresh cluster"}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--part", required=True,
-                    choices=["floor", "embed", "fit", "scale", "labels", "report", "pipeline_once"])
+                    choices=["floor", "embed", "fit", "scale", "labels", "report", "pipeline_once", "plain"])
+    ap.add_argument("--cluster", choices=CLUSTERS, default="tuned",
+                    help="floor, scale, report, pipeline_once: how the pipeline's workers start")
     ap.add_argument("--report", action="store_true", help="--part pipeline_once: write the run report")
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--ns", default="1000000,10000000")

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ._validation import is_dask_array
+from ._worker_env import tune_malloc
 from .errors import InputValidationError
 
 __all__ = ["RowBlocks", "align_row_chunks", "check_chunk_finite", "cache_block_rows", "report_passes",
@@ -138,7 +139,11 @@ def _check(names, blocks, block_info) -> None:
         check_chunk_finite(names, blocks, loc["chunk-location"][0], loc["array-location"][0][0])
 
 
+# Every Dask row task starts with tune_malloc(): the first one in a process keeps its multi-MiB
+# temporaries off mmap (a nanny's MALLOC_TRIM_THRESHOLD_ sends them there; see _worker_env),
+# on any cluster and with nothing for the user to set; later calls only read a flag.
 def _map_task(*args, fn, names, block_rows, out_dtype, check, block_info=None):
+    tune_malloc()
     *blocks, state = args
     if check:
         _check(names, blocks, block_info)
@@ -146,6 +151,7 @@ def _map_task(*args, fn, names, block_rows, out_dtype, check, block_info=None):
 
 
 def _reduce_task(*args, fn, names, block_rows, check, block_info=None):
+    tune_malloc()
     *blocks, state = args
     if check:
         _check(names, blocks, block_info)
@@ -158,6 +164,7 @@ def _reduce_take_task(*args, fn, names, block_rows, check, block_info=None):
     A Dask task has one output: the pair travels in one object block, which two light tasks
     per chunk then split into the partial (for the tree sum) and the rows.
     """
+    tune_malloc()
     *blocks, state, take = args
     if check:
         _check(names, blocks, block_info)
