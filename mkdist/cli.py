@@ -413,8 +413,13 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
         cluster = contextlib.nullcontext() if plan.complete and not merged.get("dask_address") else \
             dask_client(merged.get("dask_address"), merged.get("n_workers"), connect_timeout=connect_timeout)
         with cluster:
-            result = drive_run(plan, progress=not quiet, label_key=merged.get("label_key"), owner="mkdist run",
-                               echo=None if quiet else _note)
+            try:
+                result = drive_run(plan, progress=not quiet, label_key=merged.get("label_key"), owner="mkdist run",
+                                   echo=None if quiet else _note)
+            except KeyboardInterrupt:
+                # The run has stopped in order (lease released; stages commit atomically): the
+                # workers of our own cluster need no graceful close, which takes seconds.
+                _stop_now()
         return result.metrics
 
     summary = _guard(go, debug)
@@ -578,7 +583,10 @@ def assign(model_store, source, output, labels_out, id_column, view_items, fail_
         from mkdist.pipeline import dask_client, drive_assign
 
         with dask_client(dask_address, n_workers, connect_timeout=connect_timeout):
-            return drive_assign(model_store, batch, output, **options)
+            try:
+                return drive_assign(model_store, batch, output, **options)
+            except KeyboardInterrupt:
+                _stop_now()  # as in `run`: stopped in order, our workers need no graceful close
 
     summary = _guard(go, debug)
     drifted = bool(summary.get("drifted"))
