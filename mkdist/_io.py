@@ -229,7 +229,12 @@ class OpenedInput:
 
     def message(self) -> str | None:
         """The one line about the input's columns (tables), else None."""
-        return self.plan.message() if self.plan is not None else None
+        if self.plan is None:
+            return None
+        from ._tables import split_row_groups_note
+
+        note = split_row_groups_note(self.table, self.plan, self.source.chunk_rows) if self.table is not None else None
+        return self.plan.message() + (f"; {note}" if note else "")
 
     def load(self) -> dict[str, Any]:
         """The views as aligned, row-chunked Dask arrays."""

@@ -703,6 +703,19 @@ def _rows_per_piece(table: ParquetTable, plan: ViewPlan, chunk_rows: int | None)
     return int(max(1024, min(_CHUNK_BYTES // max(width, 1), max(16384, -(-table.n_rows // 8)))))
 
 
+def split_row_groups_note(table: ParquetTable, plan: ViewPlan, chunk_rows: int | None = None) -> str | None:
+    """A note when the table's row groups are larger than a chunk, so that several read tasks
+    decode the same row group in every pass (pandas and pyarrow write 1M-row groups)."""
+    target = _rows_per_piece(table, plan, chunk_rows)
+    size = table.pieces(target, exact=chunk_rows is not None)[0][1] if table.n_rows else 0
+    largest = max((n for groups in table.row_groups for n in groups), default=0)
+    if not size or largest < 2 * size:
+        return None
+    return (f"row groups of up to {largest:,} rows are read in slices of {size:,} rows, each decoding its whole "
+            f"row group; written with row_group_size={size}, every pass would decode the table once instead of "
+            f"{-(-largest // size)} times")
+
+
 def table_views(table: ParquetTable, plan: ViewPlan, chunk_rows: int | None = None) -> dict[str, Any]:
     """The views of a plan as row-chunked Dask arrays, one read task per piece of the table.
 

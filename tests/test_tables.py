@@ -264,3 +264,17 @@ def test_more_clusters_than_rows_is_refused_before_any_work(tmp_path):
         mkdist.pipeline.plan_run(InputSource(path, id_column="customer_id", label_column="true_segment"),
                                  str(tmp_path / "run.zarr"), mkdist.RunConfig(n_clusters=10))
     assert not (tmp_path / "run.zarr").exists()
+
+
+def test_row_groups_larger_than_a_chunk_are_named_in_the_input_line(tmp_path):
+    """Each slice of a row group decodes the whole group: the input line says so, with the fix."""
+    table, _ = _customers(n_per_cluster=20_000)  # 60k rows
+    one_group = _write(table, tmp_path / "one.parquet", row_group_size=60_000)
+    source = InputSource(one_group, id_column="customer_id", label_column="true_segment", chunk_rows=10_000)
+    line = source.open().message()
+    assert "row groups of up to 60,000 rows are read in slices of 10,000 rows" in line
+    assert "row_group_size=10000" in line and "instead of 6 times" in line
+    small_groups = _write(table, tmp_path / "small.parquet", row_group_size=10_000)
+    line = InputSource(small_groups, id_column="customer_id", label_column="true_segment",
+                       chunk_rows=10_000).open().message()
+    assert "row groups" not in line
