@@ -11,7 +11,7 @@ order and :func:`assign` labels new data with a stored model and measures its dr
 """
 
 from ._config import ClusterResult, RunConfig
-from ._dask_runtime import DEFAULT_CONNECT_TIMEOUT, dask_client
+from ._dask_runtime import DEFAULT_CONNECT_TIMEOUT, dashboard_link, dask_client
 from ._drift import DEFAULT_THRESHOLDS as DEFAULT_DRIFT_THRESHOLDS
 from ._io import (
     InputSource, as_input, check_labels_out, labels_out_owner, load_ids, load_views, open_input, path_kind, scan_views,
@@ -48,7 +48,7 @@ __all__ = [
     # the registry
     "available_methods", "get_method", "method_table", "method_table_markdown",
     # Dask workers mkdist starts or joins
-    "dask_client", "DEFAULT_CONNECT_TIMEOUT",
+    "dask_client", "dashboard_link", "DEFAULT_CONNECT_TIMEOUT",
     "WORKER_MALLOC_ENVIRON", "worker_malloc_settings", "check_worker_malloc",
     # reports
     "summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "report_data", "write_report",
