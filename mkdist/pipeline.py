@@ -22,7 +22,9 @@ from ._report import (
     ReportDraft, assignment_summary, inspect_markdown, inspect_store, load_labels, report_data, summary_markdown,
     write_report,
 )
-from ._run import STEP_NAMES, RunPlan, cluster, direct_step, drive_assign, drive_run, plan_run, write_labels_out
+from ._run import (
+    STEP_NAMES, RunPlan, cluster, direct_step, drive_assign, drive_run, plan_run, refit_inputs, write_labels_out,
+)
 from ._stages import (
     assign, check_assign, check_run, load_estimator, merge_timings, open_run, prepare_resume,
     refuse_overlap, run_stage, stage_embedding, stage_labels, stage_landmarks, stage_metrics, stage_model,
@@ -35,7 +37,7 @@ __all__ = [
     # runs
     "DEFAULT_METHOD", "RunConfig", "ClusterResult", "cluster", "assign", "load_estimator",
     # the run driver (mkdist.cluster, the CLI and the flow)
-    "RunPlan", "plan_run", "drive_run", "drive_assign", "direct_step", "STEP_NAMES",
+    "RunPlan", "plan_run", "drive_run", "drive_assign", "direct_step", "STEP_NAMES", "refit_inputs",
     # the stages, as the flows run them
     "check_run", "check_assign", "open_run", "writer_lease", "prepare_resume", "stage_plan", "run_stage",
     "stage_landmarks", "stage_model", "stage_embedding", "stage_labels", "stage_metrics", "merge_timings",
