@@ -153,6 +153,38 @@ def test_cluster_flow_other_method_publishes_pep_artifact(prefect_api, dask_addr
     assert "Principal eigenvalue proportion" in mine[0].data and "after the graph filter" in mine[0].data
 
 
+def test_assign_flow_waits_out_a_live_lease(prefect_api, dask_address, source, tmp_path):
+    """lease_wait: a store another live process holds is tried again until it is free; without
+    it the run fails at once with StoreLockedError."""
+    import time
+
+    from mkdist.errors import StoreLockedError
+    from mkdist.flows import assign_flow, cluster_flow
+
+    path, _, _ = source
+    store = str(tmp_path / "run.zarr")
+    cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, random_state=0, dask_address=dask_address)
+    out = tmp_path / "assigned.zarr"
+    # Another process (a live run: same host, so not taken over) holds the output for 12 s.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom mkdist.storage import RunStore\n"
+         f"with RunStore({str(out)!r}, mode='r+').lease(owner='other run'):\n"
+         "    print('held', flush=True); time.sleep(12)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        released_at = time.monotonic() + 12  # at the latest
+        with pytest.raises(StoreLockedError, match="other run"):
+            assign_flow(model_store=store, source=path, output=str(out), dask_address=dask_address)
+        summary = assign_flow(model_store=store, source=path, output=str(out), dask_address=dask_address,
+                              lease_wait=120)
+        done = time.monotonic()
+    finally:
+        holder.wait(timeout=60)
+    assert holder.returncode == 0
+    assert done >= released_at - 12 + 1 and summary["N"] == 900
+    assert RunStore.open(out).stage_status()["labels"] == "complete"
+
+
 def test_drift_starts_a_refit_of_the_model(prefect_api, dask_address, source, tmp_path):
     """refit_on_drift: a drifted batch creates a run of the cluster deployment that fits the
     model's method and parameters anew on the batch, into the model store; its parameters
