@@ -172,7 +172,8 @@ def test_assign_flow_waits_out_a_live_lease(prefect_api, dask_address, source, t
          "    print('held', flush=True); time.sleep(12)\n"], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        released_at = time.monotonic() + 12  # at the latest
+        # The holder lets go 12 s after it said "held" (less 1 s for the pipe's latency).
+        released_at = time.monotonic() + 11
         with pytest.raises(StoreLockedError, match="other run"):
             assign_flow(model_store=store, source=path, output=str(out), dask_address=dask_address)
         summary = assign_flow(model_store=store, source=path, output=str(out), dask_address=dask_address,
@@ -181,7 +182,7 @@ def test_assign_flow_waits_out_a_live_lease(prefect_api, dask_address, source, t
     finally:
         holder.wait(timeout=60)
     assert holder.returncode == 0
-    assert done >= released_at - 12 + 1 and summary["N"] == 900
+    assert done >= released_at and summary["N"] == 900
     assert RunStore.open(out).stage_status()["labels"] == "complete"
 
 
