@@ -16,7 +16,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from mkdist.pipeline import (
-    DEFAULT_METHOD, STEP_NAMES, InputSource, RunConfig, as_input, dask_client, drive_run, plan_run,
+    DEFAULT_METHOD, STEP_NAMES, InputSource, RunConfig, as_input, dashboard_link, dask_client, drive_run, plan_run,
     summary_markdown,
 )
 
@@ -97,7 +97,10 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
         logger.info("%s", plan.opened.message())
     # The lease is held by this (the flow's) process, where every stage task runs.
     with dask_client(dask_address, n_workers, connect_timeout=connect_timeout) as client:
-        logger.info("Dask dashboard: %s", client.dashboard_link)
+        # Only a link that opens: a scheduler without bokeh serves a "needs bokeh" page there.
+        link = dashboard_link(client)
+        logger.info("Dask dashboard: %s", link or "not served by this scheduler (it needs bokeh>=3.1 installed "
+                    "next to the scheduler)")
         result = drive_run(plan, progress=progress, label_key=label_key, step=prefect_step,
                            owner="mkdist cluster_flow", echo=logger.info)
     summary = result.metrics

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from .errors import InputValidationError, SchedulerUnreachableError
 
-__all__ = ["dask_client", "DEFAULT_CONNECT_TIMEOUT"]
+__all__ = ["dask_client", "dashboard_link", "DEFAULT_CONNECT_TIMEOUT"]
 
 logger = logging.getLogger("mkdist")
 
@@ -92,3 +92,40 @@ def dask_client(address: str | None = None, n_workers: int | None = None,
             yield client
     finally:
         cluster.close(timeout=5)
+
+
+def _scheduler_serves_dashboard(dask_scheduler=None) -> bool:
+    # Runs in the scheduler process (Client.run_on_scheduler).  distributed imports its
+    # dashboard module only when the dashboard is on, and when that import fails (no bokeh,
+    # or one older than 3.1) it serves a page saying "Dask needs bokeh>=3.1.0" at the same
+    # address instead: the imported module is the one sign that the pages are there.
+    import sys
+
+    return "distributed.dashboard.scheduler" in sys.modules
+
+
+def dashboard_link(client) -> str | None:
+    """The address of the Dask dashboard when the scheduler serves its pages, else None.
+
+    ``Client.dashboard_link`` names the scheduler's HTTP port whether or not the dashboard
+    works there: a scheduler without bokeh (mkdist does not depend on it) answers with a
+    "needs bokeh" page, and one started with ``--no-dashboard`` not at all.  A link is
+    worth logging only when it opens.
+
+    Parameters
+    ----------
+    client : distributed.Client
+
+    Returns
+    -------
+    str or None
+    """
+    try:
+        if "dashboard" not in client.scheduler_info().get("services", {}):
+            return None
+        if not client.run_on_scheduler(_scheduler_serves_dashboard):
+            return None
+    except Exception as exc:  # a scheduler that refuses run_on_scheduler: no link, not a failed run
+        logger.debug("cannot ask the scheduler about its dashboard: %s", exc)
+        return None
+    return client.dashboard_link

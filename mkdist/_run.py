@@ -37,7 +37,7 @@ from ._stages import (
 from .errors import InputValidationError
 
 __all__ = ["cluster", "plan_run", "drive_run", "drive_assign", "write_labels_out", "RunPlan", "direct_step",
-           "STEP_NAMES"]
+           "STEP_NAMES", "refit_inputs"]
 
 #: What each step of a run is called (the Prefect task names of the flow).
 STEP_NAMES = {"open": "validate-and-open-store", "landmarks": "sample-landmarks", "model": "fit-model",
@@ -425,3 +425,53 @@ def drive_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
     if report:
         summary["report"] = step(STEP_NAMES["assign_report"], write_report, out)
     return summary
+
+
+def refit_inputs(model_store: Any, source: Any, *, store: Any = None,
+                 id_column: str | None = None) -> tuple[InputSource, str, RunConfig]:
+    """What a run that refits ``model_store``'s model on a new batch needs: its input, store
+    and configuration.
+
+    The stored configuration (method, parameters, seed) is kept whole, so the refit differs
+    from the fit in its data only; the batch is read with the model's views (a table's
+    columns per view).  Local paths come back absolute: the refit may run in another
+    process, in another working directory.
+
+    Parameters
+    ----------
+    model_store : str, Path or RunStore
+        A run store holding the model (its run configuration and input record).
+    source : str, Path, dict or InputSource
+        The new batch; a location, not in-memory data (the refit runs elsewhere).
+    store : str or Path, optional
+        Where the refit writes; default ``model_store`` itself.
+    id_column : str, optional
+        The batch's id column, as given to the assignment.
+
+    Returns
+    -------
+    source : InputSource
+    store : str
+    config : RunConfig
+
+    Raises
+    ------
+    InputValidationError
+        ``source`` is in-memory data.
+    StoreNotFoundError
+        No run store at ``model_store``.
+    """
+    model = as_store(model_store, mode="r")
+    record = model.attrs.get("input") or {}
+    batch = as_input(source, id_column=id_column)
+    if not isinstance(batch, InputSource):
+        raise InputValidationError(f"a refit needs the batch as a path or URL, not {type(source).__name__}: "
+                                   "it runs in another process.")
+    if "://" not in batch.location:
+        batch = dataclasses.replace(batch, location=os.path.abspath(batch.location))
+    if batch.views is None and record.get("views"):
+        batch = dataclasses.replace(batch, views=record["views"])
+    target = os.fspath(store) if store is not None else str(model.url)
+    if "://" not in target:
+        target = os.path.abspath(target)
+    return batch, target, RunConfig(**model.params)

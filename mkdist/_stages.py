@@ -337,14 +337,19 @@ def like_model(source: Any, model) -> Any:
     return dataclasses.replace(source, **changes) if changes else source
 
 
+#: What check_assign refuses while a live run writes the model store.
+_READ_UNFINISHED = "Labelling with the model it is still writing"
+
+
 def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
                  chunk_rows: int | None = None):
     """Every check of an assignment that reads no data, and writes nothing.
 
     The output must not overlap the model store or the input; the model store must hold a
-    finished run; the input's views and features must match the model; an output store that
-    holds another assignment (unless ``overwrite``), or that another live run writes, is
-    refused.
+    finished run, and one that is not (or is gone) because a live run is writing it (a refit
+    replacing the model) is refused with ``StoreLockedError``; the input's views and features
+    must match the model; an output store that holds another assignment (unless
+    ``overwrite``), or that another live run writes, is refused.
 
     Returns
     -------
@@ -353,8 +358,15 @@ def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
     from mkdist.storage import RunStore
 
     refuse_overlap(output, model_store=model_store, input=source)
-    src = as_store(model_store, mode="r")
+    try:
+        src = as_store(model_store, mode="r")
+    except (FileNotFoundError, DamagedStoreError):
+        # A live run (a refit) replacing the model store wipes it first: say that, as
+        # StoreLockedError, which a caller may wait out (the assign flow's ``lease_wait``).
+        RunStore(model_store, mode="r").check_no_other_writer(_READ_UNFINISHED)
+        raise
     if not src.is_complete("labels"):
+        src.check_no_other_writer(_READ_UNFINISHED)
         raise InputValidationError(f"the run in {src.url} is not finished (its labels stage is not complete): "
                                    "finish it first (re-run it to resume).")
     est = load_estimator(src)

@@ -11,7 +11,7 @@ order and :func:`assign` labels new data with a stored model and measures its dr
 """
 
 from ._config import ClusterResult, RunConfig
-from ._dask_runtime import DEFAULT_CONNECT_TIMEOUT, dask_client
+from ._dask_runtime import DEFAULT_CONNECT_TIMEOUT, dashboard_link, dask_client
 from ._drift import DEFAULT_THRESHOLDS as DEFAULT_DRIFT_THRESHOLDS
 from ._io import (
     InputSource, as_input, check_labels_out, labels_out_owner, load_ids, load_views, open_input, path_kind, scan_views,
@@ -22,7 +22,9 @@ from ._report import (
     ReportDraft, assignment_summary, inspect_markdown, inspect_store, load_labels, report_data, summary_markdown,
     write_report,
 )
-from ._run import STEP_NAMES, RunPlan, cluster, direct_step, drive_assign, drive_run, plan_run, write_labels_out
+from ._run import (
+    STEP_NAMES, RunPlan, cluster, direct_step, drive_assign, drive_run, plan_run, refit_inputs, write_labels_out,
+)
 from ._stages import (
     assign, check_assign, check_run, load_estimator, merge_timings, open_run, prepare_resume,
     refuse_overlap, run_stage, stage_embedding, stage_labels, stage_landmarks, stage_metrics, stage_model,
@@ -35,7 +37,7 @@ __all__ = [
     # runs
     "DEFAULT_METHOD", "RunConfig", "ClusterResult", "cluster", "assign", "load_estimator",
     # the run driver (mkdist.cluster, the CLI and the flow)
-    "RunPlan", "plan_run", "drive_run", "drive_assign", "direct_step", "STEP_NAMES",
+    "RunPlan", "plan_run", "drive_run", "drive_assign", "direct_step", "STEP_NAMES", "refit_inputs",
     # the stages, as the flows run them
     "check_run", "check_assign", "open_run", "writer_lease", "prepare_resume", "stage_plan", "run_stage",
     "stage_landmarks", "stage_model", "stage_embedding", "stage_labels", "stage_metrics", "merge_timings",
@@ -48,7 +50,7 @@ __all__ = [
     # the registry
     "available_methods", "get_method", "method_table", "method_table_markdown",
     # Dask workers mkdist starts or joins
-    "dask_client", "DEFAULT_CONNECT_TIMEOUT",
+    "dask_client", "dashboard_link", "DEFAULT_CONNECT_TIMEOUT",
     "WORKER_MALLOC_ENVIRON", "worker_malloc_settings", "check_worker_malloc",
     # reports
     "summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "report_data", "write_report",

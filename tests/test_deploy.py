@@ -221,23 +221,67 @@ def test_assign_runs_nightly_on_a_valid_cron(deployments):
 
 
 def test_pull_step_and_work_pool_match_the_runtimes(prefect_yaml, deployments, compose, k8s_objects):
-    (step,) = prefect_yaml["pull"]
-    workdir = step["prefect.deployments.steps.set_working_directory"]["directory"]
+    # The one pull step enters MKDIST_DATA_ROOT; each runtime sets that variable for its flow
+    # runs to the path where its shared volume is mounted, the same path as on its Dask workers.
+    assert prefect_yaml["pull"] == [{"mkdist.flows.steps.enter_data_root": {}}]
     pools = {d["work_pool"]["name"] for d in deployments.values()}
     assert len(pools) == 1
     (pool,) = pools
-    # compose: the process worker polls that pool and sees the working directory (shared volume)
-    worker = compose["services"]["prefect-worker"]
+    # compose: the process worker polls that pool; its data root is the shared volume
+    services = compose["services"]
+    worker = services["prefect-worker"]
     cmd = _command(worker)
     assert _arg(cmd, "--pool") == pool and _arg(cmd, "--type") == "process"
-    assert workdir in _mounts(worker).values()
-    # kubernetes: the worker polls that pool; flow-run pods mount the working directory
+    root = worker["environment"]["MKDIST_DATA_ROOT"]
+    (volume,) = [v for v, target in _mounts(worker).items() if target == root]
+    assert volume in (compose.get("volumes") or {}), f"{root} is not a named volume"
+    for name, service in services.items():
+        if _command(service)[:2] == ["dask", "worker"]:
+            assert _mounts(service).get(volume) == root, f"{name} does not mount {volume} at {root}"
+    # kubernetes: the worker polls that pool; flow-run pods get the data root from the ConfigMap
+    # and mount the PVC there, as the Dask workers do
     k8s_deployment = _one(k8s_objects, "Deployment", "prefect-worker")
     k8s_worker = k8s_deployment["spec"]["template"]["spec"]["containers"][0]
     assert _arg(k8s_worker["args"], "--pool") == pool and _arg(k8s_worker["args"], "--type") == "kubernetes"
+    k8s_root = _one(k8s_objects, "ConfigMap", "mkdist-runtime")["data"]["MKDIST_DATA_ROOT"]
     template = json.loads((K8S / "base-job-template.json").read_text())
-    pod = template["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]
-    assert workdir in {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    pods = [template["job_configuration"]["job_manifest"]["spec"]["template"]["spec"],
+            _one(k8s_objects, "DaskCluster")["spec"]["worker"]["spec"]]
+    claim = _one(k8s_objects, "PersistentVolumeClaim")["metadata"]["name"]
+    for pod in pods:
+        vols = {v["name"] for v in pod["volumes"] if v.get("persistentVolumeClaim", {}).get("claimName") == claim}
+        assert k8s_root in {m["mountPath"] for m in pod["containers"][0]["volumeMounts"] if m["name"] in vols}
+
+
+def test_deployment_paths_are_relative_to_the_data_root(deployments):
+    # A host path in prefect.yaml would bypass MKDIST_DATA_ROOT (the first run of issue 23
+    # failed on a hard-coded /data): paths are relative, or URLs.
+    for name, d in deployments.items():
+        for key, value in d["parameters"].items():
+            if isinstance(value, str):
+                assert not value.startswith(("/", "~")), f"{name}: {key}={value!r} is not under the data root"
+
+
+def test_enter_data_root_step(tmp_path, monkeypatch):
+    from prefect.deployments.steps.core import _get_function_for_step
+
+    from mkdist.flows.steps import DataRootError
+
+    # Prefect resolves the step's name as it does at run time.
+    step = _get_function_for_step("mkdist.flows.steps.enter_data_root")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MKDIST_DATA_ROOT", raising=False)
+    with pytest.raises(DataRootError, match="MKDIST_DATA_ROOT is not set .* Prefect worker") as info:
+        step()
+    assert "\n" not in str(info.value)
+    monkeypatch.setenv("MKDIST_DATA_ROOT", str(tmp_path / "nowhere"))
+    with pytest.raises(DataRootError, match="nowhere does not exist on host") as info:
+        step()
+    assert "\n" not in str(info.value)
+    (tmp_path / "data").mkdir()
+    monkeypatch.setenv("MKDIST_DATA_ROOT", str(tmp_path / "data"))
+    assert step() == {"directory": str(tmp_path / "data")}
+    assert Path.cwd() == tmp_path / "data"
 
 
 # ----------------------------------------------------------------------------- compose

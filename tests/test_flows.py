@@ -151,3 +151,74 @@ def test_cluster_flow_other_method_publishes_pep_artifact(prefect_api, dask_addr
     mine = [a for a in artifacts if store in (a.description or "")]
     assert mine, [(a.key, a.description) for a in artifacts]
     assert "Principal eigenvalue proportion" in mine[0].data and "after the graph filter" in mine[0].data
+
+
+def test_assign_flow_waits_out_a_live_lease(prefect_api, dask_address, source, tmp_path):
+    """lease_wait: a store another live process holds is tried again until it is free; without
+    it the run fails at once with StoreLockedError."""
+    import time
+
+    from mkdist.errors import StoreLockedError
+    from mkdist.flows import assign_flow, cluster_flow
+
+    path, _, _ = source
+    store = str(tmp_path / "run.zarr")
+    cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, random_state=0, dask_address=dask_address)
+    out = tmp_path / "assigned.zarr"
+    # Another process (a live run: same host, so not taken over) holds the output for 12 s.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom mkdist.storage import RunStore\n"
+         f"with RunStore({str(out)!r}, mode='r+').lease(owner='other run'):\n"
+         "    print('held', flush=True); time.sleep(12)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        # The holder lets go 12 s after it said "held" (less 1 s for the pipe's latency).
+        released_at = time.monotonic() + 11
+        with pytest.raises(StoreLockedError, match="other run"):
+            assign_flow(model_store=store, source=path, output=str(out), dask_address=dask_address)
+        summary = assign_flow(model_store=store, source=path, output=str(out), dask_address=dask_address,
+                              lease_wait=120)
+        done = time.monotonic()
+    finally:
+        holder.wait(timeout=60)
+    assert holder.returncode == 0
+    assert done >= released_at and summary["N"] == 900
+    assert RunStore.open(out).stage_status()["labels"] == "complete"
+
+
+def test_drift_starts_a_refit_of_the_model(prefect_api, dask_address, source, tmp_path):
+    """refit_on_drift: a drifted batch creates a run of the cluster deployment that fits the
+    model's method and parameters anew on the batch, into the model store; its parameters
+    make that refit when run."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+
+    from mkdist.errors import DriftDetectedError
+    from mkdist.flows import assign_flow, cluster_flow
+
+    path, _, _ = source
+    store = str(tmp_path / "model.zarr")
+    cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, random_state=0, dask_address=dask_address,
+                 options={"n_init": 2})
+    before = RunStore.open(store).fingerprint
+    # The deployment the refit runs, registered on this server (no worker: the run waits).
+    deployment_id = cluster_flow.to_deployment(name="cluster-on-demand").apply()
+    new, _ = make_blobs_views(n_per_cluster=100, n_clusters=3, seed=9, dtype=np.float32)
+    batch = tmp_path / "drifted.npz"
+    np.savez(batch, a=new[0] * 3 + 5, b=new[1] * 3 - 5)
+    with pytest.raises(DriftDetectedError, match="Refit started"):
+        assign_flow(model_store=store, source=str(batch), output=str(tmp_path / "out.zarr"),
+                    dask_address=dask_address, fail_on_drift=True, refit_on_drift=True)
+    with get_client(sync_client=True) as client:
+        runs = [r for r in client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=["refit"])))
+                if r.deployment_id == deployment_id]
+    assert len(runs) == 1 and runs[0].state.is_scheduled()
+    params = runs[0].parameters
+    assert params["source"]["location"] == str(batch) and params["store"] == store and params["overwrite"] is True
+    assert params["n_clusters"] == 3 and params["random_state"] == 0 and params["label_key"] is None
+    assert params["options"]["method_params"]["n_init"] == 2
+    # Run what the worker would run: the model store now holds the batch's model.
+    summary = cluster_flow(**params)
+    model = RunStore.open(store)
+    assert model.fingerprint != before and sum(summary["cluster_sizes"]) == 300
+    assert model.attrs["input"]["location"] == str(batch)
