@@ -697,10 +697,11 @@ def labels_out_owner(path: Any, storage_options: Mapping[str, Any] | None = None
 
 
 def check_labels_out(path: Any, overwrite: bool, mark: Mapping[str, Any] | None = None,
-                     storage_options: Mapping[str, Any] | None = None) -> str:
+                     storage_options: Mapping[str, Any] | None = None, *, store: Any = None) -> str:
     """What to do with a labels output before any work: "write", "skip" (already written by
     this run: ``mark`` matches) or "replace"; refuses an output of another run (or any other
-    file) unless ``overwrite``."""
+    file) unless ``overwrite``.  ``store``: the run's store, when the run is not finished (no
+    ``mark`` yet): its own older labels are replaced once it finishes."""
     owner = labels_out_owner(path, storage_options)
     if owner is None:
         return "write"
@@ -710,6 +711,8 @@ def check_labels_out(path: Any, overwrite: bool, mark: Mapping[str, Any] | None 
         return "replace"
     if owner and mark is not None and owner.get("store") == mark.get("store"):
         return "replace"  # our own store's older labels (its labels stage was recomputed)
+    if owner and store is not None and owner.get("store") == str(store):
+        return "replace"  # a resumed run's own labels, written before its later stages were lost
     who = f"the labels of the run in {owner['store']}" if owner.get("store") else "a file mkdist did not write"
     raise StoreExistsError(f"{path} exists and holds {who}; pass --overwrite (overwrite=True) to replace it, or "
                            "choose another labels output")

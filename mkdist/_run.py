@@ -144,7 +144,8 @@ def plan_run(source: Any, store: Any, config: RunConfig, *, labels_out: Any = No
         if complete:
             mark = {"store": str(existing.url), "fingerprint": existing.fingerprint,
                     "labels": existing.stage_token("labels")}
-        action = check_labels_out(labels_out, overwrite, mark, _storage_options(source))
+        action = check_labels_out(labels_out, overwrite, mark, _storage_options(source),
+                                  store=existing.url if existing is not None else None)
     if isinstance(source, InputSource):
         id_column = source.id_column
     elif labels_out is not None and id_column is not None:

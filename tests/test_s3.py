@@ -25,8 +25,6 @@ from mkdist.metrics import clustering_accuracy
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
-pytestmark = pytest.mark.slow
-
 BUCKET = "mkdist-test"
 VIEWS = ["--view", "a=a*", "--view", "b=b*", "--id-column", "customer_id"]
 
@@ -154,6 +152,7 @@ def _labels(s3, url) -> pd.DataFrame:
     return pd.read_parquet(url, storage_options=s3["options"])
 
 
+@pytest.mark.slow
 def test_cli_run_on_s3_labels_join_back_by_id(s3, table, cli_run):
     labels = _labels(s3, cli_run["labels"])
     assert list(labels.columns) == ["customer_id", "cluster", "distance"] and len(labels) == 2000
@@ -171,12 +170,14 @@ def test_cli_run_on_s3_labels_join_back_by_id(s3, table, cli_run):
             assert secret not in fs.cat_file(path).decode(errors="replace"), path
 
 
+@pytest.mark.slow
 def test_the_same_command_again_does_nothing(s3, cli_run):
     r = _cli(*cli_run["args"], "--quiet", env=s3["env"])
     assert r.returncode == 0, r.stderr
     assert "nothing to do" in r.stdout, r.stdout
 
 
+@pytest.mark.slow
 def test_inspect_verify_passes_then_finds_a_corrupted_chunk(s3, cli_run):
     from mkdist.storage import RunStore
 
@@ -228,6 +229,7 @@ def api_run(s3, cluster, zarr_input):
     return {"store": store, "labels": labels, "first": first, "result": result}
 
 
+@pytest.mark.slow
 def test_python_api_with_storage_options_on_a_zarr_input(s3, zarr_input, api_run):
     assert clustering_accuracy(zarr_input["y"], api_run["first"]) > 0.95
     out = _labels(s3, api_run["labels"])
@@ -235,6 +237,7 @@ def test_python_api_with_storage_options_on_a_zarr_input(s3, zarr_input, api_run
     assert (out["cluster"].to_numpy() == api_run["first"]).all()
 
 
+@pytest.mark.slow
 def test_a_run_interrupted_after_a_stage_resumes_on_s3(s3, cluster, zarr_input, api_run):
     """The store as a crash after the embedding stage leaves it: the later stages' pointers not
     put, an unfinished generation of the next one.  The same call resumes."""
@@ -259,6 +262,7 @@ def test_a_run_interrupted_after_a_stage_resumes_on_s3(s3, cluster, zarr_input, 
     assert not s3["fs"].exists(leftover)
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_on_s3(s3):
     from mkdist.errors import StoreLockedError
     from mkdist.storage import RunStore
@@ -274,6 +278,7 @@ def test_a_second_writer_is_refused_on_s3(s3):
         pass
 
 
+@pytest.mark.slow
 def test_clean_removes_replaced_generations_and_leftovers(s3, monkeypatch):
     import xarray as xr
 
@@ -297,6 +302,7 @@ def test_clean_removes_replaced_generations_and_leftovers(s3, monkeypatch):
     assert store.read_stage("extra")["x"].values.tolist() == [1, 2, 3, 4, 5]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["wrong key", "unreachable endpoint", "no bucket"])
 def test_bad_credentials_or_endpoint_are_one_line_before_any_work(s3, table, tmp_path, case):
     store = f"s3://{BUCKET}/runs/refused-{case.replace(' ', '-')}.zarr"
@@ -318,6 +324,7 @@ def test_bad_credentials_or_endpoint_are_one_line_before_any_work(s3, table, tmp
     assert not s3["fs"].exists(store)
 
 
+@pytest.mark.slow
 def test_python_api_refuses_a_wrong_key_with_nothing_created(s3, table):
     import mkdist
     from mkdist.errors import StorageAccessError
@@ -331,6 +338,7 @@ def test_python_api_refuses_a_wrong_key_with_nothing_created(s3, table):
     assert not s3["fs"].exists(store)
 
 
+@pytest.mark.slow
 def test_config_file_storage_options_reach_the_probe(s3, table, tmp_path):
     """`[storage_options]` in --config is the command line's way to give options without the
     environment (no credentials on the command line, which the store's lease records)."""
@@ -340,3 +348,32 @@ def test_config_file_storage_options_reach_the_probe(s3, table, tmp_path):
     r = _cli("run", "--input", table["url"], "--store", f"s3://{BUCKET}/runs/cfg.zarr", "--n-clusters", "4",
              *VIEWS, "--config", str(config), "--quiet", timeout=120)
     assert r.returncode == 2 and "access denied" in r.stderr, r.stderr
+
+
+# ----------------------------------------------------------------------------- no server needed
+def test_options_come_from_the_run_then_fsspec_config_then_the_environment(monkeypatch):
+    import fsspec.config
+
+    from mkdist._remote import options_for, public_options, register_options
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "env-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://env:9000")
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": "http://conf:9000"})
+    assert options_for("s3://b/x") == {"key": "env-key", "secret": "env-secret", "endpoint_url": "http://conf:9000"}
+    assert options_for("s3://b/x", {"secret": "given"})["secret"] == "given"
+    assert options_for("runs/x.zarr", {"secret": "given"}) == {} and options_for("memory://x") == {}
+    # Registered for a bucket: every location in it (the store, the report beside it) gets them.
+    bucket = f"s3://reg-{uuid.uuid4().hex}"
+    register_options({"key": "run-key", "secret": "run-secret"}, f"{bucket}/runs/a.zarr")
+    assert options_for(f"{bucket}/runs/a.zarr.report.html")["secret"] == "run-secret"
+    assert options_for("s3://another-bucket/x")["secret"] == "env-secret"
+    assert public_options({"key": "k", "secret": "s", "endpoint_url": "e"}) == {
+        "key": "<redacted>", "secret": "<redacted>", "endpoint_url": "e"}
+
+
+def test_local_locations_are_not_probed(tmp_path):
+    from mkdist._remote import probe_run
+
+    probe_run(tmp_path / "in.parquet", tmp_path / "store.zarr", "memory://labels", {"key": "unused"})
+    assert list(tmp_path.iterdir()) == []
