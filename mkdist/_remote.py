@@ -31,8 +31,16 @@ from typing import Any
 
 from .errors import StorageAccessError
 
-__all__ = ["protocol", "is_remote", "options_for", "register_options", "public_options", "probe",
-           "probe_run", "PROBE_TIMEOUT_S"]
+__all__ = [
+    "PROBE_TIMEOUT_S",
+    "is_remote",
+    "options_for",
+    "probe",
+    "probe_run",
+    "protocol",
+    "public_options",
+    "register_options",
+]
 
 #: Seconds the probe waits for an endpoint to connect or answer (one attempt, no retries):
 #: an unreachable endpoint is reported in seconds, not after botocore's retries (7 s and more).
@@ -162,7 +170,7 @@ def _unreachable(exc: BaseException) -> bool:
         from botocore.exceptions import ConnectionError as BotoConnectionError
         from botocore.exceptions import HTTPClientError
     except ImportError:  # no botocore: only the built-in connection errors
-        BotoConnectionError = HTTPClientError = ConnectionError  # noqa: N806
+        BotoConnectionError = HTTPClientError = ConnectionError
     return isinstance(exc, (ConnectionError, TimeoutError, BotoConnectionError, HTTPClientError))
 
 

@@ -166,7 +166,7 @@ def test_cli_run_on_s3_labels_join_back_by_id(s3, table, cli_run):
     # No secret reached what is stored: attributes, lease, report, labels.
     secret = s3["options"]["secret"]
     for path in fs.find(cli_run["store"]) + [f"{cli_run['store']}.report.html"]:
-        if path.endswith(".json") or path.endswith(".html"):
+        if path.endswith((".json", ".html")):
             assert secret not in fs.cat_file(path).decode(errors="replace"), path
 
 
@@ -185,7 +185,7 @@ def test_inspect_verify_passes_then_finds_a_corrupted_chunk(s3, cli_run):
     run = RunStore.open(store, storage_options=s3["options"])
     assert run.verify_stage("labels", full=True) == []
     fs.invalidate_cache()
-    chunk = sorted(p for p in fs.find(store) if "/labels.gen-" in p and "/labels/c/" in p)[0]
+    chunk = min(p for p in fs.find(store) if "/labels.gen-" in p and "/labels/c/" in p)
     original = fs.cat_file(chunk)
     fs.pipe_file(chunk, bytes(b ^ 0xFF for b in original))  # same size: only the checksum tells
     try:
