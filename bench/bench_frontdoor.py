@@ -6,6 +6,8 @@
                                      # `mkdist run` minus mkdist.cluster() on the same cluster; no-op re-run
     python bench/bench_frontdoor.py --part refusals --repeats 3    # each refusal: seconds to exit 2
     python bench/bench_frontdoor.py --part interrupt --n 1000000  # Ctrl-C at 4 points x once/twice
+    python bench/bench_frontdoor.py --part s3 --n 1000000         # input, store, labels on a local S3
+                                                                   # server (moto) vs local disk
 
 The table is :func:`mkdist.datasets.write_customer_table` (string ``customer_id`` in shuffled
 order, a string, a categorical and a date column, views ``a0..a7`` and ``b0..b7`` as float64,
@@ -303,9 +305,106 @@ def part_interrupt(n: int) -> dict:
     return out
 
 
+# ----------------------------------------------------------------------------- s3
+class MotoServer:
+    """A moto S3 server on 127.0.0.1 (``python -m moto.server``, its own process), logging each
+    request (one line each) so the run's requests can be counted."""
+
+    def __init__(self, log: Path):
+        port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.log = log
+        self._log = open(log, "w")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                     env=env, stdout=self._log, stderr=self._log)
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError("moto server did not start")
+                time.sleep(0.2)
+
+    def requests(self) -> int:
+        self._log.flush()
+        return sum(1 for line in self.log.read_text().splitlines() if '"GET ' in line or '"PUT ' in line
+                   or '"HEAD ' in line or '"POST ' in line or '"DELETE ' in line)
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+        self._log.close()
+
+
+def part_s3(n: int) -> dict:
+    """One `mkdist run` with input, store and labels on local disk, then the same with all three on
+    a local S3 server (credentials in the CLI's environment only: the workers have none), on one
+    plain 2-worker cluster; wall time of each, and the labels joined by id."""
+    import pandas as pd
+
+    table = customer_table(n)
+    work = OUT / "s3"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    server = MotoServer(work / "moto.log")
+    creds = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret",
+             "AWS_ENDPOINT_URL": server.endpoint, "AWS_DEFAULT_REGION": "us-east-1"}
+    options = {"key": "bench", "secret": "bench-secret", "endpoint_url": server.endpoint}
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("AWS_")}
+    cluster = None
+    try:
+        import s3fs
+
+        fs = s3fs.S3FileSystem(**options)
+        fs.mkdir("bench")
+        t0 = time.perf_counter()
+        fs.put(str(table), "bench/input/customers.parquet")
+        upload_s = time.perf_counter() - t0
+        cluster = PlainCluster()  # started without AWS variables: the workers get none
+        common = ["--n-clusters", "5", *VIEWS, "--random-state", "0", "--dask-address", cluster.address, "--quiet"]
+        load = {"before_local": os.getloadavg()}
+        r, local_s = _cli("run", "--input", str(table), "--store", str(work / "local.zarr"), "--labels-out",
+                          str(work / "labels.parquet"), *common)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr)
+        load["before_s3"] = os.getloadavg()
+        before = server.requests()
+        os.environ.update(creds)  # the CLI's environment (the cluster was started before)
+        try:
+            r3, s3_s = _cli("run", "--input", "s3://bench/input/customers.parquet", "--store",
+                            "s3://bench/runs/run.zarr", "--labels-out", "s3://bench/out/labels.parquet", *common)
+        finally:
+            for k in creds:
+                os.environ.pop(k, None)
+        if r3.returncode != 0:
+            raise RuntimeError(r3.stderr)
+        load["after"] = os.getloadavg()
+        requests = server.requests() - before
+        local = pd.read_parquet(work / "labels.parquet")
+        remote = pd.read_parquet("s3://bench/out/labels.parquet", storage_options=options)
+        joined = local.merge(remote, on="customer_id", how="outer", suffixes=("_local", "_s3"), indicator=True)
+        both = joined["_merge"] == "both"
+        same = both & (joined["cluster_local"] == joined["cluster_s3"])
+        objects = fs.find("bench/runs/run.zarr")
+    finally:
+        if cluster is not None:
+            cluster.close()
+        server.close()
+        os.environ.update(saved)
+    return {"N": n, "upload_s": upload_s, "local_s": local_s, "s3_s": s3_s, "s3_over_local": s3_s / local_s,
+            "s3_requests": requests, "store_objects": len(objects), "load": load,
+            "rows_joined": int(both.sum()), "rows_only_in_one": int((~both).sum()),
+            "identical_labels": bool(same.sum() == len(local) == len(remote)),
+            "max_distance_diff": float((joined["distance_local"] - joined["distance_s3"]).abs().max()),
+            "local_result": r.stdout.strip().splitlines()[-1:], "s3_result": r3.stdout.strip().splitlines()[-1:]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--part", choices=["e2e", "cost", "refusals", "interrupt"], required=True)
+    ap.add_argument("--part", choices=["e2e", "cost", "refusals", "interrupt", "s3"], required=True)
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--ns", default="200000,1000000")
     ap.add_argument("--repeats", type=int, default=3)
@@ -317,6 +416,8 @@ def main() -> None:
         result = part_cost([int(x) for x in a.ns.split(",")], a.repeats)
     elif a.part == "refusals":
         result = part_refusals(a.repeats)
+    elif a.part == "s3":
+        result = part_s3(a.n)
     else:
         result = part_interrupt(a.n)
     emit({"bench": "frontdoor", "part": a.part, "machine": machine(), "load_before": os.getloadavg(),

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ._blocks import RowBlocks, align_row_chunks
+from ._remote import options_for
 from ._tables import is_table_source
 from ._validation import as_views, is_dask_array
 from .errors import InputValidationError, StoreExistsError
@@ -78,7 +79,7 @@ def _from_path(path: str, names, storage_options=None):
     import fsspec
 
     lower = path.rstrip("/").lower()
-    options = dict(storage_options or {})
+    options = options_for(path, storage_options)
     if lower.endswith(".npz"):
         with fsspec.open(path, "rb", **options) as f, np.load(f, allow_pickle=False) as d:
             keys = [k for k in d.files if k not in LABEL_NAMES] if names is None else list(names)
@@ -281,7 +282,7 @@ def path_kind(location: str, storage_options: Mapping[str, Any] | None = None) -
 
     if is_table_source(location, storage_options):
         return "table"
-    fs, path = fsspec.core.url_to_fs(location, **dict(storage_options or {}))
+    fs, path = fsspec.core.url_to_fs(location, **options_for(location, storage_options))
     if not fs.exists(path):
         raise InputValidationError(f"not found: {location}{_suggest(fs, path)}")
     lower = path.rstrip("/").lower()
@@ -358,7 +359,7 @@ def _array_shapes(location: str, kind: str, names, storage_options) -> dict[str,
     """The shape of every view of a Zarr / .npz / .npy input, from metadata (no xarray)."""
     import fsspec
 
-    options = dict(storage_options or {})
+    options = options_for(location, storage_options)
     if kind == "npy":
         with fsspec.open(location, "rb", **options) as f:
             arrays = {"view0": _npy_shape(f)}
@@ -398,7 +399,7 @@ def _listing(location: str, storage_options) -> list:
     """(relative path, size, modification time) of every file under a location."""
     import fsspec
 
-    fs, path = fsspec.core.url_to_fs(location, **dict(storage_options or {}))
+    fs, path = fsspec.core.url_to_fs(location, **options_for(location, storage_options))
     if not fs.isdir(path):
         info = fs.info(path)
         return [[posixpath.basename(path), info.get("size"), info.get("mtime") or info.get("LastModified")]]
@@ -635,14 +636,15 @@ def load_ids(source: Any, id_column: str | None, views: Mapping[str, Any]):
         if kind == "npz":
             import fsspec
 
-            with fsspec.open(path, "rb", **dict(source.storage_options or {})) as f, \
+            with fsspec.open(path, "rb", **options_for(path, source.storage_options)) as f, \
                     np.load(f, allow_pickle=False) as d:
                 if id_column in d.files:
                     ids = da.from_array(np.asarray(d[id_column]), chunks=(chunks,))
         elif kind == "zarr":
             import xarray as xr
 
-            ds = xr.open_zarr(path, consolidated=False, storage_options=source.storage_options)
+            ds = xr.open_zarr(path, consolidated=False,
+                              storage_options=options_for(path, source.storage_options) or None)
             if id_column in ds.variables:
                 ids = ds[id_column].data
     elif hasattr(source, "variables"):
@@ -685,7 +687,7 @@ def labels_out_owner(path: Any, storage_options: Mapping[str, Any] | None = None
     import fsspec
     import pyarrow.parquet as pq
 
-    fs, p = fsspec.core.url_to_fs(str(path), **dict(storage_options or {}))
+    fs, p = fsspec.core.url_to_fs(str(path), **options_for(path, storage_options))
     if not fs.exists(p):
         return None
     files = sorted(f for f in fs.find(p) if f.endswith(".parquet")) if fs.isdir(p) else [p]
@@ -700,10 +702,11 @@ def labels_out_owner(path: Any, storage_options: Mapping[str, Any] | None = None
 
 
 def check_labels_out(path: Any, overwrite: bool, mark: Mapping[str, Any] | None = None,
-                     storage_options: Mapping[str, Any] | None = None) -> str:
+                     storage_options: Mapping[str, Any] | None = None, *, store: Any = None) -> str:
     """What to do with a labels output before any work: "write", "skip" (already written by
     this run: ``mark`` matches) or "replace"; refuses an output of another run (or any other
-    file) unless ``overwrite``."""
+    file) unless ``overwrite``.  ``store``: the run's store, when the run is not finished (no
+    ``mark`` yet): its own older labels are replaced once it finishes."""
     owner = labels_out_owner(path, storage_options)
     if owner is None:
         return "write"
@@ -713,6 +716,8 @@ def check_labels_out(path: Any, overwrite: bool, mark: Mapping[str, Any] | None 
         return "replace"
     if owner and mark is not None and owner.get("store") == mark.get("store"):
         return "replace"  # our own store's older labels (its labels stage was recomputed)
+    if owner and store is not None and owner.get("store") == str(store):
+        return "replace"  # a resumed run's own labels, written before its later stages were lost
     who = f"the labels of the run in {owner['store']}" if owner.get("store") else "a file mkdist did not write"
     raise StoreExistsError(f"{path} exists and holds {who}; pass --overwrite (overwrite=True) to replace it, or "
                            "choose another labels output")
@@ -756,7 +761,9 @@ def write_labels_parquet(path: Any, labels, distance, ids, *, id_name: str = "id
 
     if check_labels_out(path, overwrite, mark, storage_options) == "skip":
         return str(path)
-    fs, p = fsspec.core.url_to_fs(str(path), **dict(storage_options or {}))
+    # The options travel with `fs` into each write task (pickled): the workers write the labels
+    # with the driver's credentials.
+    fs, p = fsspec.core.url_to_fs(str(path), **options_for(path, storage_options))
     tmp = f"{p.rstrip('/')}.partial-{uuid.uuid4().hex}"
     text = json.dumps(dict(mark or {}), sort_keys=True)
     write = dask.delayed(_labels_part, pure=False)
@@ -765,9 +772,19 @@ def write_labels_parquet(path: Any, labels, distance, ids, *, id_name: str = "id
         parts = [write(i, lab, d, id_name, text, fs, f"{tmp}/part-{k:05d}.parquet")
                  for k, (i, lab, d) in enumerate(zip(ids, labels.to_delayed().ravel(), distance.to_delayed().ravel()))]
         (compute or dask.compute)(parts)
+        fs.invalidate_cache(tmp)  # the workers wrote the parts: a cached listing would miss them
         if fs.exists(p):
             fs.rm(p, recursive=True)
-        fs.mv(tmp, p, recursive=True)
+        if fs.protocol == "file" or "file" in fs.protocol:
+            fs.mv(tmp, p, recursive=True)
+        else:
+            # Object stores have no rename: each part is copied server-side (a reader may see the
+            # output partly copied until the last one lands), then the temporary prefix goes.
+            # Copied by name, not as a "directory", whose semantics differ between backends.
+            for part in sorted(fs.find(tmp)):
+                fs.copy(part, f"{p.rstrip('/')}/{posixpath.basename(part)}")
+            fs.rm(tmp, recursive=True)
+            fs.invalidate_cache(p)
     except BaseException:
         if fs.exists(tmp):
             fs.rm(tmp, recursive=True)
@@ -828,7 +845,7 @@ def refuse_file_store(store: Any) -> None:
     if not isinstance(raw, (str, os.PathLike)):
         return
     raw = os.fspath(raw)
-    fs, path = fsspec.core.url_to_fs(raw)
+    fs, path = fsspec.core.url_to_fs(raw, **options_for(raw))
     if fs.isfile(path):
         raise InputValidationError(f"the store {raw} is a file; a run store is a directory (give a new path, "
                                    "e.g. runs/customers.zarr)")

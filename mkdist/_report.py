@@ -90,6 +90,9 @@ def inspect_store(url: str, *, verify: str = "quick", clean: bool = False) -> di
         First remove what crashed writes left (taking the store's writer lease, so it is
         refused while a run is live); the removed paths are in ``cleaned``.
     """
+    from ._remote import probe
+
+    probe(url, what="store")  # a wrong key or an unreachable endpoint: one line, not a traceback
     info: dict[str, Any] = {"url": str(url)}
     if clean:
         with writer_lease(url, owner="mkdist inspect --clean"):
@@ -511,16 +514,22 @@ def load_labels(source: Any, key: str) -> np.ndarray:
         if key not in table.columns:
             raise ValueError(f"label column {key!r} is not a column of {source.location}")
         return np.asarray(table._whole_column(key).to_numpy(zero_copy_only=False))
+    options = None
     if isinstance(source, InputSource):
-        source = source.location
+        source, options = source.location, source.storage_options
     if isinstance(source, (str, Path)):
+        import fsspec
+
+        from ._remote import options_for
+
         path = str(source)
+        options = options_for(path, options)
         if path.endswith(".npz"):
-            with np.load(path, allow_pickle=False) as d:
+            with fsspec.open(path, "rb", **options) as f, np.load(f, allow_pickle=False) as d:
                 return np.asarray(d[key])
         import xarray as xr
 
-        return np.asarray(xr.open_zarr(path, consolidated=False)[key].values)
+        return np.asarray(xr.open_zarr(path, consolidated=False, storage_options=options or None)[key].values)
     if hasattr(source, "data_vars"):
         return np.asarray(source[key].values)
     raise ValueError(f"cannot read labels {key!r} from {type(source).__name__}; pass y_true instead.")

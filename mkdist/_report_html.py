@@ -948,7 +948,10 @@ def write_html(data: Mapping[str, Any], target: str | os.PathLike, figures: Repo
     if "://" in str(target) and not str(target).startswith("file://"):
         import fsspec
 
-        fs, path = fsspec.core.url_to_fs(str(target))
+        from ._remote import options_for
+
+        # Next to an object-store run: written there with the run's options (one put).
+        fs, path = fsspec.core.url_to_fs(str(target), **options_for(str(target)))
         fs.pipe_file(path, payload)
         return str(target)
     path = Path(str(target).removeprefix("file://"))
@@ -1029,7 +1032,9 @@ def render_png(data: Mapping[str, Any], directory: str | os.PathLike, figures: R
     if "://" in str(directory) and not str(directory).startswith("file://"):
         import fsspec
 
-        fs, root = fsspec.core.url_to_fs(str(directory))
+        from ._remote import options_for
+
+        fs, root = fsspec.core.url_to_fs(str(directory), **options_for(str(directory)))
         fs.makedirs(root, exist_ok=True)
         base = str(directory).rstrip("/")
         for name, payload in files.items():

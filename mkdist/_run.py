@@ -28,6 +28,7 @@ from ._io import (
 )
 from ._methods import DEFAULT_METHOD
 from ._progress import stage_line
+from ._remote import probe_run, register_options
 from ._rerun import FINISHED, request_key
 from ._report import ReportDraft, assignment_summary, load_labels, write_report
 from ._stages import (
@@ -114,6 +115,10 @@ def plan_run(source: Any, store: Any, config: RunConfig, *, labels_out: Any = No
     InputValidationError, StoreExistsError, StoreLockedError, SchemaVersionError, DamagedStoreError
     """
     config.check_params()
+    # Remote locations first: a wrong key or an unreachable endpoint is one line, before any
+    # metadata is read and before anything is created.
+    probe_run(source.location if isinstance(source, InputSource) else None, store, labels_out,
+              _storage_options(source))
     refuse_overlap(store, input=source)
     if labels_out is not None:
         refuse_overlap(labels_out, store=store, input=source)
@@ -139,7 +144,8 @@ def plan_run(source: Any, store: Any, config: RunConfig, *, labels_out: Any = No
         if complete:
             mark = {"store": str(existing.url), "fingerprint": existing.fingerprint,
                     "labels": existing.stage_token("labels")}
-        action = check_labels_out(labels_out, overwrite, mark, _storage_options(source))
+        action = check_labels_out(labels_out, overwrite, mark, _storage_options(source),
+                                  store=existing.url if existing is not None else None)
     if isinstance(source, InputSource):
         id_column = source.id_column
     elif labels_out is not None and id_column is not None:
@@ -158,8 +164,10 @@ def _remove_if_unused(store: Any):
     (the writer lease creates the location to hold its lease file)."""
     import fsspec
 
+    from ._remote import options_for
+
     raw = store.url if hasattr(store, "url") else os.fspath(store)
-    fs, path = fsspec.core.url_to_fs(raw)
+    fs, path = fsspec.core.url_to_fs(raw, **options_for(raw))
     existed = fs.exists(path)
     try:
         yield
@@ -268,8 +276,10 @@ def _existing_report(run, target: str | None) -> str | None:
     """The report a finished run already wrote (a no-op re-run does not draw it again)."""
     import fsspec
 
+    from ._remote import options_for
+
     path = target or f"{str(run.url).rstrip('/')}.report.html"
-    fs, p = fsspec.core.url_to_fs(path)
+    fs, p = fsspec.core.url_to_fs(path, **options_for(path))
     return path if fs.exists(p) and fs.info(p).get("mtime", 0) else None
 
 
@@ -374,7 +384,13 @@ def cluster(source: Any, store: Any, n_clusters: int, kernels: Any = None, n_lan
         a str is its path.  The model's figures are drawn while the rows are embedded
         (:class:`mkdist._report.ReportDraft`), so the report adds little to the run's time.
     storage_options : dict, optional
-        fsspec options of a remote ``source`` (credentials, endpoint).
+        fsspec options (credentials, endpoint) of every remote location of the run: ``source``,
+        ``store``, ``labels_out`` and the report.  Default: fsspec's configuration and the
+        environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``).
+        Resolved in this process and carried to the Dask workers with their tasks (they need
+        no credentials of their own); never stored.  Each remote location is probed before
+        any work: a wrong key or an unreachable endpoint raises
+        :class:`~mkdist.errors.StorageAccessError` with nothing created.
     **params
         Parameters of the method's estimator (e.g. ``weights="uniform"`` for ``mkc``),
         ``method_params={...}``, or ``write_kernel_blocks=True``.
@@ -395,6 +411,10 @@ def cluster(source: Any, store: Any, n_clusters: int, kernels: Any = None, n_lan
                                     random_state=random_state, method=method, **params)
     source = as_input(source, views=views, id_column=id_column, label_column=label_column, chunk_rows=chunk_rows,
                       storage_options=storage_options)
+    # One set of options for every remote location of the run: the input's, the store's and the
+    # labels output's (the store is reopened from its URL by the stages and the report).
+    register_options(storage_options, store, labels_out, report if isinstance(report, str) else None,
+                     source.location if isinstance(source, InputSource) else None)
     if not isinstance(source, InputSource) and (chunk_rows is not None or views is not None):
         from ._io import load_views
 

@@ -115,7 +115,9 @@ def _suggest(fs, path: str) -> str:
 def _url_to_fs(source: str, storage_options: Mapping[str, Any] | None):
     import fsspec
 
-    return fsspec.core.url_to_fs(source, **dict(storage_options or {}))
+    from ._remote import options_for
+
+    return fsspec.core.url_to_fs(source, **options_for(source, storage_options))
 
 
 def is_table_source(source: Any, storage_options: Mapping[str, Any] | None = None) -> bool:

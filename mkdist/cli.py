@@ -39,7 +39,7 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 INTERRUPT_GRACE_S = 4.0
 #: Options that are the CLI's and the flow's, not the estimator's.
 RUN_KEYS = ("n_clusters", "kernels", "n_landmarks", "random_state", "method", "label_key", "labels_out",
-            "id_column", "views", "dask_address", "n_workers")
+            "id_column", "views", "dask_address", "n_workers", "storage_options")
 INTERRUPTED = "mkdist: interrupted; re-run the same command to resume."
 
 
@@ -246,8 +246,15 @@ def _request(source: str, store: str, merged: dict[str, Any]):
     (config, opened input, request key)."""
     from mkdist._config import RunConfig
     from mkdist._io import InputSource, refuse_file_store, refuse_overlap
+    from mkdist._remote import probe_run
     from mkdist._rerun import request_key
 
+    options = merged.get("storage_options")
+    if options is not None and not (isinstance(options, dict) and all(isinstance(k, str) for k in options)):
+        raise BadInput("storage_options in --config must be a table of fsspec options, e.g. [storage_options] "
+                       "endpoint_url = 'http://...'")
+    # Before anything reads a remote location: a wrong key or an unreachable endpoint is one line.
+    probe_run(source, store, merged.get("labels_out"), options)
     refuse_overlap(store, input=source)
     if merged.get("labels_out"):
         refuse_overlap(merged["labels_out"], store=store, input=source)
@@ -259,7 +266,7 @@ def _request(source: str, store: str, merged: dict[str, Any]):
     config = RunConfig.from_options(**{k: v for k, v in merged.items() if k not in RUN_KEYS or k in run_keys})
     config.check_params()  # before mkdist.pipeline loads scikit-learn, Dask and xarray (2-3 s)
     opened = InputSource(source, views=merged.get("views"), id_column=merged.get("id_column"),
-                         label_column=merged.get("label_key")).open()
+                         label_column=merged.get("label_key"), storage_options=options).open()
     k = config.n_clusters
     if isinstance(k, int) and k > opened.n_rows:
         raise BadInput(f"n_clusters={k} is more than the {opened.n_rows:,} rows of {source}; lower --n-clusters")
@@ -273,7 +280,7 @@ def _nothing_to_do(store: str, key: str, merged: dict[str, Any], overwrite: bool
     if overwrite:
         return None
     summary = finished_run(store, key)
-    if summary is None or (summary.get("report") and not os.path.exists(summary["report"])):
+    if summary is None or (summary.get("report") and not _exists(summary["report"])):
         return None
     labels_out = merged.get("labels_out")
     if labels_out is not None:
@@ -286,6 +293,18 @@ def _nothing_to_do(store: str, key: str, merged: dict[str, Any], overwrite: bool
     else:
         summary.pop("labels_out", None)
     return summary
+
+
+def _exists(location: str) -> bool:
+    """Whether a file exists, on local disk or at an fsspec URL (a report next to an s3 store)."""
+    if "://" not in location:
+        return os.path.exists(location)
+    import fsspec
+
+    from mkdist._remote import options_for
+
+    fs, path = fsspec.core.url_to_fs(location, **options_for(location))
+    return fs.exists(path)
 
 
 def _plan(config, opened, store: str, merged: dict[str, Any], overwrite: bool):
@@ -435,7 +454,10 @@ def _run_flow(plan, merged: dict, store: str, overwrite: bool, connect_timeout: 
         if not debug:
             _quiet_prefect_tracebacks()
         options = {k: v for k, v in merged.items() if k not in RUN_KEYS}
-        return cluster_flow(source=plan.source.to_json(), store=store, n_clusters=plan.config.n_clusters,
+        # Without its storage options: flow parameters are stored by the Prefect server, and the
+        # flow runs in this process, where the options are registered for the run's locations.
+        source = {k: v for k, v in plan.source.to_json().items() if k != "storage_options"}
+        return cluster_flow(source=source, store=store, n_clusters=plan.config.n_clusters,
                             kernels=merged.get("kernels"), n_landmarks=merged.get("n_landmarks"),
                             random_state=merged.get("random_state"), method=merged.get("method"),
                             overwrite=overwrite, progress=not quiet, dask_address=merged.get("dask_address"),

@@ -17,6 +17,7 @@ __all__ = [
     "DamagedStoreError",
     "DamagedStageError",
     "StoreLockedError",
+    "StorageAccessError",
     "SchedulerUnreachableError",
     "DriftDetectedError",
     "EmbeddingStabilityWarning",
@@ -76,6 +77,12 @@ class DamagedStageError(DamagedStoreError):
 
 class StoreLockedError(StoreError):
     """Another live run holds the store's writer lease; the message says who and since when."""
+
+
+class StorageAccessError(StoreError):
+    """A remote location (``s3://...``) cannot be used: its endpoint does not answer, the key is
+    refused, or its bucket does not exist.  Raised by the probe a run makes before any work; the
+    message names the location, the endpoint and what failed (never the credentials)."""
 
 
 class SchedulerUnreachableError(MkdistError, ConnectionError):

@@ -122,6 +122,13 @@ class RunStore:
         Local locations, ``file://`` included, are normalised to an absolute path.
     mode : {"r", "r+"}, default="r"
         ``"r"`` refuses every write.
+    storage_options : mapping, optional
+        fsspec options of a remote location (endpoint, credentials).  Default: those
+        registered for the location in this process, else fsspec's configuration and the
+        environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``):
+        see :mod:`mkdist._remote`.  Resolved here, in the process that opens the store, and
+        carried by the filesystem and Zarr arrays the store hands to Dask tasks, so worker
+        processes write with them without credentials of their own.  Never stored.
 
     Attributes
     ----------
@@ -203,13 +210,17 @@ class RunStore:
     'missing'
     """
 
-    def __init__(self, url: str | os.PathLike[str], mode: Literal["r", "r+"] = "r") -> None:
+    def __init__(self, url: str | os.PathLike[str], mode: Literal["r", "r+"] = "r", *,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        from mkdist._remote import options_for
+
         if mode not in ("r", "r+"):
             raise ValueError(f"mode={mode!r} is not supported: use 'r' (read-only) or 'r+'.")
         raw = os.fspath(url)
         if "://" not in raw:
             raw = os.path.abspath(os.path.expanduser(raw))
-        fs, path = fsspec.core.url_to_fs(raw)
+        self._options = options_for(raw, storage_options)
+        fs, path = fsspec.core.url_to_fs(raw, **self._options)
         self._fs = fs
         self._local = isinstance(fs, LocalFileSystem)
         # zarr's LocalStore creates parent directories as it writes; fsspec's file:// does
@@ -218,6 +229,9 @@ class RunStore:
         self._path = path.rstrip("/") or "/"
         self.mode = mode
         self._schema_of_root: tuple[int, str | None] | None = None
+        # What zarr and xarray are given with the URL: the same options as self._fs (local
+        # paths take none: zarr refuses storage_options for a LocalStore).
+        self._zarr_kw: dict[str, Any] = {"storage_options": dict(self._options)} if self._options else {}
 
     def __repr__(self) -> str:
         return f"RunStore({self.url!r}, mode={self.mode!r})"
@@ -225,7 +239,7 @@ class RunStore:
     # ------------------------------------------------------------------ opening
     @classmethod
     def create(cls, url: str | os.PathLike[str], *, fingerprint: str, params: Mapping[str, Any],
-               overwrite: bool = False) -> RunStore:
+               overwrite: bool = False, storage_options: Mapping[str, Any] | None = None) -> RunStore:
         """Create the store of a new run, or reopen the same run to resume it.
 
         A run of store schema version 2 (an older mkdist) is not resumed: it is read-only to
@@ -269,7 +283,7 @@ class RunStore:
         if not isinstance(params, Mapping):
             raise TypeError(f"params must be a mapping, got {type(params).__name__}.")
         params = _to_json(dict(params), "params")
-        store = cls(url, mode="r+")
+        store = cls(url, mode="r+", storage_options=storage_options)
         fs, path = store._fs, store._path
         if overwrite:
             store._check_writer("RunStore.create(..., overwrite=True)")
@@ -304,7 +318,8 @@ class RunStore:
         return store
 
     @classmethod
-    def open(cls, url: str | os.PathLike[str], mode: Literal["r", "r+"] = "r") -> RunStore:
+    def open(cls, url: str | os.PathLike[str], mode: Literal["r", "r+"] = "r", *,
+             storage_options: Mapping[str, Any] | None = None) -> RunStore:
         """Open an existing run store.
 
         Parameters
@@ -321,7 +336,7 @@ class RunStore:
             The store was written by a newer mkdist, or by one too old to read.  A store of
             schema version 2 opens (in either mode) and reads, but refuses every write.
         """
-        store = cls(url, mode=mode)
+        store = cls(url, mode=mode, storage_options=storage_options)
         attrs = store._root_attrs()
         if attrs is None:
             raise StoreNotFoundError(
@@ -360,7 +375,7 @@ class RunStore:
             raise ValueError(f"update_attrs cannot change the run's provenance {fixed}; a "
                              "different run needs its own store (or RunStore.create(..., "
                              "overwrite=True)).")
-        zarr.open_group(self.url, mode="r+", zarr_format=3).attrs.update(_to_json(attrs, "attrs"))
+        zarr.open_group(self.url, mode="r+", zarr_format=3, **self._zarr_kw).attrs.update(_to_json(attrs, "attrs"))
 
     # -------------------------------------------------------------------- lease
     def lease(self, owner: str | None = None, *, ttl: float = DEFAULT_TTL,
@@ -652,8 +667,8 @@ class RunStore:
                        compute=False,
                        # Every chunk is stored, even one equal to the fill value, so that a
                        # missing chunk object always means a lost chunk.
-                       write_empty_chunks=True)
-            group = zarr.open_group(self.url, path=partial, mode="r+", zarr_format=3)
+                       write_empty_chunks=True, **self._zarr_kw)
+            group = zarr.open_group(self.url, path=partial, mode="r+", zarr_format=3, **self._zarr_kw)
             specs, crcs, lazy_crcs = {}, {}, {}
             for var_name, var in ds.variables.items():
                 specs[var_name] = spec = _verify.array_spec(self._meta(f"{partial}/{var_name}"))
@@ -796,7 +811,8 @@ class RunStore:
         stage.problems = _verify.quick_problems(self._fs, self._abs(stage.group), stage.marker)
         if not stage.problems and verify == "full":
             try:
-                group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3)
+                group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3,
+                                        **self._zarr_kw)
             except Exception as e:
                 stage.problems = [f"its group cannot be opened ({type(e).__name__}: {e})"]
             else:
@@ -825,8 +841,10 @@ class RunStore:
             # Opened without CF decoding, so that its variables hold the stored values the
             # checksums cover; decoded (lazily) once the checked arrays replace them.
             raw = xr.open_zarr(self.url, group=stage.group, consolidated=False, zarr_format=3,
-                               chunks=None, decode_cf=False, create_default_indexes=False)
-            group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3)
+                               chunks=None, decode_cf=False, create_default_indexes=False,
+                               **self._zarr_kw)
+            group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3,
+                                        **self._zarr_kw)
             arrays = {n: group[n] for n in raw.variables}
         except Exception as e:
             raise DamagedStageError(f"{where} cannot be opened ({type(e).__name__}: {e}). "
@@ -962,6 +980,9 @@ class RunStore:
                              "Compute PendingStage.delayed (e.g. dask.compute(pending.delayed)) "
                              "before calling finalize().")
         self._fs.rm_file(self._abs(posixpath.join(partial, _MANIFEST)))
+        # The workers wrote the chunks through filesystems of their own: a listing this
+        # process cached (object stores cache them) would not show them.
+        self._fs.invalidate_cache(self._abs(partial))
         marker = {"name": name, "complete": True, "completed": _now(),
                   "writer": {"host": socket.gethostname(), "pid": os.getpid()}, **manifest}
         # What the workers wrote must be what they checksummed: chunks lost on the way (a
@@ -973,7 +994,7 @@ class RunStore:
                 f"stage {name!r} was not stored as computed in {self.url}: {'; '.join(problems)}."
                 " Nothing was committed; write it again (a memory:// store must be written with "
                 "the threaded or synchronous scheduler, not by worker processes).")
-        group = zarr.open_group(self.url, path=partial, mode="r+", zarr_format=3)
+        group = zarr.open_group(self.url, path=partial, mode="r+", zarr_format=3, **self._zarr_kw)
         group.attrs[_MARKER] = marker
         # Again: another writer may have taken the store, or finished this stage, meanwhile.
         self._check_writer(f"committing stage {name!r}")

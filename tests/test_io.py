@@ -98,3 +98,20 @@ def test_mismatched_chunking_is_refused(arrays):
 def test_bad_paths(tmp_path):
     with pytest.raises(InputValidationError, match="not found: .*missing.zarr"):
         load_views(str(tmp_path / "missing.zarr"))
+
+
+def test_a_labels_output_is_replaced_only_by_the_run_whose_store_wrote_it(tmp_path):
+    """A resumed run (not finished: no mark to match yet) replaces the labels its own store wrote
+    before its later stages were lost; another store's labels are refused."""
+    from mkdist._io import check_labels_out, write_labels_parquet
+    from mkdist.errors import StoreExistsError
+
+    out = tmp_path / "labels.parquet"
+    mark = {"store": str(tmp_path / "run.zarr"), "fingerprint": "sha256:0", "labels": "t0"}
+    labels, distance = da.zeros(4, chunks=2, dtype=np.int32), da.zeros(4, chunks=2)
+    write_labels_parquet(out, labels, distance, list(da.arange(4, chunks=2).to_delayed()), mark=mark,
+                         compute=lambda parts: dask.compute(parts, scheduler="sync"))
+    assert check_labels_out(out, False, mark) == "skip"
+    assert check_labels_out(out, False, None, store=tmp_path / "run.zarr") == "replace"
+    with pytest.raises(StoreExistsError, match="holds the labels of the run in"):
+        check_labels_out(out, False, None, store=tmp_path / "other.zarr")

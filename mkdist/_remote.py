@@ -1,0 +1,243 @@
+"""Object-store locations (``s3://...``): the storage options each is opened with, and the cheap
+probe a run makes before any work.
+
+Where credentials come from, first match per option:
+
+1. ``storage_options`` given for the run (``mkdist.cluster(..., storage_options=...)``, the
+   ``[storage_options]`` table of ``mkdist run --config``): they apply to every remote location
+   of the run -- input, store, labels output -- and are registered in this process (by location)
+   so that a store reopened from its URL later in the run gets them too;
+2. the fsspec configuration (``FSSPEC_S3_<OPTION>`` variables, ``FSSPEC_CONFIG_DIR`` files);
+3. for ``s3://``: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN`` and
+   ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` from the environment.
+
+The options are resolved once, in the process that drives the run, and passed explicitly to
+every filesystem it opens.  Dask ships a task's filesystem (or Zarr array) pickled with its
+options, so worker processes read and write with the driver's credentials and need no
+environment of their own (a worker on another host has none of the driver's variables).  The
+cost: credentials travel inside the task graph, from the client through the scheduler to the
+workers -- use TLS between them (``deploy/dask-tls.yaml``) off a trusted network.  They are never
+written anywhere by mkdist: not in a store's attributes (the input is recorded by location),
+not in a report, not in the lease (the CLI takes no credential on its command line, which the
+lease records), not in a Prefect flow's parameters (:func:`public_options`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import StorageAccessError
+
+__all__ = [
+    "PROBE_TIMEOUT_S",
+    "is_remote",
+    "options_for",
+    "probe",
+    "probe_run",
+    "protocol",
+    "public_options",
+    "register_options",
+]
+
+#: Seconds the probe waits for an endpoint to connect or answer (one attempt, no retries):
+#: an unreachable endpoint is reported in seconds, not after botocore's retries (7 s and more).
+PROBE_TIMEOUT_S = 5.0
+
+# Protocols that need neither credentials nor a probe: this machine's files, this process's memory.
+_LOCAL = frozenset({"file", "local", "memory"})
+_S3 = frozenset({"s3", "s3a"})
+# Options that are secrets: never shown, never passed where they would be stored.
+_SECRET = frozenset({"key", "secret", "token", "password", "aws_access_key_id", "aws_secret_access_key",
+                     "aws_session_token", "account_key", "sas_token", "client_secret"})
+
+_REGISTERED: dict[str, dict[str, Any]] = {}
+_LOCK = threading.Lock()
+
+
+def protocol(url: Any) -> str | None:
+    """The fsspec protocol of a location (``"s3"``), ``"file"`` for a local path, None for
+    an in-memory object."""
+    if hasattr(url, "url"):  # a RunStore
+        url = url.url
+    if not isinstance(url, (str, os.PathLike)):
+        return None
+    raw = os.fspath(url)
+    return raw.split("://", 1)[0].lower() if "://" in raw else "file"
+
+
+def is_remote(url: Any) -> bool:
+    """Whether ``url`` is on a remote filesystem (object store, HTTP, ...): credentials apply."""
+    p = protocol(url)
+    return p is not None and p not in _LOCAL
+
+
+def _key(url: str) -> str:
+    """Options are registered per bucket (``s3://bucket``): a run's locations in one bucket --
+    the store, the report beside it, the labels -- share its endpoint and credentials."""
+    proto, _, path = url.partition("://")
+    return f"{proto.lower()}://{path.strip('/').split('/', 1)[0]}"
+
+
+def register_options(options: Mapping[str, Any] | None, *urls: Any) -> None:
+    """Remember ``options`` for the buckets of the remote locations ``urls`` in this process: a
+    store reopened from its URL later in the run, the report next to it, are opened with them."""
+    if not options:
+        return
+    with _LOCK:
+        for url in urls:
+            if is_remote(url):
+                _REGISTERED[_key(os.fspath(url.url if hasattr(url, "url") else url))] = dict(options)
+
+
+def _registered(url: str) -> dict[str, Any] | None:
+    with _LOCK:
+        found = _REGISTERED.get(_key(url))
+    return None if found is None else dict(found)
+
+
+def _environment(proto: str) -> dict[str, Any]:
+    """Options of ``proto`` from fsspec's configuration and, for s3, the AWS variables."""
+    import fsspec.config
+
+    out: dict[str, Any] = {}
+    if proto in _S3:
+        env = os.environ
+        for option, names in (("key", ("AWS_ACCESS_KEY_ID",)), ("secret", ("AWS_SECRET_ACCESS_KEY",)),
+                              ("token", ("AWS_SESSION_TOKEN",)),
+                              ("endpoint_url", ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"))):
+            value = next((env[n] for n in names if env.get(n)), None)
+            if value:
+                out[option] = value
+    # fsspec's own configuration wins over the AWS variables, as it does in fsspec itself
+    # (it is applied to the keyword arguments of every filesystem it creates).
+    for name in {proto, "s3"} if proto in _S3 else {proto}:
+        out.update(fsspec.config.conf.get(name) or {})
+    return out
+
+
+def options_for(url: Any, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The storage options to open ``url`` with: ``given`` (else those registered for it) over
+    the fsspec configuration and the environment; ``{}`` for local and in-memory locations."""
+    if not is_remote(url):
+        return {}
+    raw = os.fspath(url.url if hasattr(url, "url") else url)
+    proto = protocol(raw)
+    explicit = dict(given) if given else _registered(raw) or {}
+    return {**_environment(proto), **explicit}
+
+
+def public_options(options: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``options`` without its secrets (for what is stored or shown: flow parameters, logs)."""
+    if options is None:
+        return None
+    return {k: ("<redacted>" if k.lower() in _SECRET else v) for k, v in options.items()}
+
+
+def endpoint(url: Any, options: Mapping[str, Any]) -> str:
+    """The endpoint a location is reached at, for messages."""
+    client = options.get("client_kwargs") or {}
+    found = options.get("endpoint_url") or client.get("endpoint_url")
+    if found:
+        return str(found)
+    return "the AWS default endpoint" if protocol(url) in _S3 else f"{protocol(url)}://"
+
+
+def _filesystem(url: str, options: dict[str, Any]):
+    """A filesystem for the probe: one attempt, short timeouts, not the cached instance."""
+    import fsspec
+
+    proto = protocol(url)
+    try:
+        cls = fsspec.get_filesystem_class(proto)
+    except (ImportError, ValueError) as e:
+        extra = " (pip install 'mkdist[s3]')" if proto in _S3 else ""
+        raise StorageAccessError(f"cannot open {url}: {e}{extra}") from None
+    options = dict(options)
+    if proto in _S3:
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", PROBE_TIMEOUT_S)
+        config.setdefault("read_timeout", PROBE_TIMEOUT_S)
+        config["retries"] = {"max_attempts": 1}
+        options["config_kwargs"] = config
+    return cls(**options, skip_instance_cache=True), cls._strip_protocol(url)
+
+
+def _unreachable(exc: BaseException) -> bool:
+    try:
+        from botocore.exceptions import ConnectionError as BotoConnectionError
+        from botocore.exceptions import HTTPClientError
+    except ImportError:  # no botocore: only the built-in connection errors
+        BotoConnectionError = HTTPClientError = ConnectionError
+    return isinstance(exc, (ConnectionError, TimeoutError, BotoConnectionError, HTTPClientError))
+
+
+def probe(url: Any, storage_options: Mapping[str, Any] | None = None, *, what: str = "location",
+          must_exist: bool = False) -> None:
+    """Check that a remote location can be reached with its credentials: a request or two, no data.
+
+    Local and in-memory locations pass at once.  Run before any work, so that a wrong key or a
+    mistyped endpoint is one line, with nothing created.
+
+    Parameters
+    ----------
+    url : str or RunStore
+    storage_options : mapping, optional
+        As given for the run (else registered, configured or from the environment).
+    what : str
+        What the location is (``"input"``, ``"store"``, ``"labels output"``), for messages.
+    must_exist : bool, default=False
+        Refuse a location that does not exist (an input).  An output need not exist, but
+        its bucket must.
+
+    Raises
+    ------
+    StorageAccessError
+        "cannot reach s3 endpoint http://...: ..." or "access denied to s3://bucket/path: check the
+        key ..." or "bucket ... does not exist".
+    """
+    if not is_remote(url):
+        return
+    raw = os.fspath(url.url if hasattr(url, "url") else url)
+    options = options_for(raw, storage_options)
+    where = endpoint(raw, options)
+    fs, path = _filesystem(raw, options)
+    bucket = path.split("/", 1)[0]
+    try:
+        try:
+            fs.info(path)
+        except FileNotFoundError:
+            if must_exist:
+                return  # the input's own check names it, with a close match if there is one
+            if path != bucket and not fs.exists(bucket):
+                raise StorageAccessError(
+                    f"the {what} {raw} is in bucket {bucket!r}, which does not exist at {where}: "
+                    "create the bucket, or check the URL") from None
+    except StorageAccessError:
+        raise
+    except PermissionError as e:
+        raise StorageAccessError(
+            f"access denied to {raw} (the {what}) at {where}: check the key (AWS_ACCESS_KEY_ID / "
+            f"AWS_SECRET_ACCESS_KEY or storage_options key/secret) and its permissions ({e})") from None
+    except Exception as e:  # noqa: BLE001 - every backend has its own errors; one line each
+        if _unreachable(e) or _unreachable(e.__cause__ or e):
+            raise StorageAccessError(
+                f"cannot reach {protocol(raw)} endpoint {where} for the {what} {raw} ({e}); check "
+                "the endpoint (AWS_ENDPOINT_URL or storage_options endpoint_url) and the network"
+            ) from None
+        raise StorageAccessError(f"cannot use the {what} {raw} at {where}: {type(e).__name__}: {e}") from None
+
+
+def probe_run(source: Any = None, store: Any = None, labels_out: Any = None,
+              storage_options: Mapping[str, Any] | None = None) -> None:
+    """Probe a run's remote locations (input, store, labels output) before any work, and
+    register ``storage_options`` for them (see the module docstring)."""
+    register_options(storage_options, *(u for u in (source, store, labels_out) if u is not None))
+    if source is not None:
+        probe(source, storage_options, what="input", must_exist=True)
+    if store is not None:
+        probe(store, storage_options, what="store")
+    if labels_out is not None:
+        probe(labels_out, storage_options, what="labels output")

@@ -1,0 +1,379 @@
+"""Runs whose input, store and labels live on an S3-compatible object store.
+
+Real parts only: a moto S3 server over HTTP on 127.0.0.1 that checks keys (IAM, as AWS does), a
+`dask scheduler` and two `dask worker` processes, each worker with a working directory and a
+TMPDIR of its own and no AWS credentials in its environment -- nothing can pass through a
+shared local path, and the workers write with the credentials the run sends them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mkdist.metrics import clustering_accuracy
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+
+BUCKET = "mkdist-test"
+VIEWS = ["--view", "a=a*", "--view", "b=b*", "--id-column", "customer_id"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"{what} did not start")
+            time.sleep(0.2)
+
+
+def _without_credentials(env: dict) -> dict:
+    return {k: v for k, v in env.items() if not k.startswith(("AWS_", "FSSPEC_"))}
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server (its own process) that authenticates requests: the first three are
+    free (they create an IAM user with an access key), every later one needs that key."""
+    import boto3
+
+    port = _free_port()
+    env = {**_without_credentials(os.environ), "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], env=env,
+                            stdout=log, stderr=log)
+    try:
+        _wait_for_port(port, proc, "moto server")
+        endpoint = f"http://127.0.0.1:{port}"
+        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="setup",
+                           aws_secret_access_key="setup")
+        iam.create_user(UserName="mkdist")
+        iam.put_user_policy(UserName="mkdist", PolicyName="all", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+        key = iam.create_access_key(UserName="mkdist")["AccessKey"]
+        options = {"key": key["AccessKeyId"], "secret": key["SecretAccessKey"], "endpoint_url": endpoint}
+        import s3fs
+
+        fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
+        fs.mkdir(BUCKET)
+        yield {"options": options, "endpoint": endpoint, "fs": fs,
+               "env": {"AWS_ACCESS_KEY_ID": options["key"], "AWS_SECRET_ACCESS_KEY": options["secret"],
+                       "AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": "us-east-1"}}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """`dask scheduler` + two `dask worker` processes on 127.0.0.1; each worker in its own
+    directory with its own TMPDIR, and without AWS credentials or fsspec configuration."""
+    from distributed import Client
+
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = {**_without_credentials(os.environ), "OMP_NUM_THREADS": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
+                               str(port), "--no-dashboard"], env=env, stderr=subprocess.DEVNULL)]
+    try:
+        _wait_for_port(port, procs[0], "dask scheduler")
+        for i in range(2):
+            home = tmp_path_factory.mktemp(f"worker{i}")
+            (home / "tmp").mkdir()
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "dask", "worker", address, "--nthreads", "1", "--no-dashboard",
+                 "--memory-limit", "2GiB", "--host", "127.0.0.1", "--local-directory", str(home / "dask")],
+                env={**env, "TMPDIR": str(home / "tmp")}, cwd=home, stderr=subprocess.DEVNULL))
+        with Client(address) as client:
+            client.wait_for_workers(2, timeout=60)
+            # The workers really have no credentials of their own.
+            assert not any(client.run(lambda: any(k.startswith("AWS_") for k in os.environ)).values())
+        yield address
+    finally:
+        for p in procs[::-1]:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+
+
+def _cli(*args, env=None, timeout=900):
+    full = {**_without_credentials(os.environ), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **(env or {})}
+    full.pop("PREFECT_API_URL", None)
+    return subprocess.run([sys.executable, "-m", "mkdist.cli", *args], capture_output=True, text=True, env=full,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def table(s3, tmp_path_factory):
+    """The customer table (4 segments, string ids) uploaded to the bucket; the true segments."""
+    from mkdist.datasets import write_customer_table
+
+    local = tmp_path_factory.mktemp("table") / "customers.parquet"
+    y = write_customer_table(local, 2000, n_clusters=4, row_group_rows=700)
+    url = f"s3://{BUCKET}/input/customers.parquet"
+    s3["fs"].put(str(local), url, recursive=True)
+    ids = pd.read_parquet(local, columns=["customer_id"])["customer_id"]
+    return {"url": url, "truth": pd.Series(y, index=ids.to_numpy()), "local": local}
+
+
+@pytest.fixture(scope="module")
+def cli_run(s3, cluster, table):
+    """`mkdist run` with input, store, labels (and the report) on s3, credentials from the environment."""
+    store, labels = f"s3://{BUCKET}/runs/cli.zarr", f"s3://{BUCKET}/out/cli-labels.parquet"
+    args = ["run", "--input", table["url"], "--store", store, "--labels-out", labels, "--n-clusters", "4", *VIEWS,
+            "--n-landmarks", "200", "--random-state", "0", "--dask-address", cluster]
+    r = _cli(*args, env=s3["env"])
+    assert r.returncode == 0, r.stderr
+    return {"store": store, "labels": labels, "args": args, "run": r}
+
+
+def _labels(s3, url) -> pd.DataFrame:
+    return pd.read_parquet(url, storage_options=s3["options"])
+
+
+@pytest.mark.slow
+def test_cli_run_on_s3_labels_join_back_by_id(s3, table, cli_run):
+    labels = _labels(s3, cli_run["labels"])
+    assert list(labels.columns) == ["customer_id", "cluster", "distance"] and len(labels) == 2000
+    truth = table["truth"].loc[labels["customer_id"].to_numpy()]
+    assert clustering_accuracy(truth.to_numpy(), labels["cluster"].to_numpy()) > 0.95
+    fs = s3["fs"]
+    fs.invalidate_cache()
+    # The report goes next to the store, on s3; no temporary labels prefix is left behind.
+    assert fs.exists(f"{cli_run['store']}.report.html")
+    assert [p for p in fs.ls(f"{BUCKET}/out") if ".partial-" in p] == []
+    # No secret reached what is stored: attributes, lease, report, labels.
+    secret = s3["options"]["secret"]
+    for path in fs.find(cli_run["store"]) + [f"{cli_run['store']}.report.html"]:
+        if path.endswith((".json", ".html")):
+            assert secret not in fs.cat_file(path).decode(errors="replace"), path
+
+
+@pytest.mark.slow
+def test_the_same_command_again_does_nothing(s3, cli_run):
+    r = _cli(*cli_run["args"], "--quiet", env=s3["env"])
+    assert r.returncode == 0, r.stderr
+    assert "nothing to do" in r.stdout, r.stdout
+
+
+@pytest.mark.slow
+def test_inspect_verify_passes_then_finds_a_corrupted_chunk(s3, cli_run):
+    from mkdist.storage import RunStore
+
+    fs, store = s3["fs"], cli_run["store"]
+    run = RunStore.open(store, storage_options=s3["options"])
+    assert run.verify_stage("labels", full=True) == []
+    fs.invalidate_cache()
+    chunk = min(p for p in fs.find(store) if "/labels.gen-" in p and "/labels/c/" in p)
+    original = fs.cat_file(chunk)
+    fs.pipe_file(chunk, bytes(b ^ 0xFF for b in original))  # same size: only the checksum tells
+    try:
+        r = _cli("inspect", store, "--verify", env=s3["env"])
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "damaged" in r.stdout and "labels" in r.stdout, r.stdout
+    finally:
+        fs.pipe_file(chunk, original)
+    assert run.verify_stage("labels", full=True) == []
+
+
+@pytest.fixture(scope="module")
+def zarr_input(s3):
+    """A Zarr input (xarray layout, two views) written to the bucket."""
+    import xarray as xr
+
+    from tests.conftest import make_blobs_views
+
+    (v0, v1), y = make_blobs_views(n_per_cluster=150, n_clusters=3)
+    url = f"s3://{BUCKET}/input/blobs.zarr"
+    xr.Dataset({"v0": (("sample", "f0"), v0), "v1": (("sample", "f1"), v1), "y": ("sample", y)}).chunk(
+        {"sample": 150}).to_zarr(url, mode="w", consolidated=False, zarr_format=3, storage_options=s3["options"])
+    return {"url": url, "y": y}
+
+
+@pytest.fixture(scope="module")
+def api_run(s3, cluster, zarr_input):
+    """`mkdist.cluster` on the Zarr input with ``storage_options`` only: this process has no AWS
+    variables either, so every filesystem -- here and on the workers -- uses the given options."""
+    from distributed import Client
+
+    import mkdist
+
+    store, labels = f"s3://{BUCKET}/runs/api.zarr", f"s3://{BUCKET}/out/api-labels.parquet"
+    with pytest.MonkeyPatch.context() as mp, Client(cluster):
+        for k in [k for k in os.environ if k.startswith(("AWS_", "FSSPEC_"))]:
+            mp.delenv(k)
+        result = mkdist.cluster(zarr_input["url"], store, 3, random_state=0, n_landmarks=120, labels_out=labels,
+                                storage_options=s3["options"], label_column="y")
+        first = result.labels.compute()
+    return {"store": store, "labels": labels, "first": first, "result": result}
+
+
+@pytest.mark.slow
+def test_python_api_with_storage_options_on_a_zarr_input(s3, zarr_input, api_run):
+    assert clustering_accuracy(zarr_input["y"], api_run["first"]) > 0.95
+    out = _labels(s3, api_run["labels"])
+    assert out["row"].tolist() == list(range(450))
+    assert (out["cluster"].to_numpy() == api_run["first"]).all()
+
+
+@pytest.mark.slow
+def test_a_run_interrupted_after_a_stage_resumes_on_s3(s3, cluster, zarr_input, api_run):
+    """The store as a crash after the embedding stage leaves it: the later stages' pointers not
+    put, an unfinished generation of the next one.  The same call resumes."""
+    from distributed import Client
+
+    import mkdist
+    from mkdist.storage import RunStore
+
+    store = RunStore.open(api_run["store"], mode="r+", storage_options=s3["options"])
+    for stage in ("labels", "metrics"):
+        store.delete_stage(stage)
+    leftover = f"{api_run['store']}/labels.gen-{uuid.uuid4().hex}"
+    s3["fs"].pipe_file(f"{leftover}/zarr.json", b'{"zarr_format": 3, "node_type": "group", "attributes": {}}')
+    with Client(cluster):
+        result = mkdist.cluster(zarr_input["url"], api_run["store"], 3, random_state=0, n_landmarks=120,
+                                labels_out=api_run["labels"], storage_options=s3["options"], label_column="y")
+        again = result.labels.compute()
+    assert result.metrics["resumed_stages"] == ["landmarks", "model", "embedding"]
+    assert result.metrics["computed_stages"] == ["labels"]
+    assert (again == api_run["first"]).all()
+    s3["fs"].invalidate_cache()
+    assert not s3["fs"].exists(leftover)
+
+
+@pytest.mark.slow
+def test_a_second_writer_is_refused_on_s3(s3):
+    from mkdist.errors import StoreLockedError
+    from mkdist.storage import RunStore
+    from mkdist.storage._lease import StoreLease
+
+    url = f"s3://{BUCKET}/runs/leased.zarr"
+    store = RunStore.create(url, fingerprint="sha256:0", params={"k": 1}, storage_options=s3["options"])
+    with store.lease(owner="first run"):
+        other = StoreLease(store._fs, store._path, store.url, local=False, owner="second run")
+        with pytest.raises(StoreLockedError, match="first run"):
+            other.acquire()
+    with store.lease(owner="second run"):  # released: the next run takes it
+        pass
+
+
+@pytest.mark.slow
+def test_clean_removes_replaced_generations_and_leftovers(s3, monkeypatch):
+    import xarray as xr
+
+    from mkdist.storage import RunStore
+
+    url = f"s3://{BUCKET}/runs/clean.zarr"
+    store = RunStore.create(url, fingerprint="sha256:0", params={"k": 1}, storage_options=s3["options"])
+    store.write_stage("extra", xr.Dataset({"x": ("i", np.arange(5))}))
+    first = store.stage_group("extra")
+    store.write_stage("extra", xr.Dataset({"x": ("i", np.arange(5) + 1)}), overwrite=True)
+    fs = s3["fs"]
+    fs.invalidate_cache()
+    assert fs.exists(f"{url}/{first}")  # kept for readers, for the grace period
+    leftover = f"{url}/extra.gen-{uuid.uuid4().hex}"
+    fs.pipe_file(f"{leftover}/zarr.json", b'{"zarr_format": 3, "node_type": "group", "attributes": {}}')
+    r = _cli("inspect", url, "--clean", "--json", env={**s3["env"], "MKDIST_GENERATION_GRACE_S": "0"})
+    assert r.returncode == 0, r.stderr
+    assert sorted(json.loads(r.stdout)["cleaned"]) == sorted([first, leftover.rsplit("/", 1)[1]])
+    fs.invalidate_cache()
+    assert not fs.exists(f"{url}/{first}") and not fs.exists(leftover)
+    assert store.read_stage("extra")["x"].values.tolist() == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["wrong key", "unreachable endpoint", "no bucket"])
+def test_bad_credentials_or_endpoint_are_one_line_before_any_work(s3, table, tmp_path, case):
+    store = f"s3://{BUCKET}/runs/refused-{case.replace(' ', '-')}.zarr"
+    env = dict(s3["env"])
+    expect = {"wrong key": f"access denied to {table['url']}", "no bucket": "which does not exist",
+              "unreachable endpoint": "cannot reach s3 endpoint http://127.0.0.1:1 "}[case]
+    if case == "wrong key":
+        env["AWS_SECRET_ACCESS_KEY"] = "not-the-secret"
+    elif case == "unreachable endpoint":
+        env["AWS_ENDPOINT_URL"] = "http://127.0.0.1:1"
+    else:
+        store = "s3://no-such-bucket/runs/x.zarr"
+    r = _cli("run", "--input", table["url"], "--store", store, "--n-clusters", "4", *VIEWS, "--quiet", env=env,
+             timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and expect in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert env["AWS_SECRET_ACCESS_KEY"] not in r.stderr
+    s3["fs"].invalidate_cache()
+    assert not s3["fs"].exists(store)
+
+
+@pytest.mark.slow
+def test_python_api_refuses_a_wrong_key_with_nothing_created(s3, table):
+    import mkdist
+    from mkdist.errors import StorageAccessError
+
+    store = f"s3://{BUCKET}/runs/refused-api.zarr"
+    wrong = {**s3["options"], "secret": "not-the-secret"}
+    with pytest.raises(StorageAccessError, match=f"access denied to {table['url']}.*check the key"):
+        mkdist.cluster(table["url"], store, 4, views={"a": "a*", "b": "b*"}, id_column="customer_id",
+                       storage_options=wrong)
+    s3["fs"].invalidate_cache()
+    assert not s3["fs"].exists(store)
+
+
+@pytest.mark.slow
+def test_config_file_storage_options_reach_the_probe(s3, table, tmp_path):
+    """`[storage_options]` in --config is the command line's way to give options without the
+    environment (no credentials on the command line, which the store's lease records)."""
+    config = tmp_path / "run.toml"
+    config.write_text(f'[storage_options]\nendpoint_url = "{s3["endpoint"]}"\nkey = "{s3["options"]["key"]}"\n'
+                      'secret = "not-the-secret"\n')
+    r = _cli("run", "--input", table["url"], "--store", f"s3://{BUCKET}/runs/cfg.zarr", "--n-clusters", "4",
+             *VIEWS, "--config", str(config), "--quiet", timeout=120)
+    assert r.returncode == 2 and "access denied" in r.stderr, r.stderr
+
+
+# ----------------------------------------------------------------------------- no server needed
+def test_options_come_from_the_run_then_fsspec_config_then_the_environment(monkeypatch):
+    import fsspec.config
+
+    from mkdist._remote import options_for, public_options, register_options
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "env-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://env:9000")
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": "http://conf:9000"})
+    assert options_for("s3://b/x") == {"key": "env-key", "secret": "env-secret", "endpoint_url": "http://conf:9000"}
+    assert options_for("s3://b/x", {"secret": "given"})["secret"] == "given"
+    assert options_for("runs/x.zarr", {"secret": "given"}) == {} and options_for("memory://x") == {}
+    # Registered for a bucket: every location in it (the store, the report beside it) gets them.
+    bucket = f"s3://reg-{uuid.uuid4().hex}"
+    register_options({"key": "run-key", "secret": "run-secret"}, f"{bucket}/runs/a.zarr")
+    assert options_for(f"{bucket}/runs/a.zarr.report.html")["secret"] == "run-secret"
+    assert options_for("s3://another-bucket/x")["secret"] == "env-secret"
+    assert public_options({"key": "k", "secret": "s", "endpoint_url": "e"}) == {
+        "key": "<redacted>", "secret": "<redacted>", "endpoint_url": "e"}
+
+
+def test_local_locations_are_not_probed(tmp_path):
+    from mkdist._remote import probe_run
+
+    probe_run(tmp_path / "in.parquet", tmp_path / "store.zarr", "memory://labels", {"key": "unused"})
+    assert list(tmp_path.iterdir()) == []
