@@ -23,8 +23,10 @@ count min(N, 1000)); the K range is [2, min(50, n // 10)].  Columns:
 * ``sc-graphcut``: the same with ``laplacian_type=GraphCut`` (ratio of consecutive
   eigenvalues of the normalised Laplacian, ascending);
 * ``silhouette``: scikit-learn ``KMeans(k, n_init=1)`` on the min-max-scaled concatenation of
-  the views for every k in the range, the k of the largest ``silhouette_score`` (on all rows
-  when N <= ``SIL_ROWS``, else its documented ``sample_size=SIL_ROWS``, seeded).
+  the views (projected on its top ``SIL_DIMS`` = 100 truncated-SVD components when it has
+  more features: the text sets) for every k in the range, the k of the largest
+  ``silhouette_score`` (on all rows when N <= ``SIL_ROWS`` = 3000, else its documented
+  ``sample_size=SIL_ROWS``, seeded).  Real sets: run for seed 0, its K reused for the others.
 
 Then the estimator of ``method="auto"`` (``mkdist.choose_method``) is fitted on all rows with
 every distinct K (true K, and each column's) in a forked child, and ACC/NMI recorded.
@@ -52,6 +54,9 @@ from _common import OUT, emit, load_multiview, machine, multiview_sets, run_fork
 RESULTS_DIR = OUT / "auto_k"
 #: Rows above which the silhouette is computed on a seeded sample of this many rows.
 SIL_ROWS = 3000
+#: Features above which KMeans/silhouette run on this many truncated-SVD components (text views:
+#: the sweep on ACM's 14,000 raw features ran > 20 min for one seed on this shared machine).
+SIL_DIMS = 100
 COLUMNS = ("ours", "ours-learned", "sc-affinity", "sc-graphcut", "silhouette")
 
 
@@ -128,6 +133,11 @@ def silhouette_k(views, k_min: int, k_max: int, seed: int, sample_rows: int = SI
 
     w0, c0 = time.perf_counter(), time.process_time()
     X = minmax_concat(views)
+    d = X.shape[1]
+    if d > SIL_DIMS:
+        from sklearn.decomposition import TruncatedSVD
+
+        X = TruncatedSVD(SIL_DIMS, random_state=seed).fit_transform(X)
     N = X.shape[0]
     sample = None if N <= sample_rows else sample_rows
     scores = {}
@@ -137,7 +147,8 @@ def silhouette_k(views, k_min: int, k_max: int, seed: int, sample_rows: int = SI
             if np.unique(labels).size > 1 else -1.0
     best = max(scores, key=lambda k: scores[k])
     return {"n_clusters": int(best), "scores": scores, "wall_s": time.perf_counter() - w0,
-            "cpu_s": time.process_time() - c0, "silhouette_rows": N if sample is None else sample}
+            "cpu_s": time.process_time() - c0, "silhouette_rows": N if sample is None else sample,
+            "features": int(X.shape[1]), "svd": d > SIL_DIMS}
 
 
 def choose_all(views, y, seed: int, *, silhouette: dict | bool = True) -> dict:

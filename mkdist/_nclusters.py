@@ -24,8 +24,9 @@ gap at K stands out: exact on every separated synthetic set, K = 3..50.  A singl
 Gaussian blob in d dimensions has its in-range gap at k = d + 1 (its first d eigenvectors
 are the coordinates), consistently over resamples, so agreement alone would be confidently
 wrong there; counting the k = 1 votes (its largest gap overall is after mu_1) is what
-makes it "ambiguous".  Clusters that overlap as much as that blob's halves are reported
-ambiguous too, with K as the best guess.
+makes it "ambiguous".  The price: clusters that overlap so much that the spectrum looks like
+one blob's (the W1 workload at its default separation, K >= 10) are reported ambiguous too,
+with K as the best guess.
 """
 
 from __future__ import annotations
