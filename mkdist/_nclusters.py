@@ -44,7 +44,8 @@ import scipy.sparse.linalg
 
 from .errors import InputValidationError
 
-__all__ = ["RULE", "NClustersChoice", "choose_n_clusters", "default_k_max", "default_n_neighbors"]
+__all__ = ["RULE", "NClustersChoice", "choose_n_clusters", "default_k_max", "default_n_neighbors",
+           "average_landmark_kernel"]
 
 #: Name of the rule (recorded with every choice).
 RULE = "knn-eigengap-votes"
@@ -142,6 +143,22 @@ class NClustersChoice:
         """The choice as a JSON document (see :meth:`as_dict`)."""
         return json.dumps(self.as_dict())
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NClustersChoice:
+        """The choice back from :meth:`as_dict` (a model state, a run store)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in d.items() if k in fields}
+        return cls(**{**d, "candidates": tuple((int(k), float(s)) for k, s in d["candidates"]),
+                      "k_range": tuple(int(k) for k in d["k_range"]),
+                      "eigenvalues": tuple(float(v) for v in d.get("eigenvalues") or ())})
+
+    def verdict(self) -> str:
+        """One line: K, confidence, runner-up, or "ambiguous" when there is no clear gap."""
+        if self.ambiguous:
+            return (f"ambiguous: no clear eigengap in k = {self.k_range[0]}..{self.k_range[1]} (confidence "
+                    f"{self.confidence:.2f} < 0.5); best guess K = {self.n_clusters}, runner-up {self.runner_up}")
+        return f"K = {self.n_clusters} (confidence {self.confidence:.2f}, runner-up {self.runner_up})"
+
 
 # ============================================================================ validation
 def _check_int(name: str, value: Any, low: int | None = None) -> int:
@@ -182,6 +199,32 @@ def _combined_kernel(kernel: Any, kernel_weights: Any) -> np.ndarray:
     if not np.allclose(K, K.T, rtol=1e-6, atol=1e-8 * scale):
         raise InputValidationError("`kernel` is not symmetric: pass a kernel matrix of the landmarks.")
     return K
+
+
+def average_landmark_kernel(landmarks: Any, kernels: Any, center: bool, normalize: str | None) -> np.ndarray:
+    """The uniform combination (1/m) sum_p K_p of the preprocessed base kernels on the landmarks, (n, n).
+
+    The kernel the K choice reads for methods that never hold the (m, n, n) stack (late
+    fusion, a fitted model rebuilt from its state): the kernels are formed and preprocessed
+    one at a time (centred and normalised on the landmarks, exactly as the fits do), so memory
+    is two n x n arrays.
+
+    Parameters
+    ----------
+    landmarks : dict of str to ndarray of shape (n, d_v)
+        The landmark rows of every view, scaled as the kernels expect them.
+    kernels : list of FittedKernel, length m
+    center, normalize
+        The preprocessing of the fit (``mkdist._kernels.fit_preprocessing``).
+    """
+    from ._kernels import fit_preprocessing, kernel_blocks
+
+    lv = {k: np.asarray(v, dtype=np.float64) for k, v in landmarks.items()}
+    n = next(iter(lv.values())).shape[0]
+    out = np.zeros((n, n))
+    for _, block in kernel_blocks(lv, lv, list(kernels), reuse=True):
+        out += fit_preprocessing(block[None].copy(), center, normalize)[0][0]
+    return out / max(len(kernels), 1)
 
 
 # ============================================================================ the rule
