@@ -4,6 +4,7 @@ against spectralcluster's eigengap and silhouette selection.
     python bench/bench_auto_k.py --part sets      [--datasets a,b] [--seeds 5] [--tag NAME]
     python bench/bench_auto_k.py --part synthetic [--n 10000] [--seeds 5] [--tag NAME]
     python bench/bench_auto_k.py --part cost      [--n 100000]
+    python bench/bench_auto_k.py --part overhead  [--n 1000000]  (mkdist.cluster, auto vs K given)
     python bench/bench_auto_k.py --part explore   [--seeds 5]   (the variants tried, no fits)
     python bench/bench_auto_k.py --part sets|synthetic --markdown   (tables from stored records)
 
@@ -336,6 +337,42 @@ def run_cost(args) -> dict:
     return out
 
 
+def run_overhead(args) -> dict:
+    """W1 at N rows through ``mkdist.cluster`` (``_common.run_pipeline``: a fresh 2-worker
+    cluster, end to end from Zarr), once with ``n_clusters="auto"`` and once with K = 10 given,
+    alternating order is not attempted (one run each: the 1M run takes minutes on this shared
+    machine).  The overhead of "auto" is measured two ways: the end-to-end difference (noisy:
+    the machine is shared) and the K choice's own seconds recorded by the fit
+    (``choose_k_s``), against the run's end-to-end time.  With K given, the model stage runs the
+    rule once for the report's hint (``k_hint_s``)."""
+    import json as _json
+
+    from _common import run_pipeline
+
+    from mkdist.storage import RunStore
+
+    out: dict = {"N": args.n, "machine": machine()}
+    for label, k in (("auto", "auto"), ("given", 10)):
+        store = RESULTS_DIR / f"overhead-{label}.zarr"
+        rec = run_pipeline(args.n, store, n_clusters=k)
+        model = RunStore.open(str(store), mode="r").read_stage("model")
+        timings = _json.loads(model.attrs["timings"]) if isinstance(model.attrs["timings"], str) \
+            else dict(model.attrs["timings"])
+        choice = _json.loads(model.attrs["n_clusters_choice"])
+        out[label] = {"end_to_end_s": rec["end_to_end_s"], "stages": rec["stages"], "model_timings": timings,
+                      "n_clusters": int(model.attrs["n_clusters"]), "scores": rec["scores"],
+                      "choice": {key: choice.get(key) for key in ("n_clusters", "confidence", "runner_up",
+                                                                  "ambiguous", "chosen_by_fit")}}
+        print(label, _json.dumps(out[label], default=float), flush=True)
+    choose = out["auto"]["model_timings"].get("choose_k_s", float("nan"))
+    out["choose_k_share_of_auto_run"] = choose / out["auto"]["end_to_end_s"]
+    out["end_to_end_difference_share"] = (out["auto"]["end_to_end_s"] - out["given"]["end_to_end_s"]) \
+        / out["given"]["end_to_end_s"]
+    hint = out["given"]["model_timings"].get("k_hint_s", float("nan"))
+    out["hint_share_of_given_run"] = hint / out["given"]["end_to_end_s"]
+    return out
+
+
 # ============================================================================ exploration
 def explore_variants(Kc: np.ndarray, k_max: int) -> dict[str, int]:
     """Plain picks (largest gap in [2, k_max]) of the affinity / gap variants that were tried."""
@@ -519,7 +556,7 @@ def markdown(records: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("sets", "synthetic", "cost", "explore"), required=True)
+    ap.add_argument("--part", choices=("sets", "synthetic", "cost", "overhead", "explore"), required=True)
     ap.add_argument("--datasets", default="all")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--n", type=int, default=None, help="rows: synthetic 10000, cost 100000, explore 10000")
@@ -529,9 +566,12 @@ def main() -> None:
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
     if args.n is None:
-        args.n = 100_000 if args.part == "cost" else 10_000
+        args.n = {"cost": 100_000, "overhead": 1_000_000}.get(args.part, 10_000)
     if args.part == "cost":
         emit({"part": "cost", **run_cost(args)})
+        return
+    if args.part == "overhead":
+        emit({"part": "overhead", **run_overhead(args)})
         return
     if args.part == "explore":
         res = run_explore(args)

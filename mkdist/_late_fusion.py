@@ -1111,6 +1111,10 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
 
     Attributes
     ----------
+    n_clusters_ : int
+        K of the fit (``n_clusters``, or the K chosen for "auto" / a range).
+    n_clusters_choice_ : NClustersChoice or None
+        The K choice (confidence, runner-up, candidates, ambiguous); None for an integer K.
     labels_ : ndarray of shape (N,), int64, or dask.array.Array
         Cluster of every training row (lazy for Dask input): the final k-means on all rows
         (``cluster_all_points``), else the nearest of the landmark clustering's centroids (for

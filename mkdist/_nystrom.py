@@ -232,6 +232,10 @@ class NystromSpectralClustering(MkdistEstimator):
 
     Attributes
     ----------
+    n_clusters_ : int
+        K of the fit (``n_clusters``, or the K chosen for "auto" / a range).
+    n_clusters_choice_ : NClustersChoice or None
+        The K choice (confidence, runner-up, candidates, ambiguous); None for an integer K.
     anchors_ : ndarray of shape (n_anchors_, n_features_in_)
         The anchor rows, in the dtype the kernel is computed in (float32 for float32 input
         or integer input of <= 2 bytes, else float64).
