@@ -436,11 +436,12 @@ def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
     choice = est.n_clusters_hint()
     hint_s = time.perf_counter() - t1
     ds = state_to_dataset(est.model_state(), config.method)
+    summary = est.summary()
     ds.attrs["n_clusters"] = int(est.n_clusters_)
-    ds.attrs["n_clusters_choice"] = json.dumps(est.summary()["n_clusters_choice"]) if choice is not None else "null"
+    ds.attrs["n_clusters_choice"] = json.dumps(summary["n_clusters_choice"])  # "null" without a K rule
     # What reports show of the model, kept with it: a report drawn while the run goes on reads
     # this instead of rebuilding the estimator (mkdist._report.ReportDraft).
-    ds.attrs["summary"] = json.dumps(est.summary())
+    ds.attrs["summary"] = json.dumps(summary)
     timings = dict(getattr(est, "diagnostics_", {}).get("timings", {}))
     if est.__dict__.get("n_clusters_choice_") is None and choice is not None:
         timings["k_hint_s"] = hint_s
