@@ -619,7 +619,6 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
     import dask
 
     store = as_store(store)
-    config = _config(store)
     labels = store.read_stage("labels")
     lab = labels["labels"].data
     # Read here, not through the cluster: the sizes are a few numbers, and the labels reach
