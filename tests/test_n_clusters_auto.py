@@ -243,3 +243,11 @@ def test_report_spectrum_hint_is_the_k_rules_verdict(choice, k, shown):
 def test_report_without_a_k_rule_verdict_shows_no_guess():
     texts, caption, figs = _spectrum_text(None)
     assert texts == "" and "not run" in caption and "k_choice" not in figs.figures
+
+
+@pytest.mark.parametrize("value", ["auto", [3, 9], 10])
+def test_flow_parameter_takes_auto_ranges_and_integers(value):
+    from flows.cluster import cluster_flow
+
+    params = cluster_flow.validate_parameters({"source": "in.zarr", "store": "run.zarr", "n_clusters": value})
+    assert params["n_clusters"] == value
