@@ -37,7 +37,7 @@ def prefect_step(name: str, fn, *args: Any, **kwargs: Any) -> Any:
 
 
 @flow(name="mkdist-cluster", log_prints=True)
-def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
+def cluster_flow(source: Any, store: str, n_clusters: int | str | list[int], kernels: Any = None,
                  n_landmarks: int | None = None, random_state: int | None = None,
                  dask_address: str | None = None, n_workers: int | None = None,
                  overwrite: bool = False, label_key: str | None = None, progress: bool = False,
@@ -54,7 +54,10 @@ def cluster_flow(source: Any, store: str, n_clusters: int, kernels: Any = None,
         JSON of a ``mkdist.pipeline.InputSource``.
     store : str
         Run store (local directory or fsspec URL).  Same input + same parameters: resume.
-    n_clusters, kernels, n_landmarks, random_state
+    n_clusters : int, "auto" or [k_min, k_max]
+        K, or "auto" / a range: the model stage chooses K from the landmark kernel (methods
+        mkc, nystrom, late-fusion; see ``mkdist.cluster``) and stores the choice.
+    kernels, n_landmarks, random_state
         Model parameters (see ``mkdist.MultipleKernelClustering``).
     dask_address : str, optional
         Scheduler of an existing Dask cluster (``tcp://host:8786``); default: a LocalCluster

@@ -17,6 +17,8 @@ runs exactly the hooks the pipeline runs stage by stage.
 from __future__ import annotations
 
 import json
+import logging
+import warnings
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,9 +30,11 @@ from ._kmeans import KMeansResult, assign_labels, assign_with_distance, kmeans
 from ._sampling import gather_rows
 from ._state import StateArrays, check_state_format, encode_params, to_jsonable
 from ._validation import (
-    as_views, check_finite, collect_constraints, is_dask_array, validate_params,
+    as_views, check_finite, collect_constraints, is_dask_array, n_clusters_range, validate_params,
 )
-from .errors import InputValidationError
+from .errors import AmbiguousNClustersWarning, InputValidationError
+
+logger = logging.getLogger("mkdist")
 
 __all__ = ["MkdistEstimator", "LandmarkEmbeddingEstimator", "FIT_PREDICT", "LANDMARK_EMBEDDING",
            "STAGE_PLANS", "resolve_seed"]
@@ -128,9 +132,118 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
 
     def _check_params_vs_input(self, n_samples: int, views: dict) -> dict[str, Any]:
         """Checks that need N or the views (metadata only); returns resolved values."""
-        if self.n_clusters > n_samples:
+        if self._largest_k() > n_samples:
             raise InputValidationError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}.")
         return {}
+
+    # ------------------------------------------------------------------ choosing K
+    def _largest_k(self) -> int:
+        """The largest K the fit may use, for the checks against N, landmarks and embedding
+        widths: ``n_clusters``, k_max of a range, or k_min for "auto" (whose k_max follows
+        the landmarks: :meth:`_check_k_range`)."""
+        asked = n_clusters_range(self.n_clusters)
+        if asked is None:
+            return int(self.n_clusters)
+        return asked[1] if asked[1] is not None else asked[0]
+
+    def _check_k_range(self, n_landmarks: int, what: str = "landmarks") -> tuple[int, int] | None:
+        """(k_min, k_max) the K choice searches on ``n_landmarks`` landmarks, None for an integer K.
+
+        "auto" searches [2, min(50, n // 10)] (``mkdist._nclusters.default_k_max``: at least
+        ten landmarks per cluster at the largest K).  Refused here, before any heavy work: a
+        range whose k_max is not below the number of landmarks (the gap after the k_max-th
+        eigenvalue needs one more), or fewer than 4 landmarks.
+        """
+        from ._nclusters import default_k_max
+
+        asked = n_clusters_range(self.n_clusters)
+        if asked is None:
+            return None
+        k_min, k_max = asked
+        k_max = max(default_k_max(n_landmarks), k_min) if k_max is None else k_max
+        if n_landmarks < 4 or k_max >= n_landmarks:
+            raise InputValidationError(
+                f"n_clusters={self.n_clusters!r} searches K up to {k_max}, which needs more than {k_max} {what} "
+                f"(at least 4); there are {n_landmarks}: raise n_{what}, lower k_max or give an integer n_clusters.")
+        return k_min, k_max
+
+    def _choose_n_clusters(self, kernel: np.ndarray, n_landmarks: int, seed: int, kernel_weights=None) -> int:
+        """K for this fit, and ``n_clusters_choice_``: the integer ``n_clusters``, or the choice of
+        ``mkdist._nclusters.choose_n_clusters`` on the landmark kernel when it is "auto" or a range.
+
+        The one place every method that supports "auto" chooses K (they call it with their
+        landmark kernel as soon as they have it, before anything that depends on K).
+
+        Parameters
+        ----------
+        kernel : ndarray of shape (n, n) or (m, n, n)
+            The combined landmark kernel, or the stack of preprocessed base kernels
+            (uniform weights unless ``kernel_weights``).
+        n_landmarks : int
+        seed : int
+            The fit's seed (the resampling votes derive from it: same seed, same K).
+
+        Returns
+        -------
+        int
+            K.  An ambiguous choice (no clear gap) still returns its best guess and warns
+            with ``AmbiguousNClustersWarning``, naming the runner-up.
+        """
+        from ._nclusters import choose_n_clusters
+
+        k_range = self._check_k_range(n_landmarks)
+        self.n_clusters_choice_ = None
+        if k_range is None:
+            return int(self.n_clusters)
+        choice = choose_n_clusters(kernel, k_min=k_range[0], k_max=k_range[1], kernel_weights=kernel_weights,
+                                   random_state=seed)
+        self.n_clusters_choice_ = choice
+        if choice.ambiguous:
+            warnings.warn(f"n_clusters={self.n_clusters!r}: {choice.verdict()}; the fit uses K = "
+                          f"{choice.n_clusters}. Give n_clusters as an integer if you know K.",
+                          AmbiguousNClustersWarning, stacklevel=4)
+        else:
+            logger.info("n_clusters=%r chose %s", self.n_clusters, choice.verdict())
+        return choice.n_clusters
+
+    @property
+    def n_clusters_(self) -> int:
+        """K of the fit: ``n_clusters``, or the K chosen when it was "auto" or a range."""
+        choice = self.__dict__.get("n_clusters_choice_")
+        if choice is not None:
+            return int(choice.n_clusters)
+        if n_clusters_range(self.n_clusters) is not None:
+            raise AttributeError(f"n_clusters={self.n_clusters!r} is chosen by fit; this estimator is not fitted.")
+        return int(self.n_clusters)
+
+    def landmark_kernel(self) -> np.ndarray | None:
+        """The (n, n) landmark kernel the K choice reads, rebuilt from the fitted model (uniform
+        combination of the preprocessed base kernels); None for a method that has none."""
+        return None
+
+    def n_clusters_hint(self) -> Any:
+        """What the K rule says about this fit: ``n_clusters_choice_`` when the fit chose K,
+        else the rule run now on :meth:`landmark_kernel` (K given by hand; computed once and
+        kept with the model state).  None for a method without a landmark kernel.
+
+        Returns
+        -------
+        NClustersChoice or None
+        """
+        from ._nclusters import choose_n_clusters, default_k_max
+
+        choice = self.__dict__.get("n_clusters_choice_")
+        if choice is not None:
+            return choice
+        if "_n_clusters_hint" not in self.__dict__:
+            K = self.landmark_kernel()
+            hint = None
+            if K is not None and K.shape[0] >= 4:
+                n = K.shape[0]
+                hint = choose_n_clusters(K, k_min=2, k_max=min(max(default_k_max(n), 2), n - 1),
+                                         random_state=0)
+            self._n_clusters_hint = hint
+        return self._n_clusters_hint
 
     def _check_arity(self, views: dict) -> None:
         if not self.multi_view and len(views) != 1:
@@ -217,6 +330,8 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
             "views": {"names": list(self.view_names_), "n_features": dict(self.n_features_per_view_)},
             "diagnostics": to_jsonable({k: v for k, v in getattr(self, "diagnostics_", {}).items()
                                         if k != "timings"}),
+            "n_clusters_choice": _choice_dict(self.__dict__.get("n_clusters_choice_")),
+            "n_clusters_hint": _choice_dict(self.__dict__.get("_n_clusters_hint")),
             **attrs,
         }
         json.dumps(attrs)  # fail here, not in the store, if something is not JSON
@@ -233,6 +348,12 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         est.n_features_per_view_ = {k: int(v) for k, v in views["n_features"].items()}
         est.n_features_in_ = int(sum(est.n_features_per_view_.values()))
         est.diagnostics_ = {**attrs.get("diagnostics", {}), "timings": {}}
+        from ._nclusters import NClustersChoice
+
+        if attrs.get("n_clusters_choice"):
+            est.n_clusters_choice_ = NClustersChoice.from_dict(attrs["n_clusters_choice"])
+        if attrs.get("n_clusters_hint"):
+            est._n_clusters_hint = NClustersChoice.from_dict(attrs["n_clusters_hint"])
         est._restore(attrs, StateArrays(state["arrays"]))
         return est
 
@@ -252,14 +373,18 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         ``n_landmarks`` (landmarks or anchors; None if the method has none),
         ``n_components`` (embedding width), ``kernel_names``, ``weights`` (a list of
         ``{"name", "labels", "values"}``: kernel weights, view weights, filter weights...),
-        ``objective_history`` (list or None), ``n_iter``, ``converged``, ``spectrum``
+        ``n_clusters_choice`` (what the K rule said, see :meth:`n_clusters_hint`: the choice's
+        fields, with ``chosen_by_fit`` True when K was "auto" or a range, False for a hint on
+        a K given by hand; None when not computed), ``objective_history`` (list or None),
+        ``n_iter``, ``converged``, ``spectrum``
         (``{"values": top eigenvalues of the combined kernel, decreasing, "k": n_clusters,
         "what": ...}`` or None), ``pep`` (``{"t", "base": {kernel: PEP}, "combined", ...}`` or
         None) and ``diagnostics`` (the method's own, without timings).
         """
         check_is_fitted(self, self._fitted_attr)
         out: dict[str, Any] = {
-            "method": self.method, "estimator": type(self).__name__, "n_clusters": int(self.n_clusters),
+            "method": self.method, "estimator": type(self).__name__, "n_clusters": int(self.n_clusters_),
+            "n_clusters_choice": self._choice_summary(),
             "views": list(self.view_names_), "n_features": dict(self.n_features_per_view_),
             "n_landmarks": None, "n_components": None, "kernel_names": None, "weights": [],
             "objective_history": None, "n_iter": None, "converged": None, "spectrum": None, "pep": None,
@@ -271,6 +396,20 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
     def _summary_fields(self) -> dict[str, Any]:
         """The method's values for the keys of ``summary``."""
         return {}
+
+    def _choice_summary(self) -> dict[str, Any] | None:
+        """The K rule's verdict for ``summary`` (computed only if the fit or a caller did)."""
+        chosen = self.__dict__.get("n_clusters_choice_")
+        choice = chosen if chosen is not None else self.__dict__.get("_n_clusters_hint")
+        if choice is None:
+            return None
+        d = choice.as_dict()
+        return {**d, "chosen_by_fit": chosen is not None, "asked": to_jsonable(self.n_clusters),
+                "verdict": choice.verdict()}
+
+
+def _choice_dict(choice: Any) -> dict[str, Any] | None:
+    return None if choice is None else choice.as_dict()
 
 
 class LandmarkEmbeddingEstimator(MkdistEstimator):
@@ -329,7 +468,7 @@ class LandmarkEmbeddingEstimator(MkdistEstimator):
         Returns the k-means result, or None where a method keeps the centroids of its
         landmark fit (e.g. ``LateFusionClustering(cluster_all_points=False)``).
         """
-        km = kmeans(embedding, self.n_clusters, random_state=seed, **self._kmeans_params())
+        km = kmeans(embedding, self.n_clusters_, random_state=seed, **self._kmeans_params())
         self.cluster_centers_ = np.asarray(km.centers, dtype=np.float64)
         self.inertia_ = float(km.inertia)
         self.kmeans_n_iter_ = int(km.n_iter)

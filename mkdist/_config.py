@@ -10,7 +10,7 @@ from typing import Any
 
 from ._kernels import KernelSpec
 from ._methods import AUTO_METHOD, DEFAULT_METHOD, available_methods, choose_method, get_method, method_parameters
-from ._validation import Interval, validate_params
+from ._validation import Interval, NClusters, n_clusters_range, validate_params
 from .errors import InputValidationError
 
 __all__ = ["RunConfig", "ClusterResult"]
@@ -45,7 +45,9 @@ class RunConfig:
 
     Parameters
     ----------
-    n_clusters : int
+    n_clusters : int, "auto" or [k_min, k_max]
+        K, or "auto" / a range for the methods that choose K from their landmarks
+        (``mkdist._params.AUTO_N_CLUSTERS_METHODS``; a tuple is stored as a list).
     method : str, default=DEFAULT_METHOD ("mkc")
         A registered method (``mkdist.available_methods()``), or "auto": the method is chosen
         from the input's shape when the run opens (:meth:`resolve`, ``mkdist.choose_method``).
@@ -64,7 +66,7 @@ class RunConfig:
         rule set, the reason and the facts of the data it decided on (stored with the run).
     """
 
-    n_clusters: int
+    n_clusters: int | str | list[int]
     method: str = DEFAULT_METHOD
     random_state: int | None = None
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -113,10 +115,14 @@ class RunConfig:
         self.params = {k: _plain(v) for k, v in dict(self.params or {}).items()}
         # A run's seed is stored with it (to resume with the same random choices): an integer.
         validate_params({"random_state": [Interval(Integral, 0, 2**32 - 1), None],
-                         "n_clusters": [Interval(Integral, 1, None)]},
+                         "n_clusters": [NClusters(1)]},
                         {"random_state": self.random_state, "n_clusters": self.n_clusters})
         self.random_state = None if self.random_state is None else int(self.random_state)
-        self.n_clusters = int(self.n_clusters)
+        asked = n_clusters_range(self.n_clusters, 1)
+        if asked is None:
+            self.n_clusters = int(self.n_clusters)
+        elif not isinstance(self.n_clusters, str):
+            self.n_clusters = [int(k) for k in self.n_clusters]  # JSON: the stored form
 
     @property
     def estimator_class(self) -> type:

@@ -1001,8 +1001,10 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
 
     Parameters
     ----------
-    n_clusters : int, default=8
-        k, the number of clusters (>= 2).
+    n_clusters : int, "auto" or (k_min, k_max), default=8
+        k, the number of clusters (>= 2).  "auto" or a range: chosen from the uniform
+        combination of the preprocessed base kernels on the landmarks, as
+        :class:`MultipleKernelClustering` does (``n_clusters_``, ``n_clusters_choice_``).
     kernels : str or list of KernelSpec/dict, default="auto"
         Base kernels, as in :class:`MultipleKernelClustering`: "auto" is the cosine kernel on a
         sparse view (< 10% non-zero entries) and three RBF kernels (``"rbf-grid"``) on a dense
@@ -1109,6 +1111,10 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
 
     Attributes
     ----------
+    n_clusters_ : int
+        K of the fit (``n_clusters``, or the K chosen for "auto" / a range).
+    n_clusters_choice_ : NClustersChoice or None
+        The K choice (confidence, runner-up, candidates, ambiguous); None for an integer K.
     labels_ : ndarray of shape (N,), int64, or dask.array.Array
         Cluster of every training row (lazy for Dask input): the final k-means on all rows
         (``cluster_all_points``), else the nearest of the landmark clustering's centroids (for
@@ -1280,14 +1286,15 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
 
     # ------------------------------------------------------------------ validation
     def _check_params_vs_input(self, n_samples: int, views: dict) -> dict[str, Any]:
-        k = self.n_clusters
         n = default_n_landmarks(n_samples) if self.n_landmarks is None else int(self.n_landmarks)
         if n > n_samples:
             raise InputValidationError(f"n_landmarks={n} must be <= n_samples={n_samples}.")
+        k_range = self._check_k_range(n)
+        k = self._largest_k() if k_range is None else k_range[1]
         if k > n:
             raise InputValidationError(
                 f"n_clusters={k} must be <= the number of landmarks ({n}); raise n_landmarks or lower n_clusters.")
-        d = self._embedding_dim(n)
+        d = self._embedding_dim(n, k)
         nb = self._n_neighbors(n)
         if nb > n - 2:
             raise InputValidationError(
@@ -1304,10 +1311,11 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
             return int(max(1, min(DEFAULT_N_NEIGHBORS, n_landmarks - 2)))
         return int(self.n_neighbors)
 
-    def _embedding_dim(self, n_landmarks: int) -> int:
+    def _embedding_dim(self, n_landmarks: int, k: int | None = None) -> int:
         """d, eigenvectors per base partition: ``embedding_dim`` checked against n, or
-        :func:`default_embedding_dim` (2k for k <= 10, else k; at most n)."""
-        k = self.n_clusters
+        :func:`default_embedding_dim` (2k for k <= 10, else k; at most n).  ``k``: the K of
+        the fit (None: ``n_clusters_``, once it is chosen)."""
+        k = self.n_clusters_ if k is None else k
         if self.embedding_dim is None:
             return default_embedding_dim(k, n_landmarks)
         d = int(self.embedding_dim)
@@ -1331,12 +1339,45 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         check_finite(landmark_views)  # Dask input: NaN among the landmarks is caught here
         indices = np.asarray(landmark_indices)
         _, seed_base, seed_fusion = _fit_seeds(seed)
-        base = _fit_base(landmark_views, n_clusters=self.n_clusters, embedding_dim=self._embedding_dim(indices.size),
+        self.n_clusters_choice_ = None
+        if self._check_k_range(indices.size) is not None:
+            t0 = time.perf_counter()
+            self._choose_n_clusters(self._uniform_landmark_kernel(landmark_views, seed_base), indices.size, seed)
+            choose_s = time.perf_counter() - t0
+        base = _fit_base(landmark_views, n_clusters=self.n_clusters_, embedding_dim=self._embedding_dim(indices.size),
                          kernels=self.kernels, center=bool(self.center), normalize=self.normalize, scale=self.scale,
                          min_pep_ratio=float(self.min_pep_ratio), random_state=seed_base)
         self._fit_from_base(base, indices, seed_fusion, landmark_views=landmark_views,
                             dtype=self.dtype or common_float_dtype(landmark_views).name)
+        if self.n_clusters_choice_ is not None:
+            self.diagnostics_["timings"]["choose_k_s"] = choose_s
         return self
+
+    def _uniform_landmark_kernel(self, landmark_views: Mapping[str, np.ndarray], seed_base: int) -> np.ndarray:
+        """The uniform combination of the preprocessed base kernels on the landmarks, (n, n): the
+        kernel ``n_clusters="auto"`` chooses K on.  The kernels get the bandwidths ``_fit_base``
+        gives them (same seed), formed one at a time (the fit never holds the (m, n, n) stack)."""
+        from ._nclusters import average_landmark_kernel
+
+        names = list(landmark_views)
+        specs = resolve_kernel_specs(self.kernels, names, landmark_views)
+        scaling = FeatureScaling.fit(self.scale, landmark_views)
+        lv = scaling.apply(landmark_views, np.float64) if scaling is not None else landmark_views
+        lv = {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in lv.items()}
+        rng = np.random.RandomState(seed_base)  # _fit_base's first draw seeds its kernels' bandwidths
+        fitted = fit_kernels(specs, lv, random_state=int(rng.randint(np.iinfo(np.int32).max)))
+        return average_landmark_kernel(lv, fitted, bool(self.center), self.normalize)
+
+    def landmark_kernel(self) -> np.ndarray:
+        """The uniform combination of the preprocessed base kernels (dropped ones included) on
+        the landmarks, (n, n), rebuilt from the model (what ``n_clusters="auto"`` reads)."""
+        from sklearn.utils.validation import check_is_fitted
+
+        from ._nclusters import average_landmark_kernel
+
+        check_is_fitted(self, "model_")
+        return average_landmark_kernel(self.model_.landmarks, self.model_.kernels, bool(self.center),
+                                       self.normalize)
 
     def _fit_from_base(self, base: _Base, landmark_indices: np.ndarray, seed: int,
                        landmark_views: Mapping[str, np.ndarray] | None = None,
@@ -1359,7 +1400,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         t_graph = time.perf_counter() - t0
         t0 = time.perf_counter()
         fusion = _fit_fusion(H_cat, column_kernel, graphs, _partition_copies(base.kernel_group, kept.size),
-                             n_clusters=self.n_clusters, order=order,
+                             n_clusters=self.n_clusters_, order=order,
                              learn_mu=self.filter_weights == "learned", n_init=int(self.n_init),
                              max_iter=int(self.max_iter), tol=float(self.tol), random_state=seed)
         t_fusion = time.perf_counter() - t0
@@ -1378,7 +1419,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         normalized_kmeans = None
         if model.normalize_embedding:
             model.cluster_centers, normalized_kmeans = _normalized_clusters(
-                model.cluster_embedding, fusion.labels, self.n_clusters, int(self.n_init), seed)
+                model.cluster_embedding, fusion.labels, self.n_clusters_, int(self.n_init), seed)
         # The landmarks' labels by the rule every other row follows (nearest centroid of H~), so
         # labels_, predict and assign_embedding agree by construction.  Algorithm 1 ends with Lloyd
         # run to a fixed point, where its labels are exactly these up to a distance tie at
@@ -1394,7 +1435,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         self.embedding_dim_ = int(base.embedding_dim)
         self.dropped_kernels_ = list(base.dropped)
         self.merged_kernels_ = list(base.merged)
-        k = self.n_clusters
+        k = self.n_clusters_
         n = model.n_landmarks
         pep_parts = [principal_eigenvalue_proportion(model.embedding[:, c], min(k, n), factor=True)
                      for c in model.column_slices]
@@ -1521,7 +1562,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         model = self.model_
         names = [k.name for k in self.kernels_]
         diag = self.diagnostics_
-        k = int(self.n_clusters)
+        k = int(self.n_clusters_)
         # The spectrum of the kernel the final clustering sees: H~ H~^T / n on the landmarks,
         # whose PEP is ``pep_combined_after`` (the squared singular values of H~, never n x n).
         s = np.linalg.svd(model.embedding, compute_uv=False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -371,7 +371,8 @@ def compare_with_uniform(stack: np.ndarray, learned, n_clusters: int, *, normali
 
 
 def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indices: np.ndarray, *,
-                       n_clusters: int, kernels: Any = None, weights: str = "simplemkkm",
+                       n_clusters: int | Callable[[np.ndarray], int], kernels: Any = None,
+                       weights: str = "simplemkkm",
                        center: bool = True, normalize: str | None = "diagonal",
                        normalize_embedding: bool = True, scale: str | None = None,
                        max_iter: int = 200, tol: float = 1e-4, dtype: str = "float64",
@@ -385,7 +386,11 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
         Landmark rows of every view (unscaled; ``scale`` is estimated on them).
     landmark_indices : ndarray of shape (n,)
         Their row numbers in the full input (stored with the model).
-    n_clusters, kernels, weights, center, normalize, normalize_embedding, scale, max_iter, tol
+    n_clusters : int or callable
+        K; or a function that receives the preprocessed landmark kernel stack, shape
+        (m, n, n), and returns K (the estimator's K choice for ``n_clusters="auto"``, run
+        before SimpleMKKM, whose weights depend on K).
+    kernels, weights, center, normalize, normalize_embedding, scale, max_iter, tol
         As in :class:`mkdist.MultipleKernelClustering` (validated by the caller).
     dtype : {"float32", "float64"}
         Precision of the out-of-sample embedding; the landmark fit runs in float64.
@@ -401,7 +406,8 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
         Without centroids (k-means runs over all points afterwards).
     info : dict
         ``objective_history`` (list), ``n_iter``, ``converged``, ``diagnostics`` (see
-        :func:`mkdist.spectral_diagnostics`) and ``timings`` (seconds).
+        :func:`mkdist.spectral_diagnostics`), ``n_clusters`` (K) and ``timings`` (seconds;
+        ``choose_k_s`` when K was chosen).
     """
     t0 = time.perf_counter()
     names = list(landmark_views)
@@ -422,6 +428,13 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
     stack = landmark_kernels(lv, fitted)
     stack, prep = fit_preprocessing(stack, center, normalize)
     t_kernels = time.perf_counter() - t0
+    timings = {"kernels_s": t_kernels}
+    if callable(n_clusters):
+        # On the uniform combination: SimpleMKKM's weights depend on K, so K comes first
+        # (choosing again on the learned weights did no better: bench/RESULTS.md, issue 25).
+        t0 = time.perf_counter()
+        n_clusters = int(n_clusters(stack))
+        timings["choose_k_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if weights == "uniform":
         result = average_kernel_kmeans(stack, n_clusters)
@@ -473,7 +486,8 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
         "n_iter": int(result.n_iter),
         "converged": bool(result.converged),
         "diagnostics": diag,
-        "timings": {"kernels_s": t_kernels, "simplemkkm_s": t_fit},
+        "n_clusters": int(n_clusters),
+        "timings": {**timings, "simplemkkm_s": t_fit},
     }
     return model, info
 
@@ -489,8 +503,13 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
 
     Parameters
     ----------
-    n_clusters : int, default=8
-        K, number of clusters.
+    n_clusters : int, "auto" or (k_min, k_max), default=8
+        K, number of clusters.  "auto": chosen from the landmark kernel (the uniform
+        combination of the preprocessed base kernels) by the eigengap of its kNN graph with
+        resampling votes (``mkdist._nclusters``), in [2, min(50, n_landmarks // 10)]; a pair
+        (k_min, k_max) searches that range (k_max < n_landmarks).  The choice is in
+        ``n_clusters_`` and ``n_clusters_choice_``; when it is ambiguous (no clear gap) the
+        fit uses the best guess and warns (``AmbiguousNClustersWarning``).
     kernels : str or list of KernelSpec/dict, default=None
         Base kernels.  None: "auto": on a view with fewer than 10% non-zero entries (text,
         graph adjacency) the cosine kernel, on the others "rbf-grid", three RBF kernels with
@@ -540,13 +559,18 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
 
     Attributes
     ----------
+    n_clusters_ : int
+        K of the fit (``n_clusters``, or the K chosen for "auto" / a range).
+    n_clusters_choice_ : NClustersChoice or None
+        The K choice (K, confidence, runner-up, candidates with their vote shares, whether
+        it is ambiguous); None when ``n_clusters`` is an integer.
     kernel_weights_ : ndarray of shape (m,)
     kernels_ : list of FittedKernel
         Base kernels with their fitted bandwidths.
     landmark_indices_ : ndarray of shape (n,)
     eigenvalues_ : ndarray of shape (K + 1,)
         Top eigenvalues of (1/n) K_alpha (the normalised kernel of the MKC-AE paper).
-    cluster_centers_ : ndarray of shape (n_clusters, embedding_dim)
+    cluster_centers_ : ndarray of shape (n_clusters_, embedding_dim)
         Centroids in the embedding.
     labels_ : ndarray of shape (N,), or a lazy dask.array.Array for Dask input
     inertia_ : float
@@ -614,13 +638,15 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
         n = default_n_landmarks(n_samples) if self.n_landmarks is None else int(self.n_landmarks)
         if n > n_samples:
             raise InputValidationError(f"n_landmarks={n} must be <= n_samples={n_samples}.")
-        if self.n_clusters > n:
+        k_range = self._check_k_range(n)
+        k = self._largest_k() if k_range is None else k_range[1]
+        if k > n:
             raise InputValidationError(
                 f"n_clusters={self.n_clusters} must be <= the number of landmarks ({n}); "
                 "raise n_landmarks or lower n_clusters.")
-        if self.embedding_dim is not None and not self.n_clusters <= self.embedding_dim <= n:
+        if self.embedding_dim is not None and not k <= self.embedding_dim <= n:
             raise InputValidationError(
-                f"embedding_dim={self.embedding_dim} must be >= n_clusters={self.n_clusters} and <= the number "
+                f"embedding_dim={self.embedding_dim} must be >= n_clusters={k} and <= the number "
                 f"of landmarks ({n}).")
         resolve_kernel_specs(self.kernels, list(views))  # unknown views / sets / bad specs fail here
         return {"n_landmarks": n}
@@ -634,9 +660,14 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
     def fit_landmarks(self, landmark_views: dict, landmark_indices: np.ndarray, seed: int):
         """SimpleMKKM on the in-memory landmark rows; sets every fitted attribute but the centroids."""
         check_finite(landmark_views, row_numbers=landmark_indices)  # Dask input: NaN among the landmarks
+        n = int(np.asarray(landmark_indices).shape[0])
+        k_range = self._check_k_range(n)
+        self.n_clusters_choice_ = None
+        n_clusters = self.n_clusters if k_range is None else (
+            lambda stack: self._choose_n_clusters(stack, n, seed))
         with blas_threads(1):  # faster than two on a quiet machine, and 10x faster on a busy one (mkdist._linalg)
             model, info = fit_landmark_model(
-                landmark_views, np.asarray(landmark_indices), n_clusters=self.n_clusters, kernels=self.kernels,
+                landmark_views, np.asarray(landmark_indices), n_clusters=n_clusters, kernels=self.kernels,
                 weights=self.weights, center=self.center, normalize=self.normalize,
                 normalize_embedding=self.normalize_embedding, scale=self.scale, max_iter=self.max_iter,
                 tol=self.tol, dtype=self.dtype or str(common_float_dtype(landmark_views)), random_state=seed,
@@ -660,6 +691,14 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
 
     def _kmeans_params(self) -> dict[str, Any]:
         return {"n_init": self.n_init, "max_iter": self.kmeans_max_iter, "tol": self.kmeans_tol}
+
+    def landmark_kernel(self) -> np.ndarray:
+        """The uniform combination of the preprocessed base kernels on the landmarks, (n, n),
+        rebuilt from the model (what ``n_clusters="auto"`` chooses K on)."""
+        from ._nclusters import average_landmark_kernel
+
+        check_is_fitted(self, "model_")
+        return average_landmark_kernel(self.model_.landmarks, self.model_.kernels, self.center, self.normalize)
 
     def fit_centroids(self, embedding, seed: int) -> KMeansResult:
         km = super().fit_centroids(embedding, seed)
@@ -731,7 +770,7 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
             "objective_history": np.asarray(self.objective_history_).tolist(), "n_iter": int(self.n_iter_),
             "converged": bool(self.converged_),
             "spectrum": {"values": list(diag.get("spectrum") or np.asarray(self.eigenvalues_).tolist()),
-                         "k": int(self.n_clusters),
+                         "k": int(self.n_clusters_),
                          "what": "top eigenvalues of (1/n) K_gamma, the combined landmark kernel"},
             "pep": {"t": pep.get("t"), "base": dict(zip(names, pep.get("base", []))),
                     "combined": pep.get("combined")} if pep else None,

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
 
 from . import _params
 from ._base import MkdistEstimator
@@ -199,8 +200,12 @@ class NystromSpectralClustering(MkdistEstimator):
 
     Parameters
     ----------
-    n_clusters : int, default=8
-        k, the number of clusters and of embedding dimensions (>= 2).
+    n_clusters : int, "auto" or (k_min, k_max), default=8
+        k, the number of clusters and of embedding dimensions (>= 2).  "auto" or a range:
+        chosen from the anchors' Gaussian kernel Kx by the eigengap of its kNN graph
+        (``mkdist._nclusters``; "auto" searches [2, min(50, m // 10)], so it needs m >= 20
+        anchors to look beyond K = 2), before the degree and Gram passes over the rows
+        (``n_clusters_``, ``n_clusters_choice_``).
     n_anchors : int, default=None
         m, the number of anchors (n_clusters <= m <= N).  None: ``ceil(anchor_factor *
         sqrt(N))``, raised to n_clusters and capped at N (see :func:`default_n_anchors`).
@@ -227,6 +232,10 @@ class NystromSpectralClustering(MkdistEstimator):
 
     Attributes
     ----------
+    n_clusters_ : int
+        K of the fit (``n_clusters``, or the K chosen for "auto" / a range).
+    n_clusters_choice_ : NClustersChoice or None
+        The K choice (confidence, runner-up, candidates, ambiguous); None for an integer K.
     anchors_ : ndarray of shape (n_anchors_, n_features_in_)
         The anchor rows, in the dtype the kernel is computed in (float32 for float32 input
         or integer input of <= 2 bytes, else float64).
@@ -339,10 +348,14 @@ class NystromSpectralClustering(MkdistEstimator):
     def _check_params_vs_input(self, n_samples: int, views: dict) -> dict[str, Any]:
         """Resolve m against N."""
         super()._check_params_vs_input(n_samples, views)
-        k = int(self.n_clusters)
+        k = self._largest_k()
         if self.n_anchors is None:
-            return {"n_anchors": default_n_anchors(n_samples, float(self.anchor_factor), k)}
+            m = default_n_anchors(n_samples, float(self.anchor_factor), k)
+            self._check_k_range(m, "anchors")
+            return {"n_anchors": m}
         m = int(self.n_anchors)
+        k_range = self._check_k_range(m, "anchors")
+        k = k if k_range is None else k_range[1]
         if m > n_samples:
             raise InputValidationError(
                 f"n_anchors={m} must be <= n_samples={n_samples}; lower n_anchors or pass "
@@ -383,7 +396,6 @@ class NystromSpectralClustering(MkdistEstimator):
         N = int(next(iter(views.values())).shape[0])
         m = self._check_params(N, views)["n_anchors"]
         rows = RowBlocks(views, block_rows=min(BLOCK_ROWS, cache_block_rows(m, 8)))
-        k = int(self.n_clusters)
         rng = check_random_state(self.random_state)
         timings: dict[str, float] = {}
         kernel_dtype = common_float_dtype(views)
@@ -416,6 +428,13 @@ class NystromSpectralClustering(MkdistEstimator):
         # Step 1-2: Kx = U S U^T, then d = P U S^-1 U^T (P^T 1) / N = P q.
         t0 = time.perf_counter()
         K = _kernel_block(anchors, base)
+        # K from the anchors' kernel for "auto" / a range (the seed: the integer random_state,
+        # else 0, so that the choice draws nothing from the fit's random stream).
+        seed = int(self.random_state) if isinstance(self.random_state, (int, np.integer)) else 0
+        t1 = time.perf_counter()
+        k = self._choose_n_clusters(np.asarray(K, dtype=np.float64), m, seed)
+        if self.n_clusters_choice_ is not None:
+            timings["choose_k_s"] = time.perf_counter() - t1
         lam, U = _anchor_eigen(K, kernel_dtype)
         if lam.size < k:
             raise InputValidationError(
@@ -500,7 +519,7 @@ class NystromSpectralClustering(MkdistEstimator):
             At training points this is Algorithm 1's H = D^-1/2 F (see Notes of the class).
         """
         rows = RowBlocks(self._predict_views(X), block_rows=min(BLOCK_ROWS, cache_block_rows(self.n_anchors_, 8)))
-        return rows.map(_embed_rows, self._model_arrays(), n_cols=int(self.n_clusters), dtype=np.float64,
+        return rows.map(_embed_rows, self._model_arrays(), n_cols=int(self.n_clusters_), dtype=np.float64,
                         name="nystrom-embed")
 
     def predict(self, X):
@@ -550,6 +569,12 @@ class NystromSpectralClustering(MkdistEstimator):
         self.spectrum_ = get("spectrum")
         self.cluster_centers_ = get("cluster_centers")
 
+    def landmark_kernel(self) -> np.ndarray:
+        """The anchors' Gaussian kernel Kx, (m, m): what ``n_clusters="auto"`` chooses K on."""
+        check_is_fitted(self, "anchors_")
+        return np.asarray(_kernel_block(self.anchors_, _ModelArrays.build(self.anchors_, self.sigma_)),
+                          dtype=np.float64)
+
     def _kernel_name(self) -> str:
         return f"{self.view_names_[0]}:gaussian(sigma={self.sigma_:.4g})"
 
@@ -557,9 +582,9 @@ class NystromSpectralClustering(MkdistEstimator):
         pep = self.diagnostics_.get("pep") or {}
         name = self._kernel_name()
         return {
-            "n_landmarks": int(self.n_anchors_), "n_components": int(self.n_clusters), "kernel_names": [name],
+            "n_landmarks": int(self.n_anchors_), "n_components": int(self.n_clusters_), "kernel_names": [name],
             "n_iter": int(self.n_iter_),
-            "spectrum": {"values": np.asarray(self.spectrum_).tolist(), "k": int(self.n_clusters),
+            "spectrum": {"values": np.asarray(self.spectrum_).tolist(), "k": int(self.n_clusters_),
                          "what": "top eigenvalues of Z Z^T / N, the normalised Nystrom bipartite similarity"},
             "pep": {"t": pep.get("t"), "base": dict(zip([name], pep.get("base", []))),
                     "combined": pep.get("combined")} if pep else None,

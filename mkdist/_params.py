@@ -20,9 +20,9 @@ from numbers import Integral, Real
 import numpy as np
 
 from ._kernels import SCALE_AUTO, SCALINGS, KernelSpec
-from ._validation import Boolean, Interval, Options, RandomStateLike, Types
+from ._validation import Boolean, Interval, NClusters, Options, RandomStateLike, Types
 
-__all__ = ["LANDMARK_METHODS", "BANDWIDTH_RULES", "D_RULES", "RESTART_RULES", "ESTIMATOR", "MKC", "NYSTROM",
+__all__ = ["AUTO_N_CLUSTERS_METHODS", "LANDMARK_METHODS", "BANDWIDTH_RULES", "D_RULES", "RESTART_RULES", "ESTIMATOR", "MKC", "NYSTROM",
            "RFF_POWER_KMEANS", "MV_RFF_POWER_KMEANS", "LATE_FUSION", "BUILTIN_PARAMETERS"]
 
 #: How landmarks are drawn (``mkdist._sampling.sample_landmark_indices``).
@@ -36,9 +36,14 @@ RESTART_RULES = ("consensus", "agreement", "objective")
 
 _KERNELS = Types(str, list, tuple, dict, KernelSpec, noun="a kernel set name or a list of kernel specs")
 
+#: The methods whose ``n_clusters`` may be "auto" or a range (k_min, k_max): K is chosen from
+#: the spectrum of the kernel of their landmarks (anchors), which they compute before K is
+#: needed (``mkdist._nclusters``; ``MkdistEstimator._choose_n_clusters``).
+AUTO_N_CLUSTERS_METHODS = ("mkc", "nystrom", "late-fusion")
+
 #: Every estimator (``MkdistEstimator``).
 ESTIMATOR: dict[str, list] = {
-    "n_clusters": [Interval(Integral, 2, None)],
+    "n_clusters": [NClusters(2)],
     "random_state": [RandomStateLike()],
 }
 
@@ -73,7 +78,11 @@ NYSTROM: dict[str, list] = {
 
 #: Both RFF power k-means estimators (``_RFFPowerKMeansBase``).
 RFF_POWER_KMEANS: dict[str, list] = {
-    "n_clusters": [Interval(Integral, 1, None)],
+    "n_clusters": [NClusters(1, auto_reason=(
+        "power k-means on random Fourier features cannot choose K: it has no landmark kernel whose spectrum "
+        "shows K, and K shapes its annealing from the first step, so choosing it would mean one full fit per "
+        "candidate. Give an integer, or use a method that chooses K from its landmarks: "
+        + ", ".join(AUTO_N_CLUSTERS_METHODS) + "."))],
     "n_components": [Interval(Integral, 1, None), Options(None, *D_RULES)],
     "bandwidth": [Options(*BANDWIDTH_RULES), Interval(Real, 0, None, closed="neither"),
                   Types(list, tuple, np.ndarray, noun="one rule or positive number per view")],

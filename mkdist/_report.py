@@ -21,6 +21,12 @@ __all__ = ["summary_markdown", "inspect_store", "inspect_markdown", "assignment_
            "write_report", "ReportDraft", "load_labels"]
 
 
+#: What ``theorem_condition_met`` says, for the readers who see it False on a good clustering.
+THEOREM_NOTE = ("`theorem_condition_met` False means only that a sufficient condition of the MKC-AE stability "
+                "theorem (every eigen-gap up to K at least 4/sqrt(n)) does not hold, so its error bound does not "
+                "apply; it is False on nearly all real data and says nothing about this clustering's quality.")
+
+
 def _fmt(x: Any) -> str:
     if isinstance(x, float):
         return f"{x:.4g}"
@@ -39,12 +45,46 @@ def _pep_lines(pep: dict) -> list[str]:
     return lines
 
 
+def choice_lines(choice: dict | None, indent: str = "  ") -> list[str]:
+    """The K rule's verdict as ``mkdist inspect`` and the markdown summary show it: chosen K (or
+    "ambiguous"), confidence, runner-up, the candidates with their vote shares, the rule."""
+    if not choice:
+        return []
+    asked = choice.get("asked")
+    if choice.get("chosen_by_fit"):
+        head = f"n_clusters={json.dumps(asked)} chose K = {choice['n_clusters']}"
+        if choice.get("ambiguous"):
+            head = (f"n_clusters={json.dumps(asked)}: AMBIGUOUS, no clear eigengap; fitted with the best guess "
+                    f"K = {choice['n_clusters']}")
+    else:
+        head = (f"K = {asked} given; the K rule would say "
+                + (f"ambiguous (best guess {choice['n_clusters']})" if choice.get("ambiguous")
+                   else f"K = {choice['n_clusters']}"))
+    cands = ", ".join(f"{k} ({s:.2f})" for k, s in (choice.get("candidates") or [])[:8])
+    k_lo, k_hi = choice.get("k_range") or ("?", "?")
+    spectra = choice.get("n_resamples", 0) + 1
+    flat = choice.get("no_structure_share") or 0.0
+    return [f"{indent}{head}",
+            f"{indent}  confidence {choice['confidence']:.2f}: share of the {spectra} landmark spectra (all, and "
+            f"resamples of 80%) whose largest gap over k = 1..{k_hi} is at K; ambiguous below 0.5"
+            + (f" ({flat:.2f} had it at k = 1: one connected group)" if flat else ""),
+            f"{indent}  runner-up {choice['runner_up']}; candidates (K: share of the spectra whose largest gap "
+            f"in {k_lo}..{k_hi} is there) {cands}",
+            f"{indent}  rule {choice.get('rule')}, K searched in {k_lo}..{k_hi}, "
+            f"{choice.get('n_landmarks')} landmarks, {choice.get('n_neighbors')} neighbours"]
+
+
 def summary_markdown(summary: dict, store: str | None = None) -> str:
     """A markdown report of a run: sizes, weights, timings, cluster sizes, diagnostics."""
     lines = [f"# mkdist run{f' `{store}`' if store else ''}", "", "| quantity | value |", "|---|---|"]
     for key in ("method", "estimator", "N", "n_landmarks", "n_clusters", "n_iter", "converged"):
         if summary.get(key) is not None:
             lines.append(f"| {key} | {_fmt(summary[key])} |")
+    choice = summary.get("n_clusters_choice")
+    if choice and choice.get("chosen_by_fit"):
+        lines.append(f"| K choice | {'AMBIGUOUS (no clear gap), best guess ' if choice['ambiguous'] else ''}"
+                     f"{choice['n_clusters']}; confidence {choice['confidence']:.2f}, runner-up "
+                     f"{choice['runner_up']} ({choice['rule']}) |")
     if summary.get("resumed_stages"):
         lines.append(f"| resumed stages | {', '.join(summary['resumed_stages'])} |")
     for k, v in (summary.get("scores") or {}).items():
@@ -67,7 +107,8 @@ def summary_markdown(summary: dict, store: str | None = None) -> str:
                 lines.append(f"| {k} | {_fmt(diag[k])} |")
         lines += ["", "lambda_K is the K-th eigenvalue of (1/n) K_alpha; the theorem wants eigen-gaps of at "
                   "least 4/sqrt(n) (`gap_threshold`). `min_gap_ratio` < 1 is typical of real data and means "
-                  "the out-of-sample bound is loose, not that the clustering failed."]
+                  "the out-of-sample bound is loose, not that the clustering failed.",
+                  "", THEOREM_NOTE]
     if summary.get("pep"):
         lines += ["", "## Principal eigenvalue proportion (GMLKM seed, Definition 2)", "",
                   "| quantity | value |", "|---|---|"] + _pep_lines(summary["pep"])
@@ -130,8 +171,10 @@ def inspect_markdown(info: dict) -> str:
     model = info.get("model")
     if model:
         lines.append("model:")
-        for k in ("method", "estimator", "views", "n_landmarks", "n_components", "has_centroids", "n_iter"):
+        for k in ("method", "estimator", "views", "n_clusters", "n_landmarks", "n_components", "has_centroids",
+                  "n_iter"):
             lines.append(f"  {k:<14} {model.get(k)}")
+        lines += choice_lines(model.get("n_clusters_choice"), "  ")
         for w in model.get("weights") or []:
             labels = w["labels"] if len(w.get("labels") or []) == len(w["values"]) else range(len(w["values"]))
             lines.append(f"  {w['name']}:")

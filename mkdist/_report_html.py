@@ -130,7 +130,7 @@ class ReportFigures:
 
 #: The figures drawn from the fitted model alone (its summary): a run can draw them as soon as
 #: its model stage is complete (``mkdist._report.ReportDraft``), while the rows are embedded.
-MODEL_FIGURES = ("weights", "objective_history", "spectrum", "pep")
+MODEL_FIGURES = ("weights", "objective_history", "spectrum", "k_choice", "pep")
 
 
 def build_figures(data: Mapping[str, Any], *, kinds: tuple[str, ...] | None = None,
@@ -382,8 +382,11 @@ def _objective_figures(data: Mapping) -> list[ReportFigure] | str:
     ax.set_xlabel("iteration (0: before the first update)" if first == 0 else "iteration")
     ax.set_ylabel("objective")
     ax.grid(alpha=0.3)
-    if h.size <= 30:
-        ax.set_xticks(it[finite])
+    # Whole iterations only, and no more labels than fit: one tick per iteration collided from
+    # about 25 iterations on (28 in the demo run).
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=12, integer=True))
     state = {True: "converged", False: "did NOT converge", None: "convergence not recorded"}.get(converged, "")
     change = abs(h[-1] - h[-2]) / max(abs(h[-2]), 1e-300) if h.size > 1 else float("nan")
     _set_title(ax, f"Objective history: {state}" + (f" after {n_iter} iterations" if n_iter is not None else ""),
@@ -396,6 +399,28 @@ def _objective_figures(data: Mapping) -> list[ReportFigure] | str:
     return [ReportFigure("objective_history", "Objective history", caption, "model", fig)]
 
 
+def _choice_hint(choice: Mapping, k: int) -> tuple[str, int | None]:
+    """(text box, K to mark) of the K rule's verdict for the spectrum figure.
+
+    The verdict comes from the run (``summary["n_clusters_choice"]``: the choice of
+    ``n_clusters="auto"``, or the same rule run on the landmark kernel when K was given), never
+    from this figure's eigenvalue ratios: the ratio of consecutive kernel eigenvalues put the
+    largest gap after the first eigenvalue on most data sets (bench/RESULTS.md, issue 25).
+    """
+    conf = float(choice.get("confidence") or 0.0)
+    best, runner = int(choice.get("n_clusters") or 0), choice.get("runner_up")
+    if choice.get("chosen_by_fit"):
+        if choice.get("ambiguous"):
+            return (f"K rule: no clear gap (confidence {conf:.2f})\nfitted with the best guess K = {best},"
+                    f"\nrunner-up {runner}"), None
+        return f"K = {best} chosen by the K rule\nconfidence {conf:.2f}, runner-up {runner}", None
+    if choice.get("ambiguous"):
+        return (f"K rule: no clear gap (confidence {conf:.2f});\nbest guess {best}, runner-up {runner}"), None
+    if best == k:
+        return f"K rule: K = {best} (= K)\nconfidence {conf:.2f}, runner-up {runner}", None
+    return f"K rule: K = {best}? (confidence {conf:.2f})\nrunner-up {runner}", best
+
+
 def _spectrum_figures(data: Mapping) -> list[ReportFigure] | str:
     summary = _mapping(data.get("summary"))
     spectrum = _mapping(summary.get("spectrum"))
@@ -405,40 +430,94 @@ def _spectrum_figures(data: Mapping) -> list[ReportFigure] | str:
         return "eigen-spectrum: the method records none (it computes no eigendecomposition)."
     k = int(spectrum.get("k") or summary.get("n_clusters") or 0)
     idx = np.arange(1, values.size + 1)
-    fig, ax = _new_figure(7.0, 3.6)
+    positive = (values > 0).all()
+    log = bool(positive and values.max() / values.min() > 20)
+    # A log axis labels its ticks 10^-3 style and a linear one 0.0035: both need more room left
+    # of the axes than the default 0.8 in, which clipped the y label.
+    fig, ax = _new_figure(7.0, 3.6, left=1.0)
     ax.bar(idx, values, color=[_BLUE if i <= k else _GREY for i in idx], width=0.7)
     ax.plot(idx, values, color="black", lw=0.8, marker="o", markersize=3)
-    positive = (values > 0).all()
-    if positive and values.max() / values.min() > 20:
+    if log:
         ax.set_yscale("log")
     ax.set_xlabel("eigenvalue index")
-    ax.set_ylabel("eigenvalue")
+    ax.set_ylabel("eigenvalue (log scale)" if log else "eigenvalue")
     if values.size <= 40:
         ax.set_xticks(idx)
     ax.grid(axis="y", alpha=0.3)
+    choice = _mapping(summary.get("n_clusters_choice"))
     gap_text = ""
     if 1 <= k < values.size:
         ax.axvline(k + 0.5, color=_RED, ls="--", lw=1.5, label=f"K = {k}")
-        if positive:
-            ratios = values[:-1] / values[1:]
-            best = int(np.argmax(ratios)) + 1
-            gap_text = (f"λ{k} / λ{k + 1} = {ratios[k - 1]:.3g}\nlargest ratio: after λ{best}"
-                        + (" (= K)" if best == k else f" (K = {best}?)"))
-            if best != k:
-                ax.axvline(best + 0.5, color=_ORANGE, ls=":", lw=1.5, label=f"largest gap ({best})")
+        if choice:
+            gap_text, other = _choice_hint(choice, k)
+            if other is not None and other < values.size:
+                ax.axvline(other + 0.5, color=_ORANGE, ls=":", lw=1.5, label=f"K rule ({other})")
         ax.legend(fontsize=8, loc="upper right")
     if gap_text:
-        ax.text(0.98, 0.62, gap_text, transform=ax.transAxes, ha="right", va="top", fontsize=8,
+        ax.text(0.98, 0.86, gap_text, transform=ax.transAxes, ha="right", va="top", fontsize=8,
                 bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "#ccc"})
-    _set_title(ax, "Top eigenvalues and the eigengap at K", fontsize=11)
+    _set_title(ax, "Top eigenvalues and K", fontsize=11)
     what = str(spectrum.get("what") or "eigenvalues of the combined kernel")
-    caption = (f"{what[:1].upper()}{what[1:]}, largest first; the first K (blue) span the clustering. "
-               "A sharp drop right after the K-th eigenvalue (red dashed line) says the data has about K "
-               "well-separated groups; a bigger drop elsewhere suggests a different K, a smooth decay "
-               "suggests no clear cluster structure at this K.")
+    caption = (f"{what[:1].upper()}{what[1:]}, largest first; the first K (blue) span the clustering "
+               "(red dashed line after the K-th).")
+    if choice:
+        caption += (" The box is the verdict of the K rule (" + str(choice.get("rule") or "knn-eigengap-votes")
+                    + ": the largest eigengap of the landmarks' k-nearest-neighbour graph, voted on by "
+                    f"{int(choice.get('n_resamples') or 0)} resamples of the landmarks), the rule "
+                    "n_clusters=\"auto\" uses; it reads the graph's spectrum (next figure), not these "
+                    "eigenvalues, whose decay is smooth on most data even when the clusters are clear.")
+    else:
+        caption += " The K rule was not run for this model (its method has no landmark kernel)."
     if k >= values.size:
         caption += f" Only {values.size} eigenvalues are recorded, so the gap at K = {k} cannot be shown."
-    return [ReportFigure("spectrum", "Eigen-spectrum and the eigengap at K", caption, "model", fig)]
+    return [ReportFigure("spectrum", "Eigen-spectrum and K", caption, "model", fig)]
+
+
+def _k_choice_figures(data: Mapping) -> list[ReportFigure] | str:
+    """The K rule's evidence: the eigengaps of the landmarks' kNN graph and the resamples' votes."""
+    summary = _mapping(data.get("summary"))
+    choice = _mapping(summary.get("n_clusters_choice"))
+    mu = _floats(choice.get("eigenvalues"))
+    if not choice or mu.size < 2:
+        return "K choice: not recorded (the method has no landmark kernel, or the run predates the K rule)."
+    k_lo, k_hi = (int(v) for v in (choice.get("k_range") or (1, mu.size - 1)))
+    gaps = mu[:-1] - mu[1:]                       # gaps[k - 1] = mu_k - mu_{k+1}
+    ks = np.arange(1, gaps.size + 1)
+    best, runner = int(choice["n_clusters"]), int(choice["runner_up"])
+    k_fit = int(summary.get("n_clusters") or best)
+    votes = {int(kk): float(v) for kk, v in choice.get("candidates") or []}
+    fig, ax = _new_figure(7.0, 3.6, left=0.9, right=0.9)
+    colors = [_GREY if not k_lo <= kk <= k_hi else (_ORANGE if kk == best else _BLUE) for kk in ks]
+    ax.bar(ks, gaps, color=colors, width=0.7)
+    ax.set_xlabel("k")
+    ax.set_ylabel(r"eigengap $\mu_k - \mu_{k+1}$")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=20, integer=True))
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    if votes:
+        ax2 = ax.twinx()
+        vk = sorted(votes)
+        ax2.plot(vk, [votes[v] for v in vk], ls="none", marker="D", markersize=5, color=_RED, label="share of resamples picking k")
+        ax2.set_ylim(0, 1.05)
+        ax2.set_ylabel("share of votes", color=_RED)
+        ax2.legend(fontsize=8, loc="upper right")
+    conf = float(choice.get("confidence") or 0.0)
+    if choice.get("ambiguous"):
+        title = f"K rule: no clear gap (confidence {conf:.2f}); best guess {best}, runner-up {runner}"
+    else:
+        title = f"K rule: K = {best}, confidence {conf:.2f}, runner-up {runner}"
+    _set_title(ax, title, fontsize=10, color=_RED if choice.get("ambiguous") else "black")
+    given = "" if choice.get("chosen_by_fit") else f" K = {k_fit} was given by hand; this is what the rule says."
+    caption = ("The K rule (" + str(choice.get("rule")) + "): bars are the gaps between consecutive eigenvalues "
+               "μ of the normalised k-nearest-neighbour graph of the landmarks (from the uniform combination "
+               f"of the base kernels; {choice.get('n_landmarks')} landmarks, {choice.get('n_neighbors')} "
+               f"neighbours). The chosen K (orange) has the largest gap in {k_lo}..{k_hi} (grey: outside). "
+               "Red diamonds: the share of resampled landmark sets (80% each) whose largest gap falls at each "
+               "candidate; the confidence is that share for K over all k, and under 0.5 the choice is called "
+               "ambiguous: the fit still uses the best guess, and the runner-up is worth trying." + given)
+    return [ReportFigure("k_choice", "Choosing K", caption, "model", fig)]
 
 
 def _pep_figures(data: Mapping) -> list[ReportFigure] | str:
@@ -467,19 +546,54 @@ def _pep_figures(data: Mapping) -> list[ReportFigure] | str:
     ax.set_xlim(0, 1.12)
     ax.set_xlabel("PEP: share of the kernel's spectrum in its top t eigenvalues")
     chance = _mapping(summary.get("diagnostics")).get("pep_chance")
+    t_, n_ = pep.get("t"), summary.get("n_landmarks")
+    if not isinstance(chance, (int, float)) and isinstance(t_, int) and isinstance(n_, int) and n_ > 0:
+        chance = t_ / n_  # the reference a reader needs to read the bars (t/n: no structure)
     if isinstance(chance, (int, float)) and math.isfinite(chance):
         ax.axvline(chance, color="black", ls=":", lw=1, label=f"chance (t/n = {chance:.2g})")
         ax.legend(fontsize=8, loc="lower right")
     t = pep.get("t") or "K"
     _set_title(ax, f"Principal eigenvalue proportion (t = {t})", fontsize=11)
-    caption = ("How much cluster structure each base kernel (blue) and the combined kernel (orange) "
-               "carry: near 1, the kernel's spectrum sits in its top t eigenvalues (strong structure); "
-               "near t/n, none. A combined kernel above most base kernels means the fusion helped.")
+    caption = ("How concentrated each kernel's spectrum is: the share of its trace in its top t eigenvalues, "
+               "for each base kernel (blue) and the combined kernel (orange). 1 means t eigenvectors carry the "
+               "whole kernel; the chance level t/n means no more than a random t-dimensional subspace.")
+    caption += _pep_reading(pep, summary, chance)
     if "combined_filtered" in pep:
         caption += " Red: the combined kernel after the graph filter."
     if dropped:
         caption += f" Grey hatched: {len(dropped)} kernel(s) dropped as degenerate."
     return [ReportFigure("pep", "Principal eigenvalue proportion of the kernels", caption, "model", fig)]
+
+
+def _pep_reading(pep: Mapping, summary: Mapping, chance: Any) -> str:
+    """What the PEP numbers mean for this run (they measure concentration, not whether fusing worked)."""
+    n, t = summary.get("n_landmarks"), pep.get("t")
+    combined = pep.get("combined")
+    base = _mapping(pep.get("base"))
+    out = ""
+    if isinstance(chance, (int, float)) and chance > 0 and isinstance(combined, (int, float)):
+        ref = f"t/n = {t}/{n} = {chance:.3g}" if isinstance(n, int) and isinstance(t, int) else f"{chance:.3g}"
+        out += f" Here the chance level is {ref}; the combined kernel's {combined:.3g} is {combined / chance:.0f} times it."
+    # Ky Fan: the top-t eigenvalue sum of a sum of PSD kernels is at most the sum of theirs, so the
+    # combined PEP is at most the trace-weighted mean of the base PEPs (unit-diagonal kernels: the
+    # weights are gamma^2): it can never beat the best base kernel.
+    weights = next((w for w in summary.get("weights") or [] if w.get("name") == "kernel weights"), None)
+    if weights and isinstance(combined, (int, float)) and len(weights.get("values") or []) == len(base):
+        g2 = np.asarray(weights["values"], dtype=np.float64) ** 2
+        peps = np.asarray([np.nan if v is None else float(v) for v in base.values()])
+        if g2.sum() > 0 and np.isfinite(peps).all():
+            bound = float(g2 @ peps / g2.sum())
+            out += (f" A weighted sum of kernels cannot have a larger PEP than the weighted mean of theirs "
+                    f"(Ky Fan's inequality; here {bound:.3g} with these weights), and lands below it when the "
+                    "kernels' top eigenvectors differ: a combined bar shorter than the base kernels' is expected, "
+                    "not a failed fusion.")
+    elif base:
+        out += (" PEP measures how concentrated a spectrum is, not whether the clusters are right: a combined bar "
+                "shorter than some base kernels' is not by itself a failed fusion.")
+    scores = _mapping(summary.get("scores"))
+    if isinstance(scores.get("acc"), (int, float)):
+        out += f" What the clustering is worth is its agreement with labels: ACC {scores['acc']:.3f} on this run."
+    return out
 
 
 def _cluster_size_figures(data: Mapping) -> list[ReportFigure] | str:
@@ -617,14 +731,16 @@ def _cluster_shift_figures(data: Mapping) -> list[ReportFigure] | str:
     batch, fitted = np.pad(batch, (0, k - batch.size)), np.pad(fitted, (0, k - fitted.size))
     p_batch, p_fit = batch / max(np.nansum(batch), 1.0), fitted / max(np.nansum(fitted), 1.0)
     x = np.arange(k)
-    fig, ax = _new_figure(7.0, 3.4)
+    # The legend sits right of the axes, in a margin of its own: inside ("upper right") it
+    # covered the last cluster's bars.
+    fig, ax = _new_figure(7.0, 3.4, right=1.2)
     ax.bar(x - 0.2, p_fit, width=0.4, color=_GREY, label="fit")
     ax.bar(x + 0.2, p_batch, width=0.4, color=_BLUE, label="this batch")
     ax.set_xlabel("cluster")
     ax.set_ylabel("share of rows")
     if k <= _MAX_TICK_LABELS:
         ax.set_xticks(x)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     drift = _mapping(assignment.get("drift"))
@@ -644,6 +760,7 @@ _BUILDERS: list[tuple[str, Callable[[Mapping], list[ReportFigure] | str], str]] 
     ("weights", _weights_figures, "summary"),
     ("objective_history", _objective_figures, "summary"),
     ("spectrum", _spectrum_figures, "summary"),
+    ("k_choice", _k_choice_figures, "summary"),
     ("pep", _pep_figures, "summary"),
     ("cluster_sizes", _cluster_size_figures, "summary"),
     ("embedding", _embedding_figures, "any"),
@@ -668,6 +785,23 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
+def _choice_text(choice: Mapping) -> str | None:
+    """The K rule's verdict in one table cell: chosen K (or "ambiguous"), confidence, runner-up,
+    the candidates with their vote shares."""
+    if not choice:
+        return None
+    cands = ", ".join(f"{int(k)}: {float(v):.2f}" for k, v in (choice.get("candidates") or [])[:6])
+    conf, runner, best = float(choice.get("confidence") or 0), choice.get("runner_up"), choice.get("n_clusters")
+    if choice.get("chosen_by_fit"):
+        head = (f"ambiguous, no clear gap: fitted with the best guess {best}" if choice.get("ambiguous")
+                else f"chosen: {best}")
+    else:
+        head = (f"given by hand; the K rule finds no clear gap (best guess {best})" if choice.get("ambiguous")
+                else f"given by hand; the K rule says {best}")
+    return (f"{head} (confidence {conf:.2f}, runner-up {runner}; candidates with vote shares {cands}; "
+            f"rule {choice.get('rule')})")
+
+
 def _overview_rows(data: Mapping) -> list[tuple[str, Any]]:
     """(quantity, value) rows of the run summary table; None values are left out."""
     s = _mapping(data.get("summary"))
@@ -679,7 +813,8 @@ def _overview_rows(data: Mapping) -> list[tuple[str, Any]]:
     kernels = s.get("kernel_names")
     rows = [
         ("method", s.get("method")), ("estimator", s.get("estimator")), ("rows (N)", s.get("N")),
-        ("clusters (K)", s.get("n_clusters")), ("views", view_text),
+        ("clusters (K)", s.get("n_clusters")), ("K choice", _choice_text(_mapping(s.get("n_clusters_choice")))),
+        ("views", view_text),
         ("landmarks", s.get("n_landmarks")), ("embedding width", s.get("n_components")),
         ("kernels", len(kernels) if isinstance(kernels, list) else None),
         ("iterations", s.get("n_iter")), ("converged", s.get("converged")),
@@ -734,6 +869,11 @@ def _diagnostics_table(diagnostics: Mapping[str, Any]) -> str:
     others = [str(k) for k, v in diagnostics.items()
               if not (isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 120)) and v is not None]
     out = _table(scalars) if scalars else ""
+    if diagnostics.get("theorem_condition_met") is False:
+        out += ("<p class=\"note\"><code>theorem_condition_met</code> False: a sufficient condition of the MKC-AE "
+                "stability theorem (every eigen-gap of (1/n) K up to K at least 4/&radic;n, "
+                "<code>gap_threshold</code>) does not hold, so its error bound does not apply. It is False on "
+                "nearly all real data and says nothing about this clustering's quality.</p>")
     if others:
         out += (f"<p class=\"note\">Also recorded (lists and tables, see <code>mkdist inspect STORE --json</code>): "
                 f"{html.escape(', '.join(others))}.</p>")

@@ -333,7 +333,7 @@ def write_labels_out(store: Any, labels_out: Any, source: Any, *, id_column: str
                                 compute=persist_progress("labels-out", int(labels.shape[0]), progress))
 
 
-def cluster(source: Any, store: Any, n_clusters: int, kernels: Any = None, n_landmarks: int | None = None,
+def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], kernels: Any = None, n_landmarks: int | None = None,
             random_state: int | None = None, *, method: str = DEFAULT_METHOD, views: Any = None,
             id_column: str | None = None, overwrite: bool = False, progress: bool = False, y_true=None,
             label_column: str | None = None, chunk_rows: int | None = None, labels_out: Any = None,
@@ -348,7 +348,12 @@ def cluster(source: Any, store: Any, n_clusters: int, kernels: Any = None, n_lan
     store : str or Path
         Run store location (local directory or fsspec URL).  Reused for resuming when it
         holds this input and these parameters; otherwise refused unless ``overwrite``.
-    n_clusters : int
+    n_clusters : int, "auto" or (k_min, k_max)
+        K; or "auto" / a range: the model stage chooses K from the landmark kernel (methods
+        ``mkc``, ``nystrom``, ``late-fusion``; others refuse it before any work).  The
+        choice (K, confidence, runner-up, candidates with their scores, rule) is stored in
+        the model stage's attrs (``n_clusters_choice``) and shown by ``mkdist inspect`` and
+        the report; an ambiguous one still fits with its best guess and says so.
     kernels, n_landmarks
         For the methods that have them (None: the method's default).
     random_state : int, optional

@@ -441,11 +441,23 @@ def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
         views = load_views(views)
         with _pass_progress("model", progress, int(next(iter(views.values())).shape[0])):
             est.fit(views)
+    # The K rule's verdict, kept with the model: the choice when n_clusters was "auto" or a
+    # range, else the rule run on the landmark kernel for the report's spectrum hint (K given
+    # by hand; ~0.3 s at 1000 landmarks, bench/RESULTS.md "Choosing K").
+    t1 = time.perf_counter()
+    choice = est.n_clusters_hint()
+    hint_s = time.perf_counter() - t1
     ds = state_to_dataset(est.model_state(), config.method)
+    summary = est.summary()
+    ds.attrs["n_clusters"] = int(est.n_clusters_)
+    ds.attrs["n_clusters_choice"] = json.dumps(summary["n_clusters_choice"])  # "null" without a K rule
     # What reports show of the model, kept with it: a report drawn while the run goes on reads
     # this instead of rebuilding the estimator (mkdist._report.ReportDraft).
-    ds.attrs["summary"] = json.dumps(est.summary())
-    ds.attrs["timings"] = to_jsonable(getattr(est, "diagnostics_", {}).get("timings", {}))
+    ds.attrs["summary"] = json.dumps(summary)
+    timings = dict(getattr(est, "diagnostics_", {}).get("timings", {}))
+    if est.__dict__.get("n_clusters_choice_") is None and choice is not None:
+        timings["k_hint_s"] = hint_s
+    ds.attrs["timings"] = to_jsonable(timings)
     ds.attrs["elapsed_s"] = time.perf_counter() - t0
     store.write_stage("model", ds)
     return time.perf_counter() - t0
@@ -598,7 +610,7 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
                                             "labels", int(labels.shape[0]))
     # The sizes too: the labels are in memory now, and the metrics and the report need them.
     sample, sample_distance, sample_labels, sizes = dask.compute(
-        sample, distance[idx], labels[idx], da.bincount(labels, minlength=int(config.n_clusters)))
+        sample, distance[idx], labels[idx], da.bincount(labels, minlength=int(est.n_clusters_)))
     t_labels = time.perf_counter() - t0
     t0 = time.perf_counter()
     variables.update({"labels": (("sample",), labels), "distance": (("sample",), distance),
@@ -619,7 +631,6 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
     import dask
 
     store = as_store(store)
-    config = _config(store)
     labels = store.read_stage("labels")
     lab = labels["labels"].data
     # Read here, not through the cluster: the sizes are a few numbers, and the labels reach
@@ -628,7 +639,7 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
     with dask.config.set(scheduler="threads"):
         # Stored by the labels stage; a store written before it kept them: a bincount.
         sizes = (labels["cluster_sizes"].values if "cluster_sizes" in labels
-                 else da.bincount(lab, minlength=config.n_clusters).compute())
+                 else da.bincount(lab, minlength=load_estimator(store).n_clusters_).compute())
         scores = clustering_scores(np.asarray(y_true), np.asarray(lab.compute())) if y_true is not None else None
     kmeans = ({"inertia": labels.attrs["inertia"], "n_iter": labels.attrs["kmeans_n_iter"]}
               if "inertia" in labels.attrs else None)
@@ -733,7 +744,7 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
             labels, distance = est.assign_with_distance(vs)
             labels, distance = _persist((_int32(labels), distance.astype(np.float32)), progress, "assign",
                                         int(labels.shape[0]))
-            sizes, beyond = dask.compute(da.bincount(labels, minlength=int(est.n_clusters)),
+            sizes, beyond = dask.compute(da.bincount(labels, minlength=int(est.n_clusters_)),
                                          (distance > fit_p99).mean())
             drift = drift_statistics(fit_stats=src.attrs.get("input_stats") or {}, batch_stats=batch_stats,
                                      fitted_sizes=fitted_sizes, batch_sizes=sizes,

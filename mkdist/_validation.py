@@ -24,6 +24,9 @@ __all__ = [
     "Boolean",
     "Types",
     "RandomStateLike",
+    "NClusters",
+    "AUTO_N_CLUSTERS",
+    "n_clusters_range",
     "validate_params",
     "as_views",
     "check_finite",
@@ -155,6 +158,67 @@ class RandomStateLike:
         return "None, an integer seed in [0, 2**32 - 1] or a numpy.random.RandomState"
 
 
+#: The ``n_clusters`` value that asks the method to choose K (``mkdist._nclusters``).
+AUTO_N_CLUSTERS = "auto"
+
+
+class NClusters:
+    """``n_clusters``: an integer >= ``low``, or, where the method can choose K, "auto" or a
+    range (k_min, k_max) of integers with low <= k_min <= k_max.
+
+    Parameters
+    ----------
+    low : int
+        Smallest K.
+    auto_reason : str or None, default=None
+        None: "auto" and ranges are accepted.  Else the method cannot choose K, and this
+        says why (it ends the error message).
+    """
+
+    def __init__(self, low: int = 2, auto_reason: str | None = None):
+        self.low, self.auto_reason = low, auto_reason
+
+    @property
+    def auto(self) -> bool:
+        """True when the method accepts "auto" and ranges."""
+        return self.auto_reason is None
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        if _is_int(value):
+            return int(value) >= self.low
+        return self.auto and n_clusters_range(value, self.low) is not None
+
+    def noun(self) -> str:
+        if not self.auto:
+            return f"an integer >= {self.low}"
+        return f'an integer >= {self.low}, "auto" or a range (k_min, k_max) of integers >= {self.low}'
+
+    def error(self, name: str, value: Any) -> str:
+        """The message for a value this constraint refuses."""
+        asks = value == AUTO_N_CLUSTERS if isinstance(value, str) else isinstance(value, (list, tuple))
+        if asks and not self.auto:
+            return f"`{name}`={_fmt(value)}: {self.auto_reason}"
+        if _is_int(value):
+            return f"`{name}`={int(value)} must be >= {self.low}."
+        if isinstance(value, (list, tuple)) and len(value) == 2 and all(_is_int(v) for v in value):
+            return (f"`{name}`={_fmt(tuple(int(v) for v in value))} must be a range (k_min, k_max) with "
+                    f"{self.low} <= k_min <= k_max.")
+        return f"`{name}`={_fmt(value)} must be {self.noun()}."
+
+
+def n_clusters_range(value: Any, low: int = 2) -> tuple[int, int | None] | None:
+    """(k_min, k_max) asked by an ``n_clusters`` of "auto" (k_max None: the default) or a range.
+
+    None for an integer or a value that is neither (the constraint table refuses it).
+    """
+    if isinstance(value, str):
+        return (low, None) if value == AUTO_N_CLUSTERS else None
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(_is_int(v) for v in value):
+        k_min, k_max = int(value[0]), int(value[1])
+        return (k_min, k_max) if low <= k_min <= k_max else None
+    return None
+
+
 def _constraint(c: Any):
     return Options(None) if c is None else c
 
@@ -181,6 +245,9 @@ def validate_params(constraints: Mapping[str, Sequence[Any]], params: Mapping[st
         forms = [_constraint(c) for c in allowed]
         if any(f.is_satisfied_by(value) for f in forms):
             continue
+        own = [f for f in forms if hasattr(f, "error")]
+        if own:  # a constraint that words its own refusal (NClusters)
+            raise InputValidationError(own[0].error(name, value))
         intervals = [f for f in forms if isinstance(f, Interval)]
         # A number of the right kind outside its range: say the range, as "`x`=0 must be >= 1".
         in_kind = [f for f in intervals if f.right_type(value)]

@@ -49,6 +49,35 @@ class BadInput(click.ClickException):
     exit_code = EXIT_BAD_INPUT
 
 
+def parse_n_clusters(value: Any) -> int | str | list[int]:
+    """``--n-clusters`` (or ``n_clusters`` in --config): K, "auto", or a range "K_MIN:K_MAX"
+    (a config file may give a list [k_min, k_max]).  Ranges are checked further against the
+    method when the run is planned."""
+    if isinstance(value, bool):
+        raise BadInput(f"--n-clusters {value!r}: give K (e.g. 10), auto, or a range K_MIN:K_MAX (e.g. 3:20)")
+    if isinstance(value, int) or (isinstance(value, list) and len(value) == 2):
+        return value
+    text = str(value).strip().lower()
+    if text == "auto":
+        return "auto"
+    lo, sep, hi = text.partition(":")
+    try:
+        return [int(lo), int(hi)] if sep else int(text)
+    except ValueError:
+        raise BadInput(f"--n-clusters {value!r}: give K (e.g. 10), auto, or a range K_MIN:K_MAX (e.g. 3:20)") \
+            from None
+
+
+class _NClustersType(click.ParamType):
+    name = "K|auto|K_MIN:K_MAX"
+
+    def convert(self, value, param, ctx):
+        try:
+            return parse_n_clusters(value)
+        except BadInput as exc:
+            self.fail(exc.message.split(": ", 1)[1], param, ctx)
+
+
 def _environment(quiet: bool, debug: bool) -> None:
     # Prefect reads its settings at import: set them before the flows are imported.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -262,13 +291,15 @@ def _request(source: str, store: str, merged: dict[str, Any]):
 
     if "n_clusters" not in merged:
         raise BadInput("give --n-clusters (or n_clusters in --config)")
+    merged["n_clusters"] = parse_n_clusters(merged["n_clusters"])
     run_keys = ("n_clusters", "kernels", "n_landmarks", "random_state", "method")
     config = RunConfig.from_options(**{k: v for k, v in merged.items() if k not in RUN_KEYS or k in run_keys})
     config.check_params()  # before mkdist.pipeline loads scikit-learn, Dask and xarray (2-3 s)
     opened = InputSource(source, views=merged.get("views"), id_column=merged.get("id_column"),
                          label_column=merged.get("label_key"), storage_options=options).open()
     k = config.n_clusters
-    if isinstance(k, int) and k > opened.n_rows:
+    k_max = k[1] if isinstance(k, list) else k  # "auto": its k_max follows the landmarks (checked at planning)
+    if isinstance(k_max, int) and k_max > opened.n_rows:
         raise BadInput(f"n_clusters={k} is more than the {opened.n_rows:,} rows of {source}; lower --n-clusters")
     return config, opened, request_key(opened.fingerprint, config.to_json())
 
@@ -368,7 +399,10 @@ def _cluster_options(fn):
               help="Parquet (a file, a directory of files, a glob), a Zarr group / xarray dataset, or .npy/.npz; "
                    "local or an fsspec URL (s3://...).")
 @click.option("--store", required=True, help="Run store: local directory or fsspec URL.")
-@click.option("--n-clusters", type=click.IntRange(min=1), help="Number of clusters K (or in --config).")
+@click.option("--n-clusters", type=_NClustersType(),
+              help="Number of clusters K; auto, or a range K_MIN:K_MAX, to choose K from the landmark kernel's "
+                   "eigengap (methods mkc, nystrom, late-fusion; the choice, its confidence and runner-up are "
+                   "stored and shown by `mkdist inspect`); or in --config.")
 @click.option("--view", "view_items", multiple=True, metavar="NAME=COLUMNS",
               help="A view of a table: its columns or patterns, comma-separated (--view a='a*' --view b=b0,b1,b2); "
                    "repeat for each view.  Default: one view of every numeric column but the id and labels.")
@@ -518,7 +552,13 @@ def _result_line(summary: dict, store: str, seconds: float, nothing_to_do: bool)
     elif resumed and not summary.get("computed_stages"):
         what = f"{store} already holds this run; wrote what was missing in {seconds:.1f} s"
     else:
-        what = (f"clustered {int(summary.get('N') or 0):,} rows into {summary.get('n_clusters')} clusters "
+        choice = summary.get("n_clusters_choice") or {}
+        chosen = ""
+        if choice.get("chosen_by_fit"):
+            chosen = (f" (K AMBIGUOUS: no clear eigengap, best guess; runner-up {choice['runner_up']})"
+                      if choice.get("ambiguous") else
+                      f" (K chosen, confidence {choice['confidence']:.2f}, runner-up {choice['runner_up']})")
+        what = (f"clustered {int(summary.get('N') or 0):,} rows into {summary.get('n_clusters')} clusters{chosen} "
                 f"({summary.get('method')}) in {seconds:.1f} s; store {store}")
         if resumed:
             what += f" (resumed after {resumed[-1]})"

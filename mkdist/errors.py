@@ -22,6 +22,7 @@ __all__ = [
     "DriftDetectedError",
     "EmbeddingStabilityWarning",
     "DegenerateKernelWarning",
+    "AmbiguousNClustersWarning",
 ]
 
 
@@ -100,3 +101,7 @@ class EmbeddingStabilityWarning(RuntimeWarning):
 class DegenerateKernelWarning(RuntimeWarning):
     """A base kernel carries (almost) no cluster structure and was dropped or down-weighted."""
 
+
+class AmbiguousNClustersWarning(UserWarning):
+    """``n_clusters="auto"`` found no clear eigengap: the fit used the best guess, and the
+    choice (``n_clusters_choice_``) names the runner-up."""

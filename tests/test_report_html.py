@@ -170,6 +170,8 @@ def expected_run_figures(summary: dict) -> set[str]:
     for key in ("objective_history", "spectrum", "pep"):
         if summary.get(key):
             names.add(key)
+    if (summary.get("n_clusters_choice") or {}).get("eigenvalues"):
+        names.add("k_choice")  # the K rule's verdict, stored by the model stage
     return names
 
 

@@ -1,0 +1,224 @@
+"""Choosing K from the landmark kernel (mkdist._nclusters)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mkdist._nclusters import (
+    RULE, NClustersChoice, choose_n_clusters, default_k_max, default_n_neighbors,
+)
+from mkdist.errors import InputValidationError
+
+
+def rbf_kernel(X: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """exp(-||x - y||^2 / (2 sigma^2)), sigma^2 = scale x mean squared distance (mkdist's "mean" rule)."""
+    sq = np.einsum("ij,ij->i", X, X)
+    D2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * X @ X.T, 0.0)
+    return np.exp(-D2 / (2.0 * scale * D2.mean()))
+
+
+def blobs(n_clusters: int, n_per: int, dim: int = 8, spread: float = 8.0, seed: int = 0):
+    """Well separated Gaussian blobs: centres N(0, spread^2), unit noise, equal sizes."""
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(n_clusters), n_per)
+    X = rng.normal(0.0, spread, size=(n_clusters, dim))[y] + rng.normal(size=(y.size, dim))
+    return X, y
+
+
+def centre(K: np.ndarray) -> np.ndarray:
+    n = K.shape[0]
+    H = np.eye(n) - 1.0 / n
+    return H @ K @ H
+
+
+# ----------------------------------------------------------------------------- separated blobs
+@pytest.mark.parametrize("n_clusters", [3, 5, 10, 20, 50])
+def test_separated_blobs_give_the_exact_k(n_clusters):
+    # 1000 landmarks for K = 50 (20 per cluster: the default k_max = 50 just reaches it).
+    X, _ = blobs(n_clusters, max(20, 300 // n_clusters), seed=n_clusters)
+    choice = choose_n_clusters(rbf_kernel(X))
+    assert choice.n_clusters == n_clusters
+    assert not choice.ambiguous
+    assert choice.confidence >= 0.9
+    assert choice.candidates[0][0] == n_clusters
+    assert choice.runner_up != n_clusters
+
+
+def test_unequal_cluster_sizes():
+    rng = np.random.default_rng(3)
+    X = np.r_[rng.normal(0, 1, (700, 4)), rng.normal(10, 1, (200, 4)), rng.normal(-10, 1, (60, 4)),
+              rng.normal([10, -10, 0, 0], 1, (40, 4))]
+    choice = choose_n_clusters(rbf_kernel(X))
+    assert (choice.n_clusters, choice.ambiguous) == (4, False)
+
+
+def test_a_stack_of_base_kernels_with_weights():
+    # Two views of the same 6 clusters, one RBF kernel each (centred, as mkdist preprocesses them).
+    X, _ = blobs(6, 60, seed=1)
+    stack = np.stack([centre(rbf_kernel(X[:, :4])), centre(rbf_kernel(np.tanh(X[:, 4:] / 8.0)))])
+    choice = choose_n_clusters(stack)
+    assert (choice.n_clusters, choice.ambiguous) == (6, False)
+    # The stack with weights gamma is the kernel sum_p gamma_p^2 K_p (any global scale).
+    gamma = np.array([0.8, 0.2])
+    combined = 3.0 * np.tensordot(gamma**2, stack, axes=1)
+    assert choose_n_clusters(stack, kernel_weights=gamma) == choose_n_clusters(combined)
+
+
+def test_centring_and_scale_change_nothing():
+    # The rule reads the kernel through its distances, which centring in feature space keeps.
+    X, _ = blobs(5, 60, seed=2)
+    K = rbf_kernel(X)
+    assert choose_n_clusters(centre(K)) == choose_n_clusters(K) == choose_n_clusters(7.0 * K)
+
+
+# ----------------------------------------------------------------------------- no structure
+@pytest.mark.parametrize("shape", [(500, 5), (1000, 2), (300, 30), (150, 10)])
+def test_one_blob_or_noise_is_ambiguous(shape):
+    X = np.random.default_rng(4).normal(size=shape)
+    choice = choose_n_clusters(rbf_kernel(X))
+    assert choice.ambiguous
+    assert choice.confidence < 0.5
+
+
+def test_uniform_noise_is_ambiguous():
+    X = np.random.default_rng(5).uniform(size=(800, 3))
+    choice = choose_n_clusters(rbf_kernel(X))
+    assert choice.ambiguous
+
+
+def test_identical_landmarks_do_not_break_the_graph():
+    # Three copies of every row: counted as neighbours, the copies of the nearest points fill
+    # the neighbour lists and split the clusters (46 "clusters" for 4 before copies were merged).
+    X, _ = blobs(4, 40, seed=6)
+    choice = choose_n_clusters(rbf_kernel(np.repeat(X, 3, axis=0)))
+    assert (choice.n_clusters, choice.ambiguous) == (4, False)
+    # Every landmark the same point: one group, ambiguous, no crash.
+    assert choose_n_clusters(np.ones((30, 30)), k_max=3).ambiguous
+
+
+# ----------------------------------------------------------------------------- the range
+def test_range_limits_are_respected():
+    X, _ = blobs(10, 40, seed=7)
+    K = rbf_kernel(X)
+    low = choose_n_clusters(K, k_max=6)
+    assert low.k_range == (2, 6)
+    assert 2 <= low.n_clusters <= 6 and 2 <= low.runner_up <= 6
+    assert all(2 <= k <= 6 for k, _ in low.candidates)
+    assert len(low.eigenvalues) == 7
+    high = choose_n_clusters(K, k_min=12, k_max=30)
+    assert 12 <= high.n_clusters <= 30 and 12 <= high.runner_up <= 30
+    # The gap at 10 is outside the range: no confident choice inside it.
+    assert high.ambiguous
+    fixed = choose_n_clusters(K, k_min=7, k_max=7)
+    assert fixed.n_clusters == fixed.runner_up == 7
+    assert choose_n_clusters(K, k_min=1, k_max=20).n_clusters == 10
+
+
+def test_default_range_and_neighbours():
+    assert default_k_max(1000) == 50 and default_k_max(2000) == 50 and default_k_max(300) == 30
+    assert default_n_neighbors(1000, 50) == 10
+    assert default_n_neighbors(1000, 10) == 16  # sqrt(n) / 2 caps it when k_max is small
+    assert default_n_neighbors(165, 16) == 5
+    X, _ = blobs(3, 100, seed=8)
+    choice = choose_n_clusters(rbf_kernel(X))
+    assert choice.k_range == (2, 30) and choice.n_neighbors == default_n_neighbors(300, 30)
+    # Very few landmarks: the default k_max is raised to k_min.
+    assert choose_n_clusters(rbf_kernel(X[:12]), n_resamples=0).k_range == (2, 2)
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.fixture(scope="module")
+def kernel():
+    return rbf_kernel(blobs(3, 20, seed=9)[0])
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"k_min": 8, "k_max": 5}, r"k_min=8 must be <= k_max=5"),
+    ({"k_max": 60}, r"k_max=60 must be < the number of landmarks n=60"),
+    ({"k_max": 200}, r"k_max=200 must be < the number of landmarks n=60"),
+    ({"k_min": 0}, r"`k_min`=0 must be >= 1"),
+    ({"k_min": 2.5}, r"`k_min` must be an integer"),
+    ({"k_max": True}, r"`k_max` must be an integer"),
+    ({"n_neighbors": 60}, r"n_neighbors=60 must be < the number of landmarks"),
+    ({"n_neighbors": 0}, r"`n_neighbors`=0 must be >= 1"),
+    ({"n_resamples": -1}, r"`n_resamples`=-1 must be >= 0"),
+    ({"subsample": 1.0}, r"`subsample`=1.0 must be a share in \(0, 1\)"),
+    ({"subsample": 0}, r"`subsample`=0 must be a share"),
+    ({"min_confidence": 1.5}, r"`min_confidence`=1.5 must be in \[0, 1\]"),
+    ({"kernel_weights": [1.0]}, r"`kernel_weights` apply to a stack"),
+])
+def test_bad_parameters_are_refused(kernel, kwargs, match):
+    with pytest.raises(InputValidationError, match=match):
+        choose_n_clusters(kernel, **kwargs)
+
+
+def test_bad_kernels_are_refused(kernel):
+    with pytest.raises(InputValidationError, match=r"shape \(n, n\) or \(m, n, n\)"):
+        choose_n_clusters(kernel[:, :10])
+    with pytest.raises(InputValidationError, match="shape"):
+        choose_n_clusters(np.ones(5))
+    bad = kernel.copy()
+    bad[0, 1] = np.nan
+    with pytest.raises(InputValidationError, match="NaN"):
+        choose_n_clusters(bad)
+    skew = kernel.copy()
+    skew[0, 1] += 0.5
+    with pytest.raises(InputValidationError, match="not symmetric"):
+        choose_n_clusters(skew)
+    with pytest.raises(InputValidationError, match="real-valued"):
+        choose_n_clusters(kernel.astype(complex))
+    with pytest.raises(InputValidationError, match="at least 4 landmarks"):
+        choose_n_clusters(np.eye(3), k_max=1)
+    stack = np.stack([kernel, kernel])
+    for weights in ([1.0], [1.0, -0.5], [0.0, 0.0], [np.nan, 1.0]):
+        with pytest.raises(InputValidationError, match="`kernel_weights` must be 2 finite non-negative"):
+            choose_n_clusters(stack, kernel_weights=weights)
+    # A validation error is a ValueError for callers that catch the built-in.
+    with pytest.raises(ValueError):
+        choose_n_clusters(kernel, k_min=5, k_max=4)
+
+
+# ----------------------------------------------------------------------------- the result
+def test_deterministic_given_a_seed():
+    K = rbf_kernel(np.random.default_rng(10).normal(size=(400, 3)))  # no structure: resamples disagree
+    a, b = choose_n_clusters(K, random_state=3), choose_n_clusters(K, random_state=3)
+    assert a == b and a.to_json() == b.to_json()
+    seeds = {choose_n_clusters(K, random_state=s).candidates for s in range(4)}
+    assert len(seeds) > 1  # the seed does drive the resamples
+
+
+def test_result_is_frozen_and_serialises():
+    X, _ = blobs(4, 40, seed=11)
+    choice = choose_n_clusters(rbf_kernel(X))
+    assert isinstance(choice, NClustersChoice) and choice.rule == RULE
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        choice.n_clusters = 3
+    doc = json.loads(choice.to_json())
+    assert doc == choice.as_dict()
+    assert {"n_clusters", "confidence", "runner_up", "candidates", "ambiguous", "rule"} <= set(doc)
+    assert doc["n_clusters"] == 4 and isinstance(doc["candidates"][0], list)
+    assert 0.0 <= doc["confidence"] <= 1.0
+    # The confidence is a share of n_resamples + 1 votes.
+    votes = choice.confidence * (choice.n_resamples + 1)
+    assert votes == pytest.approx(round(votes))
+
+
+def test_confidence_without_resamples_is_all_or_nothing():
+    X, _ = blobs(4, 40, seed=12)
+    K = rbf_kernel(X)
+    assert choose_n_clusters(K, n_resamples=0).confidence == 1.0
+    assert choose_n_clusters(rbf_kernel(np.random.default_rng(0).normal(size=(300, 5))),
+                             n_resamples=0).confidence == 0.0
+
+
+def test_import_needs_neither_sklearn_nor_dask():
+    code = ("import sys, mkdist._nclusters; "
+            "print(sorted(m for m in ('sklearn', 'dask', 'distributed') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
