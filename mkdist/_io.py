@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ._blocks import RowBlocks, align_row_chunks
-from ._remote import options_for
+from mkdist.storage._remote import options_for
 from ._tables import is_table_source
 from ._validation import as_views, is_dask_array
 from .errors import InputValidationError, StoreExistsError

@@ -131,7 +131,7 @@ def inspect_store(url: str, *, verify: str = "quick", clean: bool = False) -> di
         First remove what crashed writes left (taking the store's writer lease, so it is
         refused while a run is live); the removed paths are in ``cleaned``.
     """
-    from ._remote import probe
+    from mkdist.storage._remote import probe
 
     probe(url, what="store")  # a wrong key or an unreachable endpoint: one line, not a traceback
     info: dict[str, Any] = {"url": str(url)}
@@ -563,7 +563,7 @@ def load_labels(source: Any, key: str) -> np.ndarray:
     if isinstance(source, (str, Path)):
         import fsspec
 
-        from ._remote import options_for
+        from mkdist.storage._remote import options_for
 
         path = str(source)
         options = options_for(path, options)

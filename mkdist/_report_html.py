@@ -1088,7 +1088,7 @@ def write_html(data: Mapping[str, Any], target: str | os.PathLike, figures: Repo
     if "://" in str(target) and not str(target).startswith("file://"):
         import fsspec
 
-        from ._remote import options_for
+        from mkdist.storage._remote import options_for
 
         # Next to an object-store run: written there with the run's options (one put).
         fs, path = fsspec.core.url_to_fs(str(target), **options_for(str(target)))
@@ -1172,7 +1172,7 @@ def render_png(data: Mapping[str, Any], directory: str | os.PathLike, figures: R
     if "://" in str(directory) and not str(directory).startswith("file://"):
         import fsspec
 
-        from ._remote import options_for
+        from mkdist.storage._remote import options_for
 
         fs, root = fsspec.core.url_to_fs(str(directory), **options_for(str(directory)))
         fs.makedirs(root, exist_ok=True)

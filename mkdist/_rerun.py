@@ -42,7 +42,7 @@ def finished_run(store: Any, key: str) -> dict[str, Any] | None:
 
     raw = os.fspath(store)
     try:
-        from ._remote import options_for
+        from mkdist.storage._remote import options_for
 
         fs, path = fsspec.core.url_to_fs(raw if "://" in raw else os.path.abspath(raw), **options_for(raw))
         with fs.open(f"{path.rstrip('/')}/zarr.json", "rb") as f:

@@ -28,7 +28,7 @@ from ._io import (
 )
 from ._methods import DEFAULT_METHOD
 from ._progress import stage_line
-from ._remote import probe_run, register_options
+from mkdist.storage._remote import probe_run, register_options
 from ._rerun import FINISHED, request_key
 from ._report import ReportDraft, assignment_summary, load_labels, write_report
 from ._stages import (
@@ -164,7 +164,7 @@ def _remove_if_unused(store: Any):
     (the writer lease creates the location to hold its lease file)."""
     import fsspec
 
-    from ._remote import options_for
+    from mkdist.storage._remote import options_for
 
     raw = store.url if hasattr(store, "url") else os.fspath(store)
     fs, path = fsspec.core.url_to_fs(raw, **options_for(raw))
@@ -276,7 +276,7 @@ def _existing_report(run, target: str | None) -> str | None:
     """The report a finished run already wrote (a no-op re-run does not draw it again)."""
     import fsspec
 
-    from ._remote import options_for
+    from mkdist.storage._remote import options_for
 
     path = target or f"{str(run.url).rstrip('/')}.report.html"
     fs, p = fsspec.core.url_to_fs(path, **options_for(path))

@@ -115,7 +115,7 @@ def _suggest(fs, path: str) -> str:
 def _url_to_fs(source: str, storage_options: Mapping[str, Any] | None):
     import fsspec
 
-    from ._remote import options_for
+    from mkdist.storage._remote import options_for
 
     return fsspec.core.url_to_fs(source, **options_for(source, storage_options))
 

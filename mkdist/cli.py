@@ -275,7 +275,7 @@ def _request(source: str, store: str, merged: dict[str, Any]):
     (config, opened input, request key)."""
     from mkdist._config import RunConfig
     from mkdist._io import InputSource, refuse_file_store, refuse_overlap
-    from mkdist._remote import probe_run
+    from mkdist.storage._remote import probe_run
     from mkdist._rerun import request_key
 
     options = merged.get("storage_options")
@@ -332,7 +332,7 @@ def _exists(location: str) -> bool:
         return os.path.exists(location)
     import fsspec
 
-    from mkdist._remote import options_for
+    from mkdist.storage._remote import options_for
 
     fs, path = fsspec.core.url_to_fs(location, **options_for(location))
     return fs.exists(path)

@@ -126,7 +126,7 @@ class RunStore:
         fsspec options of a remote location (endpoint, credentials).  Default: those
         registered for the location in this process, else fsspec's configuration and the
         environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``):
-        see :mod:`mkdist._remote`.  Resolved here, in the process that opens the store, and
+        see :mod:`mkdist.storage._remote`.  Resolved here, in the process that opens the store, and
         carried by the filesystem and Zarr arrays the store hands to Dask tasks, so worker
         processes write with them without credentials of their own.  Never stored.
 
@@ -212,7 +212,7 @@ class RunStore:
 
     def __init__(self, url: str | os.PathLike[str], mode: Literal["r", "r+"] = "r", *,
                  storage_options: Mapping[str, Any] | None = None) -> None:
-        from mkdist._remote import options_for
+        from ._remote import options_for
 
         if mode not in ("r", "r+"):
             raise ValueError(f"mode={mode!r} is not supported: use 'r' (read-only) or 'r+'.")

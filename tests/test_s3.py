@@ -354,7 +354,7 @@ def test_config_file_storage_options_reach_the_probe(s3, table, tmp_path):
 def test_options_come_from_the_run_then_fsspec_config_then_the_environment(monkeypatch):
     import fsspec.config
 
-    from mkdist._remote import options_for, public_options, register_options
+    from mkdist.storage._remote import options_for, public_options, register_options
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "env-key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
@@ -373,7 +373,7 @@ def test_options_come_from_the_run_then_fsspec_config_then_the_environment(monke
 
 
 def test_local_locations_are_not_probed(tmp_path):
-    from mkdist._remote import probe_run
+    from mkdist.storage._remote import probe_run
 
     probe_run(tmp_path / "in.parquet", tmp_path / "store.zarr", "memory://labels", {"key": "unused"})
     assert list(tmp_path.iterdir()) == []

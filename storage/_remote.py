@@ -29,7 +29,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import StorageAccessError
+from mkdist.errors import StorageAccessError
 
 __all__ = [
     "PROBE_TIMEOUT_S",
