@@ -22,12 +22,27 @@ GENERATION_GRACE_S : seconds a replaced stage version stays readable (MKDIST_GEN
 
 from __future__ import annotations
 
-from ._lease import LeaseInfo, StoreLease
-from ._store import GENERATION_GRACE_S, SCHEMA_VERSION, STANDARD_STAGES, PendingStage, RunStore
+import importlib
 
-for _obj in (LeaseInfo, PendingStage, RunStore, StoreLease):
-    _obj.__module__ = __name__
-del _obj
+# Names load on first use (PEP 562): ``mkdist.storage._remote`` -- the object-store options the
+# CLI resolves before anything heavy -- must not pull zarr and xarray in with the package.
+_PUBLIC = {"LeaseInfo": "._lease", "StoreLease": "._lease", "GENERATION_GRACE_S": "._store",
+           "SCHEMA_VERSION": "._store", "STANDARD_STAGES": "._store", "PendingStage": "._store",
+           "RunStore": "._store"}
 
 __all__ = ["RunStore", "PendingStage", "StoreLease", "LeaseInfo", "SCHEMA_VERSION",
            "STANDARD_STAGES", "GENERATION_GRACE_S"]
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)
+    if isinstance(value, type):
+        value.__module__ = __name__  # documented and pickled as mkdist.storage.X
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
