@@ -21,22 +21,30 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 
 @contextlib.contextmanager
 def _sigint_ignored_by_children() -> Iterator[None]:
-    """Worker processes started in the block ignore SIGINT.
+    """Worker processes started in the block ignore SIGINT; one that reaches this process in
+    the meantime is delivered when the block ends.
 
     A Ctrl-C in a terminal reaches every process of the foreground process group: the
     LocalCluster's workers would die mid-task while the run is still closing its cluster, and
-    the nanny would restart them.  A process started with SIGINT ignored keeps it ignored
-    (Python installs its KeyboardInterrupt handler only over the default disposition), so the
-    run alone sees the interrupt and stops its cluster in order.
+    the nanny would restart them.  They ignore it from their preload (``mkdist._ignore_sigint``);
+    this process keeps an interrupt pressed while they start, instead of ignoring it.
     """
+    import dask
+
+    preload = [*dask.config.get("distributed.worker.preload", []), "mkdist._ignore_sigint"]
     if threading.current_thread() is not threading.main_thread():
-        yield
+        with dask.config.set({"distributed.worker.preload": preload}):
+            yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    pending: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
     try:
-        yield
+        with dask.config.set({"distributed.worker.preload": preload}):
+            yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        if pending:
+            signal.raise_signal(signal.SIGINT)
 
 
 @contextlib.contextmanager

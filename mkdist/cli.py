@@ -141,11 +141,23 @@ def _descendants() -> list[int]:
 def _stop_now() -> None:
     """End this command at once: its child processes (cluster workers, the report drawer, a
     temporary Prefect server) first, then itself, with the interrupted exit code."""
-    for pid in _descendants():
+    killed = _descendants()[::-1]  # deepest first: a parent killed first leaves its children to clean up noisily
+    for pid in killed:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    # Reap our own children: killed but unreaped they stay as zombies until an init reaps them,
+    # and some container inits never do.
+    deadline = time.monotonic() + 1.0
+    for pid in killed:
+        while time.monotonic() < deadline:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    break
+            except ChildProcessError:  # not our child (a grandchild), or already reaped
+                break
+            time.sleep(0.01)
     sys.stderr.write(f"\n{INTERRUPTED}\n")
     sys.stderr.flush()
     os._exit(EXIT_INTERRUPTED)
@@ -187,8 +199,7 @@ def _guard(fn, debug: bool) -> Any:
         click.echo(f"mkdist: bad input: {message}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
-        click.echo(f"\n{INTERRUPTED}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _stop_now()  # any process this command started (a cluster starting, a server) goes with it
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
         if debug:
             traceback.print_exc()
