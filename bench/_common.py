@@ -90,6 +90,21 @@ def w1_input(N: int, chunk_rows: int = 50_000) -> Path:
 CLUSTERS = ("tuned", "plain", "unfixed", "dask-worker")
 
 
+def wait_for_port(port: int, what: str, proc=None, timeout: float = 60) -> None:
+    """Wait until a server started as ``proc`` accepts connections on 127.0.0.1:``port``."""
+    import socket
+
+    deadline = time.time() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.time() > deadline or (proc is not None and proc.poll() is not None):
+                raise RuntimeError(f"{what} did not start") from None
+            time.sleep(0.2)
+
+
 class _Processes:
     """``dask scheduler`` + ``n_workers`` x ``dask worker --nthreads 1``, as an operator starts them."""
 
@@ -105,16 +120,11 @@ class _Processes:
         quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs = [subprocess.Popen(dask + ["scheduler", "--host", "127.0.0.1", "--port", str(port),
                                                "--no-dashboard"], **quiet)]
-        deadline = time.time() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    self.close()
-                    raise RuntimeError("dask scheduler did not start")
-                time.sleep(0.3)
+        try:
+            wait_for_port(port, "dask scheduler", self.procs[0])
+        except RuntimeError:
+            self.close()
+            raise
         self.procs += [subprocess.Popen(dask + ["worker", self.scheduler_address, "--nthreads", "1",
                                                 "--memory-limit", "8GiB", "--host", "127.0.0.1",
                                                 "--no-dashboard"], **quiet) for _ in range(n_workers)]

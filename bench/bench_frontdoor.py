@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import OUT, emit, machine, median
+from _common import OUT, emit, machine, median, wait_for_port
 
 MKDIST = [sys.executable, "-m", "mkdist.cli"]
 VIEWS = ["--view", "a=a*", "--view", "b=b*", "--id-column", "customer_id", "--label-key", "true_segment"]
@@ -64,15 +64,7 @@ class PlainCluster:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self.procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
                                         str(port), "--no-dashboard"], env=env, stderr=subprocess.DEVNULL)]
-        deadline = time.time() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise RuntimeError("dask scheduler did not start")
-                time.sleep(0.2)
+        wait_for_port(port, "dask scheduler", self.procs[0])
         for _ in range(n_workers):
             self.procs.append(subprocess.Popen([sys.executable, "-m", "dask", "worker", self.address, "--nthreads",
                                                 "1", "--no-dashboard", "--host", "127.0.0.1"], env=env,
@@ -318,15 +310,7 @@ class MotoServer:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                                      env=env, stdout=self._log, stderr=self._log)
-        deadline = time.time() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError("moto server did not start")
-                time.sleep(0.2)
+        wait_for_port(port, "moto server", self.proc)
 
     def requests(self) -> int:
         self._log.flush()
