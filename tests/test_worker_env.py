@@ -54,15 +54,32 @@ def _run_row_tasks(client, fitted) -> None:
     np.asarray(client.compute(H).result())
 
 
-@pytest.mark.parametrize("cluster", ["dask_address", "dask_client"])
+@contextlib.contextmanager
+def _fresh_workers(kind: str, request):
+    """A client whose worker processes have run no mkdist task yet.
+
+    ``dask_address``: the session's `dask scheduler` + `dask worker` processes, restarted (every
+    client of that cluster closes after its test, so the restart has no keys to keep).
+    ``local``: a plain ``LocalCluster`` of its own; restarting the session's shared LocalCluster
+    fails whenever another test's fixture still holds a future on it (``assert not self.tasks``).
+    """
+    from distributed import Client, LocalCluster
+
+    if kind == "dask_address":
+        with Client(request.getfixturevalue("dask_address")) as client:
+            client.restart()
+            yield client
+    else:
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address=":0") as cluster, Client(cluster) as client:
+            yield client
+
+
+@pytest.mark.parametrize("cluster", ["dask_address", "local"])
 def test_row_tasks_keep_temporaries_on_a_default_cluster(cluster, request, fitted):
     # `dask scheduler` + `dask worker` processes, and a plain LocalCluster from Python: both
     # start their workers with the nanny's MALLOC_TRIM_THRESHOLD_ and nothing else.
-    from distributed import Client
-
-    fixture = request.getfixturevalue(cluster)
-    with Client(fixture) if isinstance(fixture, str) else contextlib.nullcontext(fixture) as client:
-        client.restart()  # fresh worker processes: no mkdist task has run in them yet
+    with _fresh_workers(cluster, request) as client:
         # Distributed's default: a freed 4 MiB block is unmapped and the next one mapped afresh.
         assert not any(client.run(_temporary_reused).values())
         _run_row_tasks(client, fitted)
