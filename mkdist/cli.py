@@ -315,6 +315,29 @@ def _request(source: str, store: str, merged: dict[str, Any]):
     return config, opened, request_key(opened.fingerprint, config.to_json())
 
 
+def _refuse_missing_store(store: str) -> None:
+    """A STORE argument that names no run store is refused before the numerical stack loads.
+
+    ``inspect``, ``report`` and ``assign --model-store`` read a store that must exist; a typo
+    in its path answered after ~3 s of imports (scikit-learn, zarr, xarray) before this check.
+    Only fsspec is needed here (and the object-store probe for URLs: a wrong key is one line).
+    """
+    import fsspec
+
+    from mkdist._tables import _suggest
+    from mkdist.errors import InputValidationError
+    from mkdist.storage._remote import options_for, probe
+
+    if "://" in store:
+        probe(store, what="store")
+    fs, path = fsspec.core.url_to_fs(store, **options_for(store))
+    if not fs.exists(path):
+        raise InputValidationError(f"no mkdist run store at {store}{_suggest(fs, path)}")
+    if not fs.isdir(path) or not fs.exists(f"{path.rstrip('/')}/zarr.json"):
+        raise InputValidationError(f"no mkdist run store at {store}: it is a {'directory' if fs.isdir(path) else 'file'}"
+                                   " without a zarr.json (a run store is a Zarr group written by `mkdist run`)")
+
+
 def _nothing_to_do(store: str, key: str, merged: dict[str, Any], overwrite: bool) -> dict | None:
     """The stored summary when the store holds this finished run and its outputs are there."""
     from mkdist._rerun import finished_run
@@ -628,6 +651,7 @@ def assign(model_store, source, output, labels_out, id_column, view_items, fail_
         from mkdist._tables import parse_view_option
 
         thresholds = _thresholds(drift_threshold)  # before mkdist.pipeline loads (2-3 s)
+        _refuse_missing_store(model_store)
         views = parse_view_option(view_items) if view_items else None
         batch = InputSource(source, views=views, id_column=id_column)
         _check_scheduler(dask_address, connect_timeout)
@@ -688,6 +712,7 @@ def assign(model_store, source, output, labels_out, id_column, view_items, fail_
 @click.option("--debug", is_flag=True, help="Print tracebacks of failures.")
 def report(store, output, fmt, debug):
     """Write the report of a run or an assignment: figures of weights, spectrum, clusters, drift."""
+    _guard(lambda: _refuse_missing_store(store), debug)
     from mkdist.pipeline import write_report
 
     path = _guard(lambda: write_report(store, output, format=fmt), debug)
@@ -702,6 +727,7 @@ def report(store, output, fmt, debug):
 @click.option("--debug", is_flag=True, help="Print tracebacks of failures.")
 def inspect(store, as_json, verify, clean, debug):
     """Show what STORE holds: stages (damaged ones named), model, summary."""
+    _guard(lambda: _refuse_missing_store(store), debug)
     from mkdist.pipeline import inspect_markdown, inspect_store
 
     info = _guard(lambda: inspect_store(store, verify="full" if verify else "quick", clean=clean), debug)

@@ -173,37 +173,37 @@ def _group_processes(pgid: int) -> list[str]:
     return [line for line in out.splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("times", [1, 2])
-def test_ctrl_c_exits_130_leaves_nothing_and_the_same_command_resumes(table, finished, tmp_path, times):
-    """SIGINT to the process group, as a terminal's Ctrl-C, while the rows are embedded on the
-    command's own LocalCluster: exit 130 within 5 s, no process left, then the same command
-    resumes to the labels of an uninterrupted run."""
+def test_ctrl_c_exits_130_leaves_nothing_and_the_same_command_resumes(table, finished, tmp_path):
+    """SIGINT to the process group, as a terminal's Ctrl-C, on the command's own LocalCluster:
+    once while the rows are embedded, then (the same command again) twice while the labels are
+    computed: exit 130 within 5 s each time, no process left, then the same command resumes to
+    the labels of an uninterrupted run."""
     _, path, _ = table
     store, labels = tmp_path / "run.zarr", tmp_path / "labels.parquet"
     args = [sys.executable, "-m", "mkdist.cli", "run", "--input", str(path), "--store", str(store), "--n-clusters",
             "4", *VIEWS, "--labels-out", str(labels), "--n-landmarks", "300", "--random-state", "0"]
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    for line in proc.stderr:
-        if "[3/4] embedding" in line:
-            break
-    t0 = time.perf_counter()
-    os.killpg(proc.pid, signal.SIGINT)
-    if times == 2:
-        time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGINT)
-    rest = proc.stderr.read()
-    proc.wait(timeout=30)
-    took = time.perf_counter() - t0
-    assert proc.returncode == 130, rest
-    assert took < 5.0, (took, rest)
-    assert "interrupted; re-run the same command to resume" in rest
-    deadline = time.time() + 3
-    while _group_processes(proc.pid) and time.time() < deadline:
-        time.sleep(0.2)
-    assert not _group_processes(proc.pid)
+    for stage, times in (("[3/4] embedding", 1), ("[4/4] labels", 2)):
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        for line in proc.stderr:
+            if stage in line:
+                break
+        t0 = time.perf_counter()
+        for i in range(times):
+            time.sleep(0.2 * i)
+            os.killpg(proc.pid, signal.SIGINT)
+        rest = proc.stderr.read()
+        proc.wait(timeout=30)
+        took = time.perf_counter() - t0
+        assert proc.returncode == 130, (stage, rest)
+        assert took < 5.0, (stage, took, rest)
+        assert "interrupted; re-run the same command to resume" in rest
+        deadline = time.time() + 3
+        while _group_processes(proc.pid) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not _group_processes(proc.pid)
     r = subprocess.run(args + ["--quiet"], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     got = pd.read_parquet(labels).set_index("customer_id")["cluster"]

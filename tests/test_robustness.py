@@ -90,12 +90,20 @@ def _killed(dask_scheduler, name):
     return dask_scheduler.plugins[name].killed
 
 
+@pytest.fixture(scope="module")
+def unkilled_labels() -> dict:
+    """The labels of the same run with no worker killed, filled by the first test that needs them."""
+    return {}
+
+
 # The embedding's tasks are its write tasks: each embeds a row chunk and stores it (nothing is
 # held on the workers), so a kill during "mkdist-write-embedding" lands mid-embedding.
 @pytest.mark.parametrize("key_part", ["mkdist-write-embedding", "mkdist-lloyd"])
-def test_worker_killed_mid_stage_gives_identical_labels(cluster_with_pids, tmp_path, key_part):
+def test_worker_killed_mid_stage_gives_identical_labels(cluster_with_pids, unkilled_labels, tmp_path, key_part):
     client = cluster_with_pids
-    ref = mkdist.cluster(_slow_views(0.0), str(tmp_path / "ref.zarr"), 3, n_landmarks=300, random_state=0)
+    if "labels" not in unkilled_labels:  # the first case computes it: one uninterrupted run for both
+        ref = mkdist.cluster(_slow_views(0.0), str(tmp_path / "ref.zarr"), 3, n_landmarks=300, random_state=0)
+        unkilled_labels["labels"] = ref.labels.compute()
     client.register_plugin(_KillOnTask(key_part), name=_KillOnTask.name)
     try:
         # slow chunk reads keep the embedding running long enough to be hit
@@ -104,7 +112,7 @@ def test_worker_killed_mid_stage_gives_identical_labels(cluster_with_pids, tmp_p
     finally:
         client.unregister_scheduler_plugin(_KillOnTask.name)
     assert killed is not None and key_part in killed, "no worker was killed while the stage ran"
-    np.testing.assert_array_equal(res.labels.compute(), ref.labels.compute())
+    np.testing.assert_array_equal(res.labels.compute(), unkilled_labels["labels"])
 
 
 # ----------------------------------------------------------------------------- the CLI, killed
@@ -134,10 +142,15 @@ def _status(store: str) -> dict:
 
 
 @pytest.mark.parametrize("method", ["mkc"])
-def test_killed_run_resumes_to_identical_labels(prefect_api, dask_address, cli_input, tmp_path, method):
+def test_killed_run_resumes_to_identical_labels(dask_address, cli_input, tmp_path, method):
     """SIGKILL `mkdist run` during each stage in turn; every re-run resumes at once (the killed
-    run's lease is taken over without waiting for its TTL); the end is identical."""
-    env = {**_cli_env(prefect_api), "MKDIST_LEASE_TTL": "60"}
+    run's lease is taken over without waiting for its TTL); the end is identical.
+
+    The CLI's default path (no Prefect server configured): a run through a Prefect server
+    resumes through the same run driver (tests/test_flows.py), and each of the eight commands
+    here paid ~5 s to register its flow run."""
+    env = {k: v for k, v in _cli_env("").items() if k != "PREFECT_API_URL"}
+    env["MKDIST_LEASE_TTL"] = "60"
     common = ["--input", cli_input, "--n-clusters", "3", "--n-landmarks", "400", "--random-state", "0",
               "--method", method, "--dask-address", dask_address, "--quiet", "--json"]
     ref = tmp_path / "ref.zarr"
@@ -333,3 +346,20 @@ def test_bad_values_are_refused_before_the_first_stage(dask_client, tmp_path, ma
     with pytest.raises(InputValidationError, match=message):
         mkdist.cluster(bad, str(url), 3, n_landmarks=100, random_state=0)
     assert not (url / "zarr.json").exists()  # no store, so no stage, was written
+
+
+@pytest.mark.parametrize("command", ["inspect", "report", "assign"])
+def test_a_mistyped_store_is_refused_before_loading_the_numerical_stack(cli_input, tmp_path, command):
+    (tmp_path / "run.zarr").mkdir()
+    (tmp_path / "run.zarr" / "zarr.json").write_text("{}")
+    typo = str(tmp_path / "rn.zarr")
+    args = {"inspect": ["inspect", typo], "report": ["report", typo],
+            "assign": ["assign", "--model-store", typo, "--input", cli_input, "--output", str(tmp_path / "a.zarr")]}
+    record = tmp_path / "imported.json"
+    r = subprocess.run([sys.executable, "-c", _CLI_WITH_IMPORT_RECORD, str(record), *args[command]],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == f"mkdist: bad input: no mkdist run store at {typo} (did you mean " \
+                               f"{tmp_path / 'run.zarr'}?)"
+    assert json.loads(record.read_text()) == []
+    assert not (tmp_path / "a.zarr").exists()
