@@ -1,7 +1,7 @@
 """Choosing K from the landmark spectrum (issue 25): ``mkdist._nclusters.choose_n_clusters``
 against spectralcluster's eigengap and silhouette selection.
 
-    python bench/bench_auto_k.py --part sets      [--datasets a,b] [--seeds 5] [--tag NAME]
+    python bench/bench_auto_k.py --part sets      [--datasets a,b] [--seeds 5] [--tag NAME] [--only-ours]
     python bench/bench_auto_k.py --part synthetic [--n 10000] [--seeds 5] [--tag NAME]
     python bench/bench_auto_k.py --part cost      [--n 100000]
     python bench/bench_auto_k.py --part overhead  [--n 1000000]  (mkdist.cluster, auto vs K given)
@@ -152,8 +152,8 @@ def silhouette_k(views, k_min: int, k_max: int, seed: int, sample_rows: int = SI
             "features": int(X.shape[1]), "svd": d > SIL_DIMS}
 
 
-def choose_all(views, y, seed: int, *, silhouette: dict | bool = True) -> dict:
-    """Every column's K for one (data, seed), with timings."""
+def choose_all(views, y, seed: int, *, silhouette: dict | bool = True, only_ours: bool = False) -> dict:
+    """Every column's K for one (data, seed), with timings (``only_ours``: the ``ours`` column alone)."""
     from mkdist._nclusters import choose_n_clusters, default_k_max
     from mkdist._simplemkkm import simple_mkkm
 
@@ -166,6 +166,8 @@ def choose_all(views, y, seed: int, *, silhouette: dict | bool = True) -> dict:
     d = ours.as_dict()
     d.pop("eigenvalues")
     rec["ours"] = {**d, "wall_s": wall, "cpu_s": cpu}
+    if only_ours:
+        return rec
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # "did not converge": the weights are used as they are
@@ -228,7 +230,7 @@ def read_records(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_cases(cases, path, seeds: int, timeout: float) -> None:
+def run_cases(cases, path, seeds: int, timeout: float, only_ours: bool = False) -> None:
     """``cases``: (name, loader) pairs; one record per (name, seed) appended to ``path``.
 
     The silhouette selection runs once per data set (seed 0) and its K is reused for the
@@ -250,8 +252,8 @@ def run_cases(cases, path, seeds: int, timeout: float) -> None:
         sil = next((r["silhouette"] for r in records if r["dataset"] == name and r["seed"] == 0), None)
         for seed in todo:
             with blas_threads(1):
-                rec = choose_all(views, y, seed, silhouette=sil if sil is not None else True)
-            if sil is None:
+                rec = choose_all(views, y, seed, silhouette=sil if sil is not None else True, only_ours=only_ours)
+            if sil is None and not only_ours:
                 sil = rec["silhouette"]
             rec.update(dataset=name, seed=seed)
             rec["fits"] = fit_scores(views, y, ks_to_fit(rec), seed, timeout)
@@ -278,7 +280,7 @@ def run_synthetic(args, path) -> None:
                     continue
                 views, y = synthetic(args.n, K, sep, seed)
                 with blas_threads(1):
-                    rec = choose_all(views, y, seed)
+                    rec = choose_all(views, y, seed, only_ours=args.only_ours)
                 rec.update(dataset=name, seed=seed, separation=sep)
                 rec["fits"] = fit_scores(views, y, ks_to_fit(rec), seed, args.timeout)
                 with path.open("a") as f:
@@ -564,6 +566,9 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--tag", default="current")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--only-ours", action="store_true",
+                    help="sets/synthetic: the ours column alone (no ours-learned, spectralcluster, silhouette), "
+                         "so fits run only at the true K and ours' K")
     args = ap.parse_args()
     if args.n is None:
         args.n = {"cost": 100_000, "overhead": 1_000_000}.get(args.part, 10_000)
@@ -585,7 +590,8 @@ def main() -> None:
         if args.part == "sets":
             sets = multiview_sets()
             names = list(sets) if args.datasets == "all" else args.datasets.split(",")
-            run_cases([(nm, (lambda p=sets[nm]: load_multiview(p))) for nm in names], path, args.seeds, args.timeout)
+            run_cases([(nm, (lambda p=sets[nm]: load_multiview(p))) for nm in names], path, args.seeds, args.timeout,
+                      args.only_ours)
         else:
             run_synthetic(args, path)
     records = read_records(path)

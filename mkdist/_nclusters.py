@@ -8,10 +8,14 @@ The rule (``RULE``), on the n x n combined kernel of the n landmarks:
    ``n_neighbors`` nearest);
 2. the eigenvalues mu_1 = 1 >= mu_2 >= ... of the normalised affinity D^-1/2 A D^-1/2
    (1 - mu are those of the normalised Laplacian) and the eigengaps g_k = mu_k - mu_{k+1};
-   K is the k in [k_min, k_max] with the largest gap (von Luxburg 2007, section 8.3);
-3. the same graph and spectrum on ``n_resamples`` random subsets of 80% of the landmarks;
-   each spectrum, the full one included, votes for the k in [1, k_max] with its largest gap
-   (k = 1: the graph looks like one connected group, no cluster structure);
+   each graph's pick is the k in [k_min, k_max] with the largest gap (von Luxburg 2007,
+   section 8.3).  K is the pick that at least two of three graphs on all landmarks agree
+   on, with ``n_neighbors``, half and twice as many neighbours (``SCALES``; never fewer than
+   5), else the pick of the ``n_neighbors`` graph: one neighbourhood size can bridge two
+   touching clusters (W1, K = 50: 49 with 10 neighbours, 50 with 5 and with 20);
+3. the ``n_neighbors`` graph and spectrum on ``n_resamples`` random subsets of 80% of the
+   landmarks; each of these spectra and the full one votes for the k in [1, k_max] with its
+   largest gap (k = 1: the graph looks like one connected group, no cluster structure);
 4. ``confidence`` = the share of the votes that went to K; ``ambiguous`` below 1/2.  The
    runner-up is the k in range that the resamples chose most often after K.
 
@@ -27,6 +31,15 @@ wrong there; counting the k = 1 votes (its largest gap overall is after mu_1) is
 makes it "ambiguous".  The price: clusters that overlap so much that the spectrum looks like
 one blob's (the W1 workload at its default separation, K >= 10) are reported ambiguous too,
 with K as the best guess.
+
+Tried and not kept (issue 25, second round; bench/RESULTS.md): self-tuning (Zelnik-Manor and
+Perona) weights on the kNN graph, a dense self-tuning affinity, mutual kNN graphs, other fixed
+neighbourhood sizes, votes pooled over three sizes, the mean (normalised) gap over the
+resamples instead of votes, ratio and relative gaps, a recursive eigengap within the groups,
+and an eigenvector criterion (k-means fit of the row-normalised spectral embedding, with a
+Procrustes version of the self-tuning rotation cost).  On the 28 shared sets none put the
+true K among the two largest gaps of more than 8 sets: their spectra decay smoothly and the
+labels' K is not where the graph's structure is.
 """
 
 from __future__ import annotations
@@ -48,7 +61,7 @@ __all__ = ["RULE", "NClustersChoice", "choose_n_clusters", "default_k_max", "def
            "average_landmark_kernel"]
 
 #: Name of the rule (recorded with every choice).
-RULE = "knn-eigengap-votes"
+RULE = "knn-eigengap-votes-3sizes"
 
 #: Below this many landmarks (or above this share of eigenvalues) dense LAPACK is used.
 _LANCZOS_MIN_N = 100
@@ -363,8 +376,10 @@ def choose_n_clusters(kernel: Any, *, k_min: int = 2, k_max: int | None = None, 
         weights depend on K; choose K on the uniform combination, then fit.
     n_neighbors : int, default=None
         Neighbours per landmark in the graph (None: :func:`default_n_neighbors`, 10 for
-        1000 landmarks); a resample of a share s of the landmarks uses round(s x n_neighbors)
-        (at least 2), the same neighbourhood in terms of density.
+        1000 landmarks); K is also read from graphs with half and twice as many (at least 5)
+        and goes to the pick two of the three agree on.  A resample of a share s of the
+        landmarks uses round(s x n_neighbors) (at least 2), the same neighbourhood in terms of
+        density.
     n_resamples : int, default=10
         Random subsets of the landmarks that vote besides the full set (0: only the full
         spectrum votes, and ``confidence`` is 1 or 0).
@@ -390,9 +405,9 @@ def choose_n_clusters(kernel: Any, *, k_min: int = 2, k_max: int | None = None, 
 
     Notes
     -----
-    Cost: the n x n kernel distances, and n_resamples + 1 sparse kNN graphs whose top
+    Cost: the n x n kernel distances, and n_resamples + 3 sparse kNN graphs whose top
     k_max + 1 eigenvalues come from Lanczos (per connected component): about 0.03-0.05 s
-    each at n = 1000, 0.3-0.5 s in all on one core (bench/RESULTS.md).  No pass over the N
+    each at n = 1000, 0.4-1 s in all on one core (bench/RESULTS.md).  No pass over the N
     rows.
 
     The eigengap heuristic is von Luxburg's (A tutorial on spectral clustering, 2007,
@@ -434,16 +449,33 @@ def choose_n_clusters(kernel: Any, *, k_min: int = 2, k_max: int | None = None, 
                    random_state)
 
 
+#: Neighbourhood sizes of the full-spectrum graphs, as multiples of ``n_neighbors`` (default first).
+SCALES = (1.0, 0.5, 2.0)
+
+
+def _scale_neighbors(n_neighbors: int, factor: float) -> int:
+    """round(factor x n_neighbors), but not below 5 (the floor of :func:`default_n_neighbors`; a
+    2-NN graph splits clusters of 60 landmarks into pieces) unless ``n_neighbors`` itself is."""
+    return int(max(min(5, n_neighbors), round(factor * n_neighbors)))
+
+
 def _choose(K: np.ndarray, k_min: int, k_max: int, n_neighbors: int, n_resamples: int, subsample: float,
             min_confidence: float, random_state) -> NClustersChoice:
     """The rule on a validated kernel (see :func:`choose_n_clusters`)."""
     n = K.shape[0]
     D2 = _kernel_sq_distances(K)
-    mu = _knn_spectrum(D2, n_neighbors, k_max + 1)
-    gaps = mu[:k_max] - mu[1:k_max + 1]          # gaps[k - 1] = g_k
-    best = _argmax_gap(mu, k_min, k_max)
+    # The spectrum of all landmarks at three neighbourhood sizes (n_neighbors, half, double): a
+    # single size can bridge two touching clusters (W1, K = 50: 49 at 10 neighbours, 50 at 5 and 20).
+    sizes = [min(_scale_neighbors(n_neighbors, f), n - 1) for f in SCALES]
+    spectra = [_knn_spectrum(D2, s, k_max + 1) for s in sizes]
+    mu = spectra[0]
+    full_picks = [_argmax_gap(m, k_min, k_max) for m in spectra]
+    # K: the pick that at least two of the three sizes agree on, else the default size's.
+    counts = np.bincount(full_picks, minlength=k_max + 1)
+    best = int(np.argmax(counts)) if counts.max() >= 2 else full_picks[0]
+    # The votes: the default size's full spectrum and resamples, as before the sizes were added.
     overall = [_argmax_gap(mu, 1, k_max)]        # each spectrum's largest gap over [1, k_max]
-    picks = [best]                               # ... and over [k_min, k_max]
+    picks = [full_picks[0]]                      # ... and over [k_min, k_max]
     rng = np.random.default_rng(random_state)
     m = max(round(subsample * n), 4)
     top = min(k_max, m - 2)                      # a small resample cannot show gaps beyond m - 2
@@ -460,6 +492,7 @@ def _choose(K: np.ndarray, k_min: int, k_max: int, n_neighbors: int, n_resamples
     n_votes = len(picks)
     confidence = sum(k == best for k in overall) / n_votes
     share = np.bincount(picks, minlength=k_max + 1) / n_votes
+    gaps = mu[:k_max] - mu[1:k_max + 1]          # gaps[k - 1] = g_k
     in_range = np.arange(k_min, k_max + 1)
     # Candidates: most in-range picks first, then the larger gap of the full spectrum.
     order = [int(k) for k in sorted(in_range, key=lambda k: (k != best, -share[k], -gaps[k - 1]))]
@@ -471,3 +504,4 @@ def _choose(K: np.ndarray, k_min: int, k_max: int, n_neighbors: int, n_resamples
         ambiguous=bool(confidence < min_confidence), rule=RULE, k_range=(k_min, k_max),
         no_structure_share=float(sum(k == 1 for k in overall) / n_votes),
         eigenvalues=tuple(float(v) for v in mu), n_landmarks=n, n_neighbors=n_neighbors, n_resamples=n_resamples)
+

@@ -50,6 +50,30 @@ def test_separated_blobs_give_the_exact_k(n_clusters):
     assert choice.runner_up != n_clusters
 
 
+def test_two_touching_clusters_need_two_of_three_neighbourhood_sizes():
+    # W1 (separation 1.0, K = 50, seed 1) on its 1000 landmarks, as a fit builds them: two of the
+    # 50 clusters touch, and the 10-neighbour graph alone has its largest gap at 49 (the rule
+    # before the three sizes chose 49); with 5 and 20 neighbours the gap is at 50.
+    from mkdist._kernels import fit_kernels, fit_preprocessing, landmark_kernels, resolve_kernel_specs
+    from mkdist._nclusters import _argmax_gap, _kernel_sq_distances, _knn_spectrum
+    from mkdist._sampling import sample_landmark_indices
+    from mkdist.datasets import make_multiview_blobs
+
+    views, _ = make_multiview_blobs(10_000, n_clusters=50, separation=1.0, random_state=1, as_dask=False,
+                                    chunk_rows=10_000)
+    views = {f"view{i}": views[k] for i, k in enumerate(sorted(views))}   # as bench/bench_auto_k.py
+    idx = sample_landmark_indices(views, 1000, random_state=1)
+    lv = {k: np.asarray(v[idx], dtype=np.float64) for k, v in views.items()}
+    fitted = fit_kernels(resolve_kernel_specs("auto", list(lv), lv), lv, random_state=1)
+    stack, _ = fit_preprocessing(landmark_kernels(lv, fitted), True, "diagonal")
+    D2 = _kernel_sq_distances(stack.mean(axis=0))
+    assert [_argmax_gap(_knn_spectrum(D2, nn, 51), 2, 50) for nn in (10, 5, 20)] == [49, 50, 50]
+    choice = choose_n_clusters(stack, random_state=1)
+    assert choice.n_clusters == 50 and choice.n_neighbors == 10
+    # The votes (10-neighbour resamples) still see the bridge: reported as ambiguous, 49 runner-up.
+    assert choice.ambiguous and choice.runner_up == 49
+
+
 def test_unequal_cluster_sizes():
     rng = np.random.default_rng(3)
     X = np.r_[rng.normal(0, 1, (700, 4)), rng.normal(10, 1, (200, 4)), rng.normal(-10, 1, (60, 4)),
