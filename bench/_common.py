@@ -117,7 +117,10 @@ class _Processes:
             port = s.getsockname()[1]
         self.scheduler_address = f"tcp://127.0.0.1:{port}"
         dask = [sys.executable, "-m", "dask"]
-        quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # An operator's shell: not the MALLOC_* variables a nanny started earlier in this process
+        # left in its environment (distributed copies its pre-spawn settings into os.environ).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+        quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         self.procs = [subprocess.Popen(dask + ["scheduler", "--host", "127.0.0.1", "--port", str(port),
                                                "--no-dashboard"], **quiet)]
         try:
@@ -149,9 +152,18 @@ def local_cluster(n_workers: int = 2, cluster: str = "tuned"):
         client = Client(procs.scheduler_address)
         client.wait_for_workers(n_workers, timeout=120)
         return procs, client
-    settings = {"tuned": worker_malloc_settings(), "plain": contextlib.nullcontext(),
-                "unfixed": dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_": "131072"})}
-    with settings[cluster]:
+    # Callables, not context managers: ``dask.config.set`` applies its change when constructed,
+    # so building all three here left every later cluster of the process "unfixed" (the plain
+    # cluster of `--part plain` ran with the 128 KiB mmap threshold up to commit 2644752).
+    settings = {"tuned": worker_malloc_settings, "plain": contextlib.nullcontext,
+                "unfixed": lambda: dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_":
+                                                    "131072"})}
+    # Each kind from a clean environment: a nanny copies its pre-spawn settings into this
+    # process's os.environ and leaves them there, where the next cluster's nannies find them
+    # (an "unfixed" cluster left MALLOC_MMAP_THRESHOLD_=131072 to the plain one after it).
+    for name in [k for k in os.environ if k.startswith("MALLOC_")]:
+        del os.environ[name]
+    with settings[cluster]():
         lc = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                           memory_limit="8GiB")
     return lc, Client(lc)
