@@ -1,8 +1,12 @@
 """deploy/prefect.yaml, deployed and run as written, on one host, as deploy/README.md says.
 
-Real processes only: a Prefect server (`prefect server start`, its own PREFECT_HOME), a `dask
+Real processes only: a Prefect server (the session's, `prefect_api`: a uvicorn process serving
+the Prefect API, as `prefect server start` does; a second server cost the suite ~40 s), a `dask
 scheduler` with two `dask worker`s, a `process` work pool, `prefect deploy --all` of the
-unedited file, and a `prefect worker` that runs the flow runs as subprocesses.  The one
+unedited file (its own PREFECT_HOME), and a `prefect worker` that runs the flow runs as
+subprocesses.  The refit a drifted nightly batch starts is tested against a real server in
+tests/test_flows.py (`test_drift_starts_a_refit_of_the_model`: the run created from the
+deployment, its parameters, and those parameters run).  The one
 thing set for the test is the data root, MKDIST_DATA_ROOT, in the worker's environment (a
 temporary directory holding small demo data).  Every process is stopped at the end, also
 when a test fails.
@@ -17,7 +21,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -46,14 +49,6 @@ def _wait_for(what: str, check, timeout: float, procs=()) -> None:
         time.sleep(0.5)
 
 
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
 def _stop(procs: list[subprocess.Popen]) -> None:
     """SIGTERM each process group, newest first, then SIGKILL what is left (flow-run
     subprocesses of the worker are in its group)."""
@@ -74,14 +69,12 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 class Stack:
     """The running processes and how to talk to them."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, api: str):
         self.tmp = tmp
         self.data_root = tmp / "data"
         self.logs = tmp / "logs"
         self.procs: list[subprocess.Popen] = []
-        port = _free_port()
-        self.api = f"http://127.0.0.1:{port}/api"
-        self.port = port
+        self.api = api
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
         self.env.update(PREFECT_HOME=str(tmp / "prefect-home"), PREFECT_API_URL=self.api,
                         PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1", OMP_NUM_THREADS="1",
@@ -139,15 +132,14 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def stack(tmp_path_factory, prefect_api):
     from mkdist._demo import write_demo_input
 
     tmp = tmp_path_factory.mktemp("e2e")
-    s = Stack(tmp)
+    s = Stack(tmp, prefect_api)
     s.data_root.mkdir()
     s.logs.mkdir()
     try:
-        server = s.start("prefect-server", [*PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(s.port)])
         dask_port = _free_port()
         dask_address = f"tcp://127.0.0.1:{dask_port}"
         scheduler = s.start("dask-scheduler", [sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1",
@@ -159,7 +151,6 @@ def stack(tmp_path_factory):
         # and the nightly batch where the deployment reads it (same distribution: no drift).
         write_demo_input(s.data_root / "demo" / f"input-{N_FIT}.zarr", N_FIT)
         write_demo_input(s.data_root / "incoming" / "latest.zarr", N_BATCH)
-        _wait_for("prefect server", lambda: _healthy(f"{s.api}/health"), 150, [server])
         from distributed import Client
 
         with Client(dask_address, timeout=60) as c:
@@ -217,36 +208,3 @@ def test_cluster_then_nightly_assign_complete(stack):
     table = pq.read_table(stack.data_root / "labels" / "latest.parquet")
     assert table.num_rows == N_BATCH and "row" in table.column_names
     print(f"\ncluster run {t_cluster:.0f} s, nightly assign {t_assign:.0f} s")
-
-
-def test_drifted_batch_fires_a_refit(stack):
-    """A drifted nightly batch: the assign run fails with the drift, and the refit it started
-    (a run of the cluster deployment) fits the model anew on that batch."""
-    from mkdist._demo import write_demo_input
-    from mkdist.storage import RunStore
-
-    model_path = stack.data_root / "runs" / "demo-cluster.zarr"
-    before = RunStore.open(model_path).fingerprint
-    # Other cluster centres: the upstream job delivered data of another distribution.
-    write_demo_input(stack.data_root / "incoming" / "latest.zarr", N_BATCH, random_state=7)
-    run = stack.wait_final(stack.run_deployment("mkdist-assign/assign-nightly"))
-    assert run.state.is_failed(), run.state
-    logs = stack.logs_of(run.id)
-    assert "drifted from the fit" in logs and "Refit started" in logs, logs[-3000:]
-    with stack.client() as client:
-        cluster = client.read_deployment_by_name("mkdist-cluster/cluster-on-demand")
-        from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId, FlowRunFilter, FlowRunFilterTags
-
-        refits = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=["refit"])),
-                                       deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[cluster.id])))
-    assert len(refits) == 1, refits
-    refit = refits[0]
-    assert refit.name in logs
-    assert refit.parameters["store"] == str(model_path)
-    assert refit.parameters["source"]["location"] == str(stack.data_root / "incoming" / "latest.zarr")
-    refit = stack.wait_final(refit.id)
-    assert refit.state.is_completed(), (refit.state, stack.logs_of(refit.id)[-3000:])
-    model = RunStore.open(model_path)
-    assert model.fingerprint != before and model.attrs["input"]["n_rows"] == N_BATCH
-    assert model.stage_status()["labels"] == "complete"
-    print(f"\nrefit flow run {refit.name}: {refit.parameters}")

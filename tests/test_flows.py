@@ -101,9 +101,11 @@ def _cli(*args, api=None, timeout=300):
 def test_cli_run_inspect_assign_and_exit_codes(prefect_api, dask_address, source, tmp_path):
     path, _, _ = source
     store = str(tmp_path / "cli.zarr")
+    # The run takes the CLI's default path (no server configured; the flow path of `run` is
+    # tests/test_front_door.py::test_prefect_flow_path_when_a_server_is_configured), `assign`
+    # the flow path through the server.
     r = _cli("run", "--input", path, "--store", store, "--n-clusters", "3", "--n-landmarks", "120",
-             "--random-state", "0", "--dask-address", dask_address, "--label-key", "y", "--quiet", "--json",
-             api=prefect_api)
+             "--random-state", "0", "--dask-address", dask_address, "--label-key", "y", "--quiet", "--json")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout[r.stdout.index("{"):])
     assert summary["scores"]["acc"] >= 0.99

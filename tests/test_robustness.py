@@ -121,9 +121,10 @@ def _cli(*args, env=None, **kw):
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True, **kw)
 
 
-def _cli_env(prefect_api):
-    return {**os.environ, "PREFECT_API_URL": prefect_api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "MKDIST_LEASE_TTL": "2"}
+def _cli_env(lease_ttl: str):
+    """The CLI's default path: no Prefect server configured (the flow path: tests/test_flows.py)."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    return {**env, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MKDIST_LEASE_TTL": lease_ttl}
 
 
 @pytest.fixture(scope="module")
@@ -149,8 +150,7 @@ def test_killed_run_resumes_to_identical_labels(dask_address, cli_input, tmp_pat
     The CLI's default path (no Prefect server configured): a run through a Prefect server
     resumes through the same run driver (tests/test_flows.py), and each of the eight commands
     here paid ~5 s to register its flow run."""
-    env = {k: v for k, v in _cli_env("").items() if k != "PREFECT_API_URL"}
-    env["MKDIST_LEASE_TTL"] = "60"
+    env = _cli_env(lease_ttl="60")
     common = ["--input", cli_input, "--n-clusters", "3", "--n-landmarks", "400", "--random-state", "0",
               "--method", method, "--dask-address", dask_address, "--quiet", "--json"]
     ref = tmp_path / "ref.zarr"
@@ -185,8 +185,8 @@ def test_killed_run_resumes_to_identical_labels(dask_address, cli_input, tmp_pat
     assert RunStore.open(store, mode="r+").clean_partials() == []  # no leftover of the killed runs
 
 
-def test_second_run_on_a_live_store_is_refused(prefect_api, dask_address, cli_input, tmp_path):
-    env = {**_cli_env(prefect_api), "MKDIST_LEASE_TTL": "60"}
+def test_second_run_on_a_live_store_is_refused(dask_address, cli_input, tmp_path):
+    env = _cli_env(lease_ttl="60")
     store = str(tmp_path / "run.zarr")
     first = _cli("run", "--store", store, "--input", cli_input, "--n-clusters", "3", "--random-state", "0",
                  "--dask-address", dask_address, "--quiet", env=env)
