@@ -90,6 +90,17 @@ def w1_input(N: int, chunk_rows: int = 50_000) -> Path:
 CLUSTERS = ("tuned", "plain", "unfixed", "dask-worker")
 
 
+def drop_malloc_environ() -> dict[str, str]:
+    """Remove the ``MALLOC_*`` variables from this process's environment; returns them.
+
+    distributed's nanny copies its pre-spawn settings into ``os.environ`` and leaves them
+    there, so every process started afterwards -- the next cluster's workers, `dask worker`
+    processes, the floor's children -- would inherit the previous cluster's glibc settings
+    (an "unfixed" cluster left MALLOC_MMAP_THRESHOLD_=131072 to the plain one after it, and
+    slowed the floor: `--part plain` up to commit 2644752)."""
+    return {k: os.environ.pop(k) for k in [k for k in os.environ if k.startswith("MALLOC_")]}
+
+
 def wait_for_port(port: int, what: str, proc=None, timeout: float = 60) -> None:
     """Wait until a server started as ``proc`` accepts connections on 127.0.0.1:``port``."""
     import socket
@@ -117,10 +128,8 @@ class _Processes:
             port = s.getsockname()[1]
         self.scheduler_address = f"tcp://127.0.0.1:{port}"
         dask = [sys.executable, "-m", "dask"]
-        # An operator's shell: not the MALLOC_* variables a nanny started earlier in this process
-        # left in its environment (distributed copies its pre-spawn settings into os.environ).
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-        quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        drop_malloc_environ()  # an operator's shell, not what an earlier nanny left here
+        quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs = [subprocess.Popen(dask + ["scheduler", "--host", "127.0.0.1", "--port", str(port),
                                                "--no-dashboard"], **quiet)]
         try:
@@ -158,11 +167,7 @@ def local_cluster(n_workers: int = 2, cluster: str = "tuned"):
     settings = {"tuned": worker_malloc_settings, "plain": contextlib.nullcontext,
                 "unfixed": lambda: dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_":
                                                     "131072"})}
-    # Each kind from a clean environment: a nanny copies its pre-spawn settings into this
-    # process's os.environ and leaves them there, where the next cluster's nannies find them
-    # (an "unfixed" cluster left MALLOC_MMAP_THRESHOLD_=131072 to the plain one after it).
-    for name in [k for k in os.environ if k.startswith("MALLOC_")]:
-        del os.environ[name]
+    drop_malloc_environ()  # each kind from a clean environment
     with settings[cluster]():
         lc = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                           memory_limit="8GiB")

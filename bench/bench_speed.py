@@ -39,7 +39,7 @@ import time
 import numpy as np
 
 from _common import (
-    CLUSTERS, OUT, W1, emit, import_library, local_cluster, machine, median, run_pipeline, w1_input,
+    CLUSTERS, OUT, W1, drop_malloc_environ, emit, import_library, local_cluster, machine, median, run_pipeline, w1_input,
 )
 
 N_LLOYD = 20
@@ -144,11 +144,8 @@ def floor(N: int, pipeline_store: str, block_rows: int) -> dict:
     ctx = mp.get_context("spawn")
     saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     os.environ.update({k: "1" for k in saved})  # the children's BLAS: one thread each
-    # ... and glibc's defaults: a LocalCluster started earlier in this process left its nanny's
-    # MALLOC_TRIM_THRESHOLD_ (and an "unfixed" one its mmap threshold) in os.environ, which
-    # would send the floor's 2 MiB temporaries to mmap too (the floor was 2x slow in `--part
-    # plain` up to commit 2644752).
-    saved.update({k: os.environ.pop(k) for k in [k for k in os.environ if k.startswith("MALLOC_")]})
+    # ... and glibc's defaults, not a nanny's leftovers (they would send its 2 MiB temporaries to mmap)
+    saved.update(drop_malloc_environ())
     est = MultipleKernelClustering(10, kernels=W1["kernels"], n_landmarks=W1["n_landmarks"], random_state=0)
     t0 = time.perf_counter()
     est.fit_landmarks(rows, idx, 0)

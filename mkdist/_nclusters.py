@@ -504,4 +504,3 @@ def _choose(K: np.ndarray, k_min: int, k_max: int, n_neighbors: int, n_resamples
         ambiguous=bool(confidence < min_confidence), rule=RULE, k_range=(k_min, k_max),
         no_structure_share=float(sum(k == 1 for k in overall) / n_votes),
         eigenvalues=tuple(float(v) for v in mu), n_landmarks=n, n_neighbors=n_neighbors, n_resamples=n_resamples)
-

@@ -86,6 +86,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
+    """Wait until the server ``proc`` accepts connections on 127.0.0.1:``port`` (the bench's
+    twin, bench/_common.py, is not importable from the tests)."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"{what} did not start") from None
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="session")
 def dask_address():
     """`dask scheduler` + two `dask worker` processes, as a data engineer would start them."""
@@ -97,15 +111,7 @@ def dask_address():
     procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
                                str(port), "--no-dashboard"], env=env, stderr=subprocess.DEVNULL)]
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise RuntimeError("dask scheduler did not start")
-                time.sleep(0.3)
+        wait_for_port(port, procs[0], "dask scheduler")
         for _ in range(2):
             procs.append(subprocess.Popen([sys.executable, "-m", "dask", "worker", address, "--nthreads", "1",
                                            "--no-dashboard", "--memory-limit", "2GiB", "--host", "127.0.0.1"],

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 import uuid
 
 import numpy as np
@@ -22,29 +20,13 @@ import pytest
 
 from mkdist.metrics import clustering_accuracy
 
+from .conftest import _free_port, wait_for_port
+
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
 BUCKET = "mkdist-test"
 VIEWS = ["--view", "a=a*", "--view", "b=b*", "--id-column", "customer_id"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"{what} did not start")
-            time.sleep(0.2)
 
 
 def _without_credentials(env: dict) -> dict:
@@ -63,7 +45,7 @@ def s3(tmp_path_factory):
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], env=env,
                             stdout=log, stderr=log)
     try:
-        _wait_for_port(port, proc, "moto server")
+        wait_for_port(port, proc, "moto server")
         endpoint = f"http://127.0.0.1:{port}"
         iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="setup",
                            aws_secret_access_key="setup")
@@ -97,7 +79,7 @@ def cluster(tmp_path_factory):
     procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
                                str(port), "--no-dashboard"], env=env, stderr=subprocess.DEVNULL)]
     try:
-        _wait_for_port(port, procs[0], "dask scheduler")
+        wait_for_port(port, procs[0], "dask scheduler")
         for i in range(2):
             home = tmp_path_factory.mktemp(f"worker{i}")
             (home / "tmp").mkdir()
