@@ -146,7 +146,7 @@ def inspect_store(url: str, *, verify: str = "quick", clean: bool = False) -> di
     holder = store.lease_holder()
     info["live_run"] = holder.describe() if holder is not None else None
     if info["stages"].get("model") == "complete":
-        summary = load_estimator(store).summary()
+        summary = load_estimator(store, k_hint=True).summary()
         info["model"] = {**summary, "has_centroids": info["stages"].get("labels") == "complete"}
     if info["stages"].get("metrics") == "complete":
         info["summary"] = json.loads(store.read_stage("metrics").attrs["summary"])
@@ -290,6 +290,8 @@ def report_data(url: Any) -> dict:
         return data
     summary = json.loads(store.read_stage("metrics").attrs["summary"])
     summary.setdefault("params", dict(store.params))
+    if summary.get("n_clusters_choice") is None:  # K given by hand: the rule's hint, computed now
+        summary["n_clusters_choice"] = load_estimator(store, k_hint=True).summary()["n_clusters_choice"]
     data.update(kind="run", title=f"mkdist run {store.url}", summary=summary,
                 embedding_sample=_embedding_sample(labels), assignment=None)
     return data
@@ -500,9 +502,12 @@ class ReportDraft:
 
 def _model_report_data(store) -> dict:
     """What the report draws from a run's model stage: the model's summary (stored with it;
-    a store written before it was, rebuilds the estimator)."""
+    a store written before it was, rebuilds the estimator), with the K rule's hint."""
     attrs = store.read_stage("model").attrs
-    return {"summary": json.loads(attrs["summary"]) if "summary" in attrs else load_estimator(store).summary()}
+    summary = json.loads(attrs["summary"]) if "summary" in attrs else None
+    if summary is None or summary.get("n_clusters_choice") is None:
+        summary = load_estimator(store, k_hint=True).summary()
+    return {"summary": summary}
 
 
 def _labels_report_data(store) -> dict:

@@ -145,10 +145,20 @@ def test_cluster_auto_writes_the_choice_to_the_model_stage(dask_client, tmp_path
     assert res.metrics["n_clusters"] == 4 and res.metrics["n_clusters_choice"]["n_clusters"] == 4
     assert res.store.params["n_clusters"] == "auto"
     assert len(res.metrics["cluster_sizes"]) == 4
-    # a range is stored as a list (JSON), and a given K gets the rule's hint
-    res = mkdist.cluster([da.from_array(v, chunks=(150, -1)) for v in views], str(tmp_path / "k3.zarr"), 3,
-                         n_landmarks=200, random_state=0)
-    hint = json.loads(res.store.read_stage("model").attrs["n_clusters_choice"])
+    # a given K: the run does not spend the rule's time on it; inspect and the report show the
+    # rule's hint, and a run that draws its report has it in its summary too
+    from mkdist.pipeline import inspect_store, report_data
+
+    url = str(tmp_path / "k3.zarr")
+    res = mkdist.cluster([da.from_array(v, chunks=(150, -1)) for v in views], url, 3, n_landmarks=200,
+                         random_state=0)
+    assert json.loads(res.store.read_stage("model").attrs["n_clusters_choice"]) is None
+    assert res.metrics["n_clusters"] == 3 and res.metrics["n_clusters_choice"] is None
+    for hint in (inspect_store(url)["model"]["n_clusters_choice"], report_data(url)["summary"]["n_clusters_choice"]):
+        assert hint["chosen_by_fit"] is False and hint["n_clusters"] == 4 and hint["asked"] == 3
+    res = mkdist.cluster([da.from_array(v, chunks=(150, -1)) for v in views], str(tmp_path / "k3r.zarr"), 3,
+                         n_landmarks=200, random_state=0, report=True)
+    hint = res.metrics["n_clusters_choice"]
     assert hint["chosen_by_fit"] is False and hint["n_clusters"] == 4 and res.metrics["n_clusters"] == 3
 
 
