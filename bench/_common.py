@@ -240,9 +240,9 @@ def run_pipeline(N: int, store: Path, *, report: bool = False, cluster: str = "t
         out["end_to_end_s"] = total = time.perf_counter() - t0
         peaks = worker_peak_rss(client)
         out["worker_rss_after_gib"] = {a: round(v / 2**30, 3) for a, v in client.run(vm_rss_bytes).items()}
-        # What the row tasks left the workers' allocator in (mkdist/_worker_env.py): "set" and a
+        # What the row tasks left the workers' allocator in (mkdist/_core/_worker_env.py): "set" and a
         # reused 4 MiB block is the fast state.
-        from mkdist._worker_env import _worker_malloc_state
+        from mkdist._core._worker_env import _worker_malloc_state
 
         out["worker_malloc"] = client.run(_worker_malloc_state)
         if report:

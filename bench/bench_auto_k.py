@@ -1,4 +1,4 @@
-"""Choosing K from the landmark spectrum (issue 25): ``mkdist._nclusters.choose_n_clusters``
+"""Choosing K from the landmark spectrum (issue 25): ``mkdist._core._nclusters.choose_n_clusters``
 against spectralcluster's eigengap and silhouette selection.
 
     python bench/bench_auto_k.py --part sets      [--datasets a,b] [--seeds 5] [--tag NAME] [--only-ours]
@@ -64,9 +64,9 @@ COLUMNS = ("ours", "ours-learned", "sc-affinity", "sc-graphcut", "silhouette")
 # ============================================================================ inputs
 def landmark_stack(views: list, seed: int):
     """(preprocessed kernel stack (m, n, n), landmark indices, seconds) as the MKC fit builds them."""
-    from mkdist._kernels import fit_kernels, fit_preprocessing, landmark_kernels, resolve_kernel_specs
-    from mkdist._mkc import default_n_landmarks
-    from mkdist._sampling import sample_landmark_indices
+    from mkdist._core._kernels import fit_kernels, fit_preprocessing, landmark_kernels, resolve_kernel_specs
+    from mkdist._methods._mkc import default_n_landmarks
+    from mkdist._core._sampling import sample_landmark_indices
 
     t0 = time.perf_counter()
     named = {f"view{i}": v for i, v in enumerate(views)}
@@ -108,7 +108,7 @@ def spectralcluster_ks(stack: np.ndarray, k_min: int, k_max: int, n_neighbors: i
     from spectralcluster import laplacian as sc_laplacian
     from spectralcluster import utils as sc_utils
 
-    from mkdist._nclusters import _kernel_sq_distances, _knn_graph
+    from mkdist._core._nclusters import _kernel_sq_distances, _knn_graph
 
     A = _knn_graph(_kernel_sq_distances(stack.mean(axis=0)), n_neighbors).toarray()
     n = A.shape[0]
@@ -154,8 +154,8 @@ def silhouette_k(views, k_min: int, k_max: int, seed: int, sample_rows: int = SI
 
 def choose_all(views, y, seed: int, *, silhouette: dict | bool = True, only_ours: bool = False) -> dict:
     """Every column's K for one (data, seed), with timings (``only_ours``: the ``ours`` column alone)."""
-    from mkdist._nclusters import choose_n_clusters, default_k_max
-    from mkdist._simplemkkm import simple_mkkm
+    from mkdist._core._nclusters import choose_n_clusters, default_k_max
+    from mkdist._core._simplemkkm import simple_mkkm
 
     stack, _, t_stack = landmark_stack(views, seed)
     n = stack.shape[1]
@@ -239,7 +239,7 @@ def run_cases(cases, path, seeds: int, timeout: float, only_ours: bool = False) 
     initialisation depends on the seed (the landmarks do not enter it).
     """
     import mkdist  # noqa: F401 - imported once, before the children fork
-    from mkdist._linalg import blas_threads
+    from mkdist._core._linalg import blas_threads
 
     path.parent.mkdir(parents=True, exist_ok=True)
     records = read_records(path)
@@ -268,7 +268,7 @@ def run_cases(cases, path, seeds: int, timeout: float, only_ours: bool = False) 
 def run_synthetic(args, path) -> None:
     """Each (K, separation, seed) is its own data (the generator's seed is the run's seed)."""
     import mkdist  # noqa: F401
-    from mkdist._linalg import blas_threads
+    from mkdist._core._linalg import blas_threads
 
     path.parent.mkdir(parents=True, exist_ok=True)
     done = {(r["dataset"], r["seed"]) for r in read_records(path)}
@@ -294,8 +294,8 @@ def run_cost(args) -> dict:
     from sklearn.cluster import KMeans
     from sklearn.metrics import silhouette_score
 
-    from mkdist._linalg import blas_threads
-    from mkdist._nclusters import choose_n_clusters, default_k_max
+    from mkdist._core._linalg import blas_threads
+    from mkdist._core._nclusters import choose_n_clusters, default_k_max
 
     views, _ = synthetic(args.n, 10, 0.4, 0)
     out: dict = {"N": args.n, "machine": machine()}
@@ -380,7 +380,7 @@ def explore_variants(Kc: np.ndarray, k_max: int) -> dict[str, int]:
     """Plain picks (largest gap in [2, k_max]) of the affinity / gap variants that were tried."""
     import scipy.linalg
 
-    from mkdist._nclusters import _kernel_sq_distances, _knn_graph
+    from mkdist._core._nclusters import _kernel_sq_distances, _knn_graph
 
     n = Kc.shape[0]
     D2 = _kernel_sq_distances(Kc)
@@ -426,8 +426,8 @@ def explore_variants(Kc: np.ndarray, k_max: int) -> dict[str, int]:
 
 
 def run_explore(args) -> dict:
-    from mkdist._linalg import blas_threads
-    from mkdist._nclusters import choose_n_clusters, default_k_max
+    from mkdist._core._linalg import blas_threads
+    from mkdist._core._nclusters import choose_n_clusters, default_k_max
 
     rows = []
     cases = [(name, (lambda p=path: load_multiview(p))) for name, path in multiview_sets().items()]

@@ -61,7 +61,7 @@ def library_run(src: str, store: str) -> float:
     import mkdist
 
     t0 = time.perf_counter()
-    from mkdist._worker_env import worker_malloc_settings
+    from mkdist._core._worker_env import worker_malloc_settings
 
     with worker_malloc_settings(), \
             LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c, Client(c):
@@ -127,7 +127,7 @@ def part_overhead(args):
 
 
 def part_resume(args):
-    import mkdist._base as pipeline  # the k-means of the labels stage is called from the estimator base
+    import mkdist._methods._base as pipeline  # the k-means of the labels stage is called from the estimator base
     from mkdist.flows import cluster_flow
 
     src = str(w1_input(args.n))

@@ -73,9 +73,9 @@ import numpy as np
 from _common import OUT, SHARED_DATA, emit, load_multiview, machine, multiview_sets, run_forked
 
 from mkdist import MultipleKernelClustering
-from mkdist._kmeans import kmeans
-from mkdist._late_fusion import LateFusionClustering, _fit_base
-from mkdist._sampling import sample_landmark_indices
+from mkdist._core._kmeans import kmeans
+from mkdist._methods._late_fusion import LateFusionClustering, _fit_base
+from mkdist._core._sampling import sample_landmark_indices
 from mkdist.errors import DegenerateKernelWarning
 from mkdist.metrics import ari, clustering_accuracy, nmi
 
@@ -186,7 +186,7 @@ def part_mfeat(args) -> dict:
     out["cached_path_check"] = {
         "labels_equal_plain_fit_seed0": bool(np.array_equal(fits0[0].model_.landmark_labels, default.labels_)),
         "note": "seeds 1.. reuse seed 0's base partitions, which are a plain fit's: the eigensolver's start "
-                "vector is fixed (mkdist._linalg) and the seed only draws the pilot rows that order the kernels"}
+                "vector is fixed (mkdist._core._linalg) and the seed only draws the pilot rows that order the kernels"}
 
     results = {}
     for order in (1, 2, 3, 0):
@@ -551,7 +551,7 @@ GRID_DIR = OUT / "late_fusion_grid"
 def _kernels_by_view_type(by_type: dict, views) -> list:
     """``{"sparse": [...], "dense": [...]}`` -> kernel specs per view: each entry names a set of
     STANDARD_KERNEL_SETS or a single kind ("cosine", "linear"); sparse as in ``kernels="auto"``."""
-    from mkdist._kernels import SPARSE_DENSITY, STANDARD_KERNEL_SETS, KernelSpec, view_density
+    from mkdist._core._kernels import SPARSE_DENSITY, STANDARD_KERNEL_SETS, KernelSpec, view_density
 
     specs = []
     for i, v in enumerate(views):

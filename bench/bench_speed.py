@@ -48,7 +48,7 @@ N_LLOYD = 20
 # ----------------------------------------------------------------------------- the floor
 def _floor_embed(model, views: dict, block_rows: int) -> np.ndarray:
     """The embedding of every row: the library's arithmetic in preallocated buffers."""
-    from mkdist._kernels import _power_families
+    from mkdist._core._kernels import _power_families
 
     proj = model.projected_kernels
     dtype = np.dtype(model.dtype)

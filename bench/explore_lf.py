@@ -27,10 +27,10 @@ import numpy as np
 from _common import load_multiview, multiview_sets
 from threadpoolctl import threadpool_limits
 
-from mkdist._late_fusion import _fit_base, _fit_fusion, _fit_seeds, _partition_copies
-from mkdist._graph import build_graph
-from mkdist._mkc import default_embedding_dim
-from mkdist._sampling import sample_landmark_indices
+from mkdist._methods._late_fusion import _fit_base, _fit_fusion, _fit_seeds, _partition_copies
+from mkdist._core._graph import build_graph
+from mkdist._methods._mkc import default_embedding_dim
+from mkdist._core._sampling import sample_landmark_indices
 from mkdist.metrics import clustering_accuracy
 from sklearn.cluster import KMeans
 

@@ -27,21 +27,21 @@ import lazy_loader as _lazy
 # Names load on first use (PEP 562), so `import mkdist` and the CLI's argument checks need
 # neither scikit-learn nor Dask: importing them takes 2-3 s on a 2-core machine, longer than a
 # refused argument may take.  The method registry names every built-in method without importing
-# it (mkdist._methods); a method's module registers its class when it is first used.
+# it (mkdist._methods._registry); a method's module registers its class when it is first used.
 __getattr__, __dir__, _ = _lazy.attach(
     __name__,
     submodules=["pipeline", "errors", "datasets", "metrics", "storage", "flows"],
     submod_attrs={
-        "_mkc": ["MKCModel", "MultipleKernelClustering", "default_n_landmarks", "embed", "spectral_diagnostics"],
-        "_nystrom": ["NystromSpectralClustering"],
-        "_power_kmeans": ["MultiViewRFFPowerKMeans", "RFFKernelPowerKMeans"],
-        "_late_fusion": ["LateFusionClustering"],
-        "_io": ["load_views"],
-        "_kernels": ["STANDARD_KERNEL_SETS", "FittedKernel", "KernelSpec", "rbf_grid"],
-        "_kmeans": ["KMeansResult", "kmeans"],
-        "_methods": ["MethodChoice", "available_methods", "choose_method", "get_method"],
-        "_pep": ["principal_eigenvalue_proportion"],
-        "_simplemkkm": ["SimpleMKKMResult", "average_kernel_kmeans", "simple_mkkm"],
+        "_methods._mkc": ["MKCModel", "MultipleKernelClustering", "default_n_landmarks", "embed", "spectral_diagnostics"],
+        "_methods._nystrom": ["NystromSpectralClustering"],
+        "_methods._power_kmeans": ["MultiViewRFFPowerKMeans", "RFFKernelPowerKMeans"],
+        "_methods._late_fusion": ["LateFusionClustering"],
+        "_pipeline._io": ["load_views"],
+        "_core._kernels": ["STANDARD_KERNEL_SETS", "FittedKernel", "KernelSpec", "rbf_grid"],
+        "_core._kmeans": ["KMeansResult", "kmeans"],
+        "_methods._registry": ["MethodChoice", "available_methods", "choose_method", "get_method"],
+        "_core._pep": ["principal_eigenvalue_proportion"],
+        "_core._simplemkkm": ["SimpleMKKMResult", "average_kernel_kmeans", "simple_mkkm"],
         "datasets": ["make_multiview_blobs"],
         "metrics": ["ari", "clustering_accuracy", "clustering_scores", "nmi", "purity"],
         "pipeline": ["ClusterResult", "RunConfig", "assign", "cluster", "load_estimator"],

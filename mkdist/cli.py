@@ -268,7 +268,7 @@ def _prefect_api_configured() -> bool:
 def _run_options(config_path: str | None, given: dict[str, Any], view_items: tuple[str, ...]) -> dict[str, Any]:
     """The config file's options overridden by the command line's; ``--view`` replaces the
     file's ``[views]`` table."""
-    from mkdist._tables import parse_view_option
+    from mkdist._pipeline._tables import parse_view_option
 
     merged = {**_load_config(config_path), **{k: v for k, v in given.items() if v is not None}}
     if view_items:
@@ -284,10 +284,10 @@ def _request(source: str, store: str, merged: dict[str, Any]):
     the parameters against the method's table, the input's metadata (a table's columns and
     views, nulls, row ids), the store path's kind, outputs overlapping inputs.  Returns
     (config, opened input, request key)."""
-    from mkdist._config import RunConfig
-    from mkdist._io import InputSource, refuse_file_store, refuse_overlap
+    from mkdist._pipeline._config import RunConfig
+    from mkdist._pipeline._io import InputSource, refuse_file_store, refuse_overlap
     from mkdist.storage._remote import probe_run
-    from mkdist._rerun import request_key
+    from mkdist._pipeline._rerun import request_key
 
     options = merged.get("storage_options")
     if options is not None and not (isinstance(options, dict) and all(isinstance(k, str) for k in options)):
@@ -324,7 +324,7 @@ def _refuse_missing_store(store: str) -> None:
     """
     import fsspec
 
-    from mkdist._tables import _suggest
+    from mkdist._pipeline._tables import _suggest
     from mkdist.errors import InputValidationError
     from mkdist.storage._remote import options_for, probe
 
@@ -340,7 +340,7 @@ def _refuse_missing_store(store: str) -> None:
 
 def _nothing_to_do(store: str, key: str, merged: dict[str, Any], overwrite: bool) -> dict | None:
     """The stored summary when the store holds this finished run and its outputs are there."""
-    from mkdist._rerun import finished_run
+    from mkdist._pipeline._rerun import finished_run
 
     if overwrite:
         return None
@@ -349,7 +349,7 @@ def _nothing_to_do(store: str, key: str, merged: dict[str, Any], overwrite: bool
         return None
     labels_out = merged.get("labels_out")
     if labels_out is not None:
-        from mkdist._io import labels_out_owner
+        from mkdist._pipeline._io import labels_out_owner
 
         owner = labels_out_owner(labels_out)
         url = store.rstrip("/") if "://" in store else os.path.abspath(store)
@@ -613,7 +613,7 @@ def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
         if not sep:
             raise BadInput(f"--drift-threshold {item!r}: write NAME=VALUE, e.g. cluster_tv=0.2")
         out[name.strip()] = value.strip()
-    from mkdist._drift import check_thresholds
+    from mkdist._pipeline._drift import check_thresholds
 
     check_thresholds(out)
     return out
@@ -647,8 +647,8 @@ def assign(model_store, source, output, labels_out, id_column, view_items, fail_
     t0 = time.perf_counter()
 
     def prepare():
-        from mkdist._io import InputSource
-        from mkdist._tables import parse_view_option
+        from mkdist._pipeline._io import InputSource
+        from mkdist._pipeline._tables import parse_view_option
 
         thresholds = _thresholds(drift_threshold)  # before mkdist.pipeline loads (2-3 s)
         _refuse_missing_store(model_store)
@@ -761,7 +761,7 @@ def demo(workdir, n_samples, n_workers, quiet, debug):
 
     def go():
         _handle_interrupts()
-        from mkdist._demo import run_demo
+        from mkdist._run._demo import run_demo
 
         return run_demo(workdir, n_samples=n_samples, n_workers=n_workers, progress=not quiet,
                         echo=None if quiet else _note)

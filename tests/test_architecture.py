@@ -1,5 +1,6 @@
-"""The shape of the code: imports point down (no cycles, function-level imports included), and
-the pipeline, flows and CLI ask the method registry instead of naming methods."""
+"""The shape of the code: every module sits in a layer, imports point down the layers (function-level
+imports included, no cycle inside a layer), and the pipeline, flows and CLI ask the method registry
+instead of naming methods."""
 
 from __future__ import annotations
 
@@ -18,8 +19,13 @@ PACKAGES = {"mkdist": ROOT / "mkdist", "mkdist.storage": ROOT / "storage", "mkdi
 def _modules() -> dict[str, Path]:
     out = {}
     for pkg, folder in PACKAGES.items():
-        for path in folder.glob("*.py"):
-            out[pkg if path.stem == "__init__" else f"{pkg}.{path.stem}"] = path
+        for path in folder.rglob("*.py"):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[0] in ("storage", "flows") and pkg == "mkdist":
+                continue
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([pkg, *parts])] = path
     return out
 
 
@@ -76,11 +82,61 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_no_import_cycle():
+#: The layers, lowest first.  A module imports modules of its own layer and of the layers below
+#: it only; each layer is a folder (or a few public modules), so the tree shows the layering.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundation", ("mkdist.errors", "mkdist.metrics", "mkdist.datasets")),
+    ("core", ("mkdist._core",)),          # row engine, validation, kernels, graphs, k-means, K rule
+    ("storage", ("mkdist.storage",)),     # run stores (Zarr), leases, remote locations
+    ("methods", ("mkdist._methods",)),    # registry, parameter tables, base classes, the methods
+    ("pipeline", ("mkdist._pipeline",)),  # configuration, inputs, stages, drift, Dask runtime
+    ("report", ("mkdist._report",)),      # summaries, inspect, figures, the page
+    ("run", ("mkdist._run",)),            # mkdist.cluster / assign end to end, the demo
+    ("facade", ("mkdist.pipeline",)),     # the public pipeline module
+    ("flows", ("mkdist.flows",)),         # Prefect flows over the facade
+    ("front", ("mkdist.cli", "mkdist")),  # the CLI and the package's lazy public names
+]
+
+
+def layer_of(module: str) -> int | None:
+    """Index in :data:`LAYERS` of a module: its folder's, or its own for a public module."""
+    for i, (_, members) in enumerate(LAYERS):
+        for m in members:
+            if module == m or (m != "mkdist" and module.startswith(m + ".")):
+                return i
+    return None
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that points up the layers, and every module outside them."""
+    out = [f"{m} is in no layer" for m in graph if layer_of(m) is None]
+    for module, deps in graph.items():
+        here = layer_of(module)
+        for d in sorted(deps):
+            there = layer_of(d)
+            if here is not None and there is not None and there > here:
+                out.append(f"{module} ({LAYERS[here][0]}) imports {d} ({LAYERS[there][0]})")
+    return out
+
+
+def test_imports_point_down_the_layers():
     graph = import_graph()
-    assert "mkdist._mkc" in graph and "mkdist.storage._store" in graph and "mkdist.flows.cluster" in graph
-    cycle = find_cycle(graph)
+    assert "mkdist._methods._mkc" in graph and "mkdist.storage._store" in graph and "mkdist.flows.cluster" in graph
+    assert layer_violations(graph) == []
+    cycle = find_cycle(graph)  # inside a layer
     assert cycle is None, " -> ".join(cycle)
+
+
+def test_layer_rule_finds_an_upward_import_and_a_module_outside_the_layers():
+    graph = {"mkdist._core._kmeans": {"mkdist._methods._base"}, "mkdist._methods._base": {"mkdist._core._kmeans"},
+             "mkdist._helpers": set()}
+    assert layer_violations(graph) == ["mkdist._helpers is in no layer",
+                                       "mkdist._core._kmeans (core) imports mkdist._methods._base (methods)"]
+
+
+def test_no_private_module_outside_a_layer_folder():
+    stray = sorted(p.name for p in (ROOT / "mkdist").glob("_*.py") if p.name != "__init__.py")
+    assert stray == [], f"private modules belong in a layer folder (mkdist/_core, _methods, ...): {stray}"
 
 
 def test_cycle_finder_finds_a_cycle():
@@ -99,8 +155,8 @@ def test_storage_and_flows_depend_on_the_library_only_through_its_public_layer()
 
 
 #: Code that orchestrates runs; it must not know any method by name.
-ORCHESTRATION = ["mkdist/_stages.py", "mkdist/_config.py", "mkdist/_report.py", "mkdist/pipeline.py",
-                 "mkdist/cli.py", "mkdist/_demo.py", "flows/cluster.py", "flows/assign.py", "flows/_runtime.py"]
+ORCHESTRATION = ["mkdist/_pipeline/_stages.py", "mkdist/_pipeline/_config.py", "mkdist/_report/_summary.py", "mkdist/pipeline.py",
+                 "mkdist/cli.py", "mkdist/_run/_demo.py", "flows/cluster.py", "flows/assign.py", "flows/_runtime.py"]
 
 
 @pytest.mark.parametrize("relpath", ORCHESTRATION)
@@ -108,7 +164,7 @@ def test_no_method_name_in_orchestration_code(relpath):
     names = set(mkdist.available_methods())
     tree = ast.parse((ROOT / relpath).read_text())
     found = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names]
-    assert not found, f"{relpath} names methods {found}; ask the registry (mkdist._methods) instead"
+    assert not found, f"{relpath} names methods {found}; ask the registry (mkdist._methods._registry) instead"
 
 
 # ----------------------------------------------------------------------------- lazy loading
@@ -126,11 +182,11 @@ def test_importing_mkdist_loads_no_numerical_stack_and_every_public_name_resolve
 
 @pytest.mark.parametrize("method", ["mkc", "nystrom", "rff-power", "mv-rff-power", "late-fusion"])
 def test_builtin_parameter_tables_are_the_ones_the_classes_check(method):
-    """The CLI checks arguments against mkdist._params without importing the class: the table
+    """The CLI checks arguments against mkdist._methods._params without importing the class: the table
     there must be exactly what the class collects along its bases (``register`` already checks
     that it names exactly the ``__init__`` parameters)."""
-    from mkdist._methods import BUILTIN_PARAMETERS, get_method
-    from mkdist._validation import collect_constraints
+    from mkdist._methods._registry import BUILTIN_PARAMETERS, get_method
+    from mkdist._core._validation import collect_constraints
 
     cls = get_method(method)
     module, table = BUILTIN_PARAMETERS[method]
@@ -141,8 +197,8 @@ def test_builtin_parameter_tables_are_the_ones_the_classes_check(method):
 def test_register_refuses_a_table_that_misses_a_parameter():
     from typing import ClassVar
 
-    from mkdist._base import MkdistEstimator
-    from mkdist._methods import register
+    from mkdist._methods._base import MkdistEstimator
+    from mkdist._methods._registry import register
 
     class Undeclared(MkdistEstimator):
         method: ClassVar[str] = "undeclared"

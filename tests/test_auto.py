@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import mkdist
-from mkdist._config import RunConfig
-from mkdist._methods import LATE_FUSION_MIN_DIM, choose_method, data_facts
+from mkdist._pipeline._config import RunConfig
+from mkdist._methods._registry import LATE_FUSION_MIN_DIM, choose_method, data_facts
 from mkdist.errors import InputValidationError
 from mkdist.pipeline import inspect_markdown, inspect_store
 

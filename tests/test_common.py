@@ -20,8 +20,8 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import mkdist
-from mkdist._methods import get_method, method_table_markdown
-from mkdist._validation import collect_constraints
+from mkdist._methods._registry import get_method, method_table_markdown
+from mkdist._core._validation import collect_constraints
 from mkdist.errors import DegenerateKernelWarning, EmbeddingStabilityWarning
 
 from .conftest import make_blobs_views, raise_if_dask_computes

@@ -133,7 +133,7 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, prefect_api):
-    from mkdist._demo import write_demo_input
+    from mkdist._run._demo import write_demo_input
 
     tmp = tmp_path_factory.mktemp("e2e")
     s = Stack(tmp, prefect_api)

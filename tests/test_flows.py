@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-import mkdist._base as base
+import mkdist._methods._base as base
 from mkdist import load_estimator
 from mkdist.metrics import clustering_accuracy
 from mkdist.storage import RunStore

@@ -229,7 +229,7 @@ def test_prefect_flow_path_when_a_server_is_configured(table, prefect_api, dask_
 
 
 def test_the_no_op_check_reads_the_store_layout_it_names(tmp_path):
-    """mkdist._rerun answers without importing the store layer: the pointer name it checks is
+    """mkdist._pipeline._rerun answers without importing the store layer: the pointer name it checks is
     the store's own, and a stage whose pointer is gone makes the run not finished."""
     import xarray as xr
 

@@ -1,10 +1,10 @@
-"""Graph utilities of late fusion (mkdist._graph): kNN, adaptive neighbours, filters, simplex QP."""
+"""Graph utilities of late fusion (mkdist._core._graph): kNN, adaptive neighbours, filters, simplex QP."""
 
 import numpy as np
 import pytest
 import scipy.sparse
 
-from mkdist._graph import (
+from mkdist._core._graph import (
     Graph, NeighborSpaces, adaptive_neighbor_weights, apply_filter, build_graph, filter_basis, knn, simplex_qp,
     smallest_k,
 )

@@ -8,7 +8,7 @@ import pytest
 import xarray as xr
 from dask.core import get_dependencies
 
-from mkdist._io import load_views, scan_views, views_fingerprint
+from mkdist._pipeline._io import load_views, scan_views, views_fingerprint
 from mkdist.errors import InputValidationError
 
 
@@ -103,7 +103,7 @@ def test_bad_paths(tmp_path):
 def test_a_labels_output_is_replaced_only_by_the_run_whose_store_wrote_it(tmp_path):
     """A resumed run (not finished: no mark to match yet) replaces the labels its own store wrote
     before its later stages were lost; another store's labels are refused."""
-    from mkdist._io import check_labels_out, write_labels_parquet
+    from mkdist._pipeline._io import check_labels_out, write_labels_parquet
     from mkdist.errors import StoreExistsError
 
     out = tmp_path / "labels.parquet"

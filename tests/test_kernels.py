@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from sklearn.metrics.pairwise import cosine_similarity, polynomial_kernel, rbf_kernel
 
-from mkdist._kernels import (
+from mkdist._core._kernels import (
     FittedKernel, KernelSpec, fit_kernels, fit_preprocessing, kernel_blocks, landmark_kernels,
     preprocess_block, resolve_kernel_specs, self_kernel,
 )
@@ -34,7 +34,7 @@ def test_kernel_blocks_match_reference(data, dtype):
 
 def test_one_gemm_per_view(data, monkeypatch):
     """All kernels of a view derive from a single X @ L.T."""
-    import mkdist._kernels as K
+    import mkdist._core._kernels as K
 
     X, L = data
     calls = []
@@ -127,7 +127,7 @@ def test_landmark_rows_of_a_block_equal_the_preprocessed_landmark_kernel(data, k
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_bandwidths_a_power_of_two_apart_share_one_exp(data, dtype, monkeypatch):
     """rbf sigmas 0.5, 1, 2, 4 (and laplacian 1, 2) from one exp each by squarings / roots."""
-    import mkdist._kernels as K
+    import mkdist._core._kernels as K
 
     X, L = data
     ks = [FittedKernel("v", "rbf", sigma=s) for s in (0.5, 1.0, 2.0, 4.0)] + [

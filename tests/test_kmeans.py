@@ -1,4 +1,4 @@
-"""The one k-means (mkdist._kmeans) for NumPy and Dask input."""
+"""The one k-means (mkdist._core._kmeans) for NumPy and Dask input."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
-from mkdist._kmeans import assign_labels, kmeans
+from mkdist._core._kmeans import assign_labels, kmeans
 
 from .conftest import CountingScheduler
 

@@ -6,11 +6,11 @@ import pytest
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from mkdist._kernels import nearest_center
-from mkdist._graph import apply_filter, build_graph
-from mkdist._late_fusion import LateFusionClustering, LateFusionModel, _FilterMoments, _fit_fusion, _fit_seeds
-from mkdist._methods import get_method
-from mkdist._state import StateArrays
+from mkdist._core._kernels import nearest_center
+from mkdist._core._graph import apply_filter, build_graph
+from mkdist._methods._late_fusion import LateFusionClustering, LateFusionModel, _FilterMoments, _fit_fusion, _fit_seeds
+from mkdist._methods._registry import get_method
+from mkdist._core._state import StateArrays
 from mkdist.errors import DegenerateKernelWarning, InputValidationError
 from mkdist.metrics import clustering_accuracy
 
@@ -199,7 +199,7 @@ def test_final_kmeans_on_all_points_or_landmark_clustering(blobs_views):
 def test_clusters_live_in_the_row_normalised_embedding(blobs_views):
     """normalize_embedding (default): H~ rows scaled to unit length before every k-means and
     every assignment; False: Algorithm 1's labels and centroids in the raw H~."""
-    from mkdist._linalg import unit_rows
+    from mkdist._core._linalg import unit_rows
 
     views, y = blobs_views
     for n_landmarks in (60, None):
@@ -241,7 +241,7 @@ def test_default_neighbours_are_ten_or_what_the_landmarks_allow(blobs_views):
 def test_near_constant_views_are_dropped(blobs_views):
     """A view with at least half of its pairs of landmark rows identical has its kernels dropped
     (else eq. 26 hands it all of gamma: ACM's view4); only such views is an error."""
-    from mkdist._late_fusion import identical_pair_share
+    from mkdist._methods._late_fusion import identical_pair_share
 
     views, y = blobs_views
     rng = np.random.default_rng(0)
@@ -274,7 +274,7 @@ def test_algorithm1_labels_are_the_nearest_centroid_labels(fitted, order, filter
 
 def test_fit_seeds_follow_the_integer_seed(blobs_views):
     """One integer seed -> (landmarks, base partitions, fusion) seeds, as bench_late_fusion.fit_seeds draws them."""
-    from mkdist._sampling import sample_landmark_indices
+    from mkdist._core._sampling import sample_landmark_indices
 
     views, _ = blobs_views
     assert _fit_seeds(7) == tuple(int(s) for s in np.random.RandomState(7).randint(np.iinfo(np.int32).max, size=3))
@@ -287,8 +287,8 @@ def test_fit_seeds_follow_the_integer_seed(blobs_views):
 def test_stage_by_stage_through_a_saved_model_equals_fit(blobs_views, n_landmarks):
     """The pipeline's stages (landmarks -> model -> embedding -> labels), with the model reloaded
     from its state between stages, give fit's labels."""
-    from mkdist._base import LANDMARK_EMBEDDING
-    from mkdist._sampling import gather_rows
+    from mkdist._methods._base import LANDMARK_EMBEDDING
+    from mkdist._core._sampling import gather_rows
 
     views, _ = blobs_views
     kw = dict(n_clusters=3, n_landmarks=n_landmarks, random_state=4, **FAST)
@@ -366,7 +366,7 @@ def test_kernels_with_one_partition_are_merged_into_algorithm1_on_all_copies(blo
     assert merged.filter_weights_[q] == merged.filter_weights_[p]
     assert merged.view_weights_.sum() == pytest.approx(1.0) and merged.filter_weights_.sum() == pytest.approx(1.0)
     # The same as Algorithm 1 on both copies (merging off): objective, gamma, the copies' summed mu, H~'s distances.
-    monkeypatch.setattr("mkdist._late_fusion._DUPLICATE_RTOL", -1.0)
+    monkeypatch.setattr("mkdist._methods._late_fusion._DUPLICATE_RTOL", -1.0)
     apart = LateFusionClustering(3, **params).fit(views)
     assert apart.merged_kernels_ == [] and apart.kept_kernels_.size == 4
     np.testing.assert_allclose(merged.objective_history_, apart.objective_history_, rtol=1e-4)

@@ -1,9 +1,9 @@
-"""Shared dense algebra (mkdist._linalg)."""
+"""Shared dense algebra (mkdist._core._linalg)."""
 
 import numpy as np
 import pytest
 
-from mkdist._linalg import unit_rows
+from mkdist._core._linalg import unit_rows
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

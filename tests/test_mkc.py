@@ -122,9 +122,9 @@ def test_model_state_round_trip(blobs):
 def test_fused_embedding_equals_reference(blobs, center, normalize):
     """The fused block (centring through the projection) equals sum_p alpha_p^2 P_p @ H D^-1, with
     P_p every out-of-sample kernel block preprocessed explicitly (the reference)."""
-    from mkdist._blocks import RowBlocks
-    from mkdist._kernels import kernel_blocks, preprocess_block, self_kernel
-    from mkdist._mkc import _embed_rows
+    from mkdist._core._blocks import RowBlocks
+    from mkdist._core._kernels import kernel_blocks, preprocess_block, self_kernel
+    from mkdist._methods._mkc import _embed_rows
 
     views, _ = blobs
     m = MultipleKernelClustering(3, n_landmarks=50, center=center, normalize=normalize,
@@ -141,7 +141,7 @@ def test_fused_embedding_equals_reference(blobs, center, normalize):
 
 
 def test_embedding_dim_widens_the_embedding(blobs):
-    from mkdist._mkc import default_embedding_dim
+    from mkdist._methods._mkc import default_embedding_dim
 
     assert [default_embedding_dim(k, 1000) for k in (2, 10, 11, 40)] == [4, 20, 11, 40]
     assert default_embedding_dim(10, 15) == 15 and default_embedding_dim(3, 3) == 3  # at most n landmarks
@@ -159,7 +159,7 @@ def test_embedding_dim_widens_the_embedding(blobs):
 
 
 def test_collapsed_weights_are_reported():
-    from mkdist._mkc import _warn_collapsed_weights
+    from mkdist._methods._mkc import _warn_collapsed_weights
     from mkdist.errors import DegenerateKernelWarning
 
     with pytest.warns(DegenerateKernelWarning, match="collapsed onto b .* compare with weights='uniform'"):

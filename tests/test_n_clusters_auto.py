@@ -1,7 +1,7 @@
 """``n_clusters="auto"`` and ``n_clusters=(k_min, k_max)`` (issue 25) through every surface: the
 estimators, ``mkdist.cluster`` and its store, the CLI with ``mkdist inspect``, and the report.
 
-The rule itself (``mkdist._nclusters.choose_n_clusters``) is tested in ``test_nclusters.py``;
+The rule itself (``mkdist._core._nclusters.choose_n_clusters``) is tested in ``test_nclusters.py``;
 here the data are small and well separated (or one blob, for "ambiguous") so that what is
 checked is the plumbing: who chooses, what is kept, what is shown, what is refused."""
 
@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import mkdist
-from mkdist._config import RunConfig
-from mkdist._nclusters import NClustersChoice
-from mkdist._report_html import build_figures
+from mkdist._pipeline._config import RunConfig
+from mkdist._core._nclusters import NClustersChoice
+from mkdist._report._html import build_figures
 from mkdist.errors import AmbiguousNClustersWarning, InputValidationError
 from mkdist.metrics import clustering_accuracy
 
@@ -123,8 +123,8 @@ def test_bad_n_clusters_are_refused_before_any_work(n_clusters, match):
 
 
 def test_set_of_methods_that_choose_k_is_the_tables():
-    from mkdist._methods import method_parameters
-    from mkdist._params import AUTO_N_CLUSTERS_METHODS
+    from mkdist._methods._registry import method_parameters
+    from mkdist._methods._params import AUTO_N_CLUSTERS_METHODS
 
     chooses = {m for m in mkdist.available_methods() if method_parameters(m)["n_clusters"][0].auto}
     assert chooses == set(AUTO_N_CLUSTERS_METHODS) == set(AUTO_METHODS)

@@ -1,4 +1,4 @@
-"""Choosing K from the landmark kernel (mkdist._nclusters)."""
+"""Choosing K from the landmark kernel (mkdist._core._nclusters)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from mkdist._nclusters import (
+from mkdist._core._nclusters import (
     RULE, NClustersChoice, choose_n_clusters, default_k_max, default_n_neighbors,
 )
 from mkdist.errors import InputValidationError
@@ -54,9 +54,9 @@ def test_two_touching_clusters_need_two_of_three_neighbourhood_sizes():
     # W1 (separation 1.0, K = 50, seed 1) on its 1000 landmarks, as a fit builds them: two of the
     # 50 clusters touch, and the 10-neighbour graph alone has its largest gap at 49 (the rule
     # before the three sizes chose 49); with 5 and 20 neighbours the gap is at 50.
-    from mkdist._kernels import fit_kernels, fit_preprocessing, landmark_kernels, resolve_kernel_specs
-    from mkdist._nclusters import _argmax_gap, _kernel_sq_distances, _knn_spectrum
-    from mkdist._sampling import sample_landmark_indices
+    from mkdist._core._kernels import fit_kernels, fit_preprocessing, landmark_kernels, resolve_kernel_specs
+    from mkdist._core._nclusters import _argmax_gap, _kernel_sq_distances, _knn_spectrum
+    from mkdist._core._sampling import sample_landmark_indices
     from mkdist.datasets import make_multiview_blobs
 
     views, _ = make_multiview_blobs(10_000, n_clusters=50, separation=1.0, random_state=1, as_dask=False,
@@ -242,7 +242,7 @@ def test_confidence_without_resamples_is_all_or_nothing():
 
 
 def test_import_needs_neither_sklearn_nor_dask():
-    code = ("import sys, mkdist._nclusters; "
+    code = ("import sys, mkdist._core._nclusters; "
             "print(sorted(m for m in ('sklearn', 'dask', 'distributed') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -11,7 +11,7 @@ from scipy.spatial.distance import cdist
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from mkdist._nystrom import NystromSpectralClustering, default_n_anchors
+from mkdist._methods._nystrom import NystromSpectralClustering, default_n_anchors
 from mkdist.errors import EmbeddingStabilityWarning, InputValidationError
 from mkdist.metrics import nmi
 
@@ -160,7 +160,7 @@ def test_numpy_and_dask_agree(data, chunks, block_rows, monkeypatch):
     blocks of at most BLOCK_ROWS rows."""
     da = pytest.importorskip("dask.array")
     X, y, X_new, _ = data
-    monkeypatch.setattr("mkdist._nystrom.BLOCK_ROWS", block_rows)
+    monkeypatch.setattr("mkdist._methods._nystrom.BLOCK_ROWS", block_rows)
     ref = NystromSpectralClustering(3, random_state=3).fit(X)
     Xd = da.from_array(X, chunks=(chunks, 5))
     m = NystromSpectralClustering(3, random_state=3).fit(Xd)

@@ -11,7 +11,7 @@ import pytest
 import xarray as xr
 
 import mkdist
-from mkdist._drift import DEFAULT_THRESHOLDS, drift_statistics
+from mkdist._pipeline._drift import DEFAULT_THRESHOLDS, drift_statistics
 from mkdist.errors import InputValidationError, StoreExistsError
 from mkdist.storage import RunStore
 

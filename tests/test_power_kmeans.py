@@ -15,8 +15,8 @@ import pytest
 from scipy.spatial.distance import cdist
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
-from mkdist._blocks import RowBlocks
-from mkdist._power_kmeans import (
+from mkdist._core._blocks import RowBlocks
+from mkdist._methods._power_kmeans import (
     LOG_WEIGHT_FLOOR,
     S0_GAP_FACTOR,
     MultiViewRFFPowerKMeans,
@@ -172,7 +172,7 @@ def test_one_iteration_matches_the_paper_formulas(cls, views, dtype, rtol, atol)
 def test_objective_never_increases_at_fixed_s(cls, views, dtype, rtol, monkeypatch):
     """Without annealing each iteration is an MM step: f_s (+ lam sum alpha log alpha) falls,
     to rounding (float32 features: ~1e-6 of f near the fixed point)."""
-    import mkdist._power_kmeans as module
+    import mkdist._methods._power_kmeans as module
 
     monkeypatch.setattr(module, "FEATURE_DTYPE", dtype)
     X, _ = views
@@ -189,7 +189,7 @@ def test_objective_never_increases_at_fixed_s(cls, views, dtype, rtol, monkeypat
 def test_fit_stops_when_the_objective_stalls_at_fixed_s(cls, views):
     """tol > 0: a pass at the s of the previous pass that lowers f by <= OBJECTIVE_RTOL of f ends
     the fit (the shift test alone runs on); annealing passes never do."""
-    import mkdist._power_kmeans as module
+    import mkdist._methods._power_kmeans as module
 
     X, _ = views
     est = _fit(cls, X, s0=-2.0, annealing=1.0, max_iter=40, tol=1e-30)
@@ -262,7 +262,7 @@ def overlapping():
 def test_merged_centroids_do_not_end_the_fit(overlapping, monkeypatch):
     """s0 near 0 first merges the centroids, where they barely move; the guard keeps
     annealing until they split again instead of stopping on the small shift."""
-    import mkdist._power_kmeans as module
+    import mkdist._methods._power_kmeans as module
 
     X, y = overlapping
     # the kept restart's own run (a consensus run starts at its final s, past the merging)
@@ -306,7 +306,7 @@ def test_a_cluster_whose_weight_mass_vanishes_is_reseeded(views):
 def test_feature_cache_gives_the_same_fit(views, monkeypatch):
     """NumPy input walks the cached features or recomputes them per block: same row
     functions on the same row blocks, so the same numbers."""
-    import mkdist._power_kmeans as module
+    import mkdist._methods._power_kmeans as module
 
     X, _ = views
     cached = _fit(MultiViewRFFPowerKMeans, X, chunk_size=40)
@@ -320,7 +320,7 @@ def test_feature_cache_gives_the_same_fit(views, monkeypatch):
 @pytest.fixture
 def recorded_restarts(monkeypatch):
     """Every restart a fit runs: (the restarter, its seed, its result)."""
-    import mkdist._power_kmeans as module
+    import mkdist._methods._power_kmeans as module
 
     calls = []
     run = module._Restarter.__call__
@@ -413,7 +413,7 @@ def test_partition_centroids_are_the_cluster_means():
 @pytest.fixture
 def recorded_consensus(monkeypatch):
     """The consensus runs a fit makes: (the consensus partition, the result of from_consensus)."""
-    import mkdist._power_kmeans as module
+    import mkdist._methods._power_kmeans as module
 
     calls = []
     consensus, continue_from = module._consensus_labels, module._Restarter.from_consensus
@@ -467,7 +467,7 @@ def test_consensus_continues_from_the_restarts_consensus(cls, overlapping, recor
 def test_auto_restarts_and_start_inits_are_sized_by_the_work_of_a_pass(views, monkeypatch, recorded_restarts):
     """n_init="auto" runs as many restarts (3 to 10) and each start as many k-means++ inits
     (1 to 10) as fit their work budgets in products n k F of a pass; an int n_init is kept."""
-    import mkdist._power_kmeans as module
+    import mkdist._methods._power_kmeans as module
 
     X, _ = views
     est = MultiViewRFFPowerKMeans(3, random_state=0).fit(X)
@@ -510,7 +510,7 @@ def test_a_restart_run_alone_gives_the_same_result(cls, overlapping, recorded_re
 def test_the_winner_is_refined_over_all_rows(views, monkeypatch, recorded_restarts):
     """Sample smaller than the data: the restarts run on the sample, then only the winner
     passes over all rows, from its final centroids and s, with lambda per point unchanged."""
-    import mkdist._power_kmeans as module
+    import mkdist._methods._power_kmeans as module
 
     monkeypatch.setattr(module, "INIT_SAMPLE_SIZE", 90)
     X, y = views
@@ -543,7 +543,7 @@ def test_dask_matches_numpy_with_one_compute_per_iteration(cls, views, dtype, rt
     import dask
     import dask.array as da
 
-    import mkdist._power_kmeans as module
+    import mkdist._methods._power_kmeans as module
 
     monkeypatch.setattr(module, "FEATURE_DTYPE", dtype)
     monkeypatch.setattr(module, "INIT_SAMPLE_SIZE", sample_size)
@@ -577,7 +577,7 @@ def test_distributed_features_are_persisted_within_the_memory_budget(views, dask
     float32 summation order."""
     import dask.array as da
 
-    import mkdist._power_kmeans as module
+    import mkdist._methods._power_kmeans as module
 
     # the features of all rows serve the refinement of the winner, when the sample is not all rows
     monkeypatch.setattr(module, "INIT_SAMPLE_SIZE", 100)
@@ -737,7 +737,7 @@ def test_summary_reports_views_kernels_and_pep(cls, views):
     (RFFKernelPowerKMeans, {"n_clusters": 151}, r"n_samples=150 should be >= n_clusters=151"),
 ])
 def test_bad_parameters_are_rejected_before_work(cls, params, match, views, monkeypatch):
-    import mkdist._power_kmeans as module
+    import mkdist._methods._power_kmeans as module
 
     X, _ = views
     # the checks must come before any work on the data

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import mkdist
-from mkdist._io import InputSource, open_input, scan_views
-from mkdist._tables import ParquetTable, parse_view_option, plan_views
+from mkdist._pipeline._io import InputSource, open_input, scan_views
+from mkdist._pipeline._tables import ParquetTable, parse_view_option, plan_views
 from mkdist.errors import InputValidationError
 
 from .conftest import make_blobs_views

@@ -17,11 +17,11 @@ from click.testing import CliRunner
 
 import mkdist
 from mkdist.cli import main
-from mkdist._base import MkdistEstimator
-from mkdist._blocks import RowBlocks
-from mkdist._kmeans import assign_labels, kmeans
-from mkdist._methods import registered
-from mkdist._validation import Interval
+from mkdist._methods._base import MkdistEstimator
+from mkdist._core._blocks import RowBlocks
+from mkdist._core._kmeans import assign_labels, kmeans
+from mkdist._methods._registry import registered
+from mkdist._core._validation import Interval
 
 from . import test_common as common
 from .conftest import make_blobs_views

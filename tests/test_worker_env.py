@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import mkdist
-from mkdist._worker_env import (
+from mkdist._core._worker_env import (
     _explicit_mmap_threshold, _temporary_reused, _worker_malloc_state, check_worker_malloc, tune_malloc,
 )
 

@@ -1,0 +1,1 @@
+"""The numerical core: row engine, validation, kernels, graphs, k-means, SimpleMKKM, the K rule."""

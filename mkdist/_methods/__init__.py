@@ -1,0 +1,1 @@
+"""The methods: registry, parameter tables, base estimators, one module per method."""

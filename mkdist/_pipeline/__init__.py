@@ -1,0 +1,1 @@
+"""The pipeline: run configuration, input readers, stages, drift, the Dask runtime."""

@@ -1,0 +1,790 @@
+"""The staged pipeline over a Zarr run store, for every registered method.
+
+A run's stages come from its method's stage plan (``MkdistEstimator.stage_plan``):
+
+* ``("landmarks", "model", "embedding", "labels")``: sample landmarks (their rows are
+  stored), fit on them on this process, embed every row across the cluster (stored), then
+  k-means on the stored embedding; the labels stage also holds the centroids;
+* ``("model", "labels")``: the estimator's own (distributed) ``fit``, then ``predict``.
+
+Each stage reads what earlier stages stored, writes its own output atomically and is
+skipped when the store already holds it complete, so a crashed or interrupted run resumes
+where it stopped.  The Prefect flows call these functions one task each; :func:`cluster`
+calls them in order.  No method name appears here: the pipeline asks the estimator class.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import copy
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .._core._blocks import report_passes
+from ._config import RunConfig
+from ._drift import check_thresholds, drift_statistics
+from ._io import InputSource, OpenedInput, check_labels_out, refuse_overlap, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
+from .._core._kmeans import assign_with_distance
+from .._methods._registry import AUTO_METHOD, get_method
+from .._core._sampling import gather_rows
+from .._core._state import dataset_to_state, state_to_dataset, to_jsonable
+from ..errors import DamagedStoreError, InputValidationError, MkdistError
+from ..metrics import clustering_scores
+
+__all__ = [
+    "check_run", "check_assign", "open_run", "writer_lease", "prepare_resume", "stage_plan", "run_stage", "merge_timings", "stage_landmarks", "stage_model", "stage_embedding", "stage_labels",
+    "stage_metrics", "load_estimator", "assign", "refuse_overlap", "persist_progress", "input_record", "like_model",
+]
+
+logger = logging.getLogger("mkdist")
+
+#: What a stage of this process computed and the next stage would otherwise read back from
+#: the store: the landmark rows (read in the input scan's pass).  Keyed by (store url, run
+#: params, what); a stage run in another process reads the store.
+_HANDOFF: dict[tuple[str, str, str], Any] = {}
+
+
+def _handoff_key(store, what: str) -> tuple[str, str, str]:
+    return (str(store.url), json.dumps(store.params, sort_keys=True), what)
+
+
+def _drop_handoffs(url: Any) -> None:
+    for key in [k for k in _HANDOFF if k[0] == str(url)]:
+        del _HANDOFF[key]
+
+
+#: Seconds a run's writer lease lives without a heartbeat (it beats every TTL / 4): a run
+#: killed with SIGKILL blocks its store for at most this long (MKDIST_LEASE_TTL overrides).
+LEASE_TTL = 60.0
+
+
+# ----------------------------------------------------------------------------- helpers
+@contextlib.contextmanager
+def _pass_progress(stage: str, enabled: bool, n_rows: int | None = None):
+    """With ``enabled``, one status line on stderr that counts the passes over the rows of an
+    iterative fit (power k-means, k-means, Nystrom's reductions: one pass per iteration),
+    which a progress bar per pass would turn into dozens of bars."""
+    if not enabled:
+        yield
+        return
+    from ._progress import stage_line
+
+    state = {"passes": 0, "seconds": 0.0}
+    t0 = time.perf_counter()
+
+    def rate(seconds: float) -> str:
+        return f", {n_rows / seconds:,.0f} rows/s" if n_rows and seconds > 0 else ""
+
+    def show(layer: str, seconds: float) -> None:
+        state["passes"] += 1
+        state["seconds"] += seconds
+        stage_line(f"{stage}: pass {state['passes']} over the rows ({layer}, {seconds:.1f} s{rate(seconds)})",
+                   final=False)
+
+    with report_passes(show):
+        yield
+    if state["passes"]:
+        stage_line(f"{stage}: {state['passes']} passes over {n_rows or 0:,} rows in "
+                   f"{time.perf_counter() - t0:.1f} s", final=True)
+
+
+def _persist(x, progress: bool = False, stage: str = "compute", n_rows: int = 0):
+    """Persist on the active scheduler and wait (with a progress line for ``stage`` if asked)."""
+    import dask
+
+    try:
+        from distributed import get_client, wait
+
+        client = get_client()
+    except (ImportError, ValueError):
+        client = None
+    if client is not None:
+        from distributed import futures_of
+
+        x = client.persist(x)
+        futures = futures_of(x)
+        try:
+            if progress:
+                from ._progress import track
+
+                track(x, stage, n_rows)
+            wait(futures)
+            failed = [f for f in futures if f.status == "error"]
+            if failed:
+                failed[0].result()  # raises the task's own exception
+        except BaseException:
+            # Release the failed keys: the scheduler would otherwise hand the same error to a
+            # re-run (same input, same deterministic keys) instead of recomputing.
+            client.cancel(futures, force=True)
+            raise
+        return x
+    if progress:
+        from ._progress import LocalRowsBar
+
+        with LocalRowsBar(stage, n_rows):
+            return dask.persist(x)[0]
+    return dask.persist(x)[0]
+
+
+def persist_progress(stage: str, n_rows: int, progress: bool):
+    """A ``compute(collections)`` for callers that take one: :func:`_persist` with a progress
+    line for ``stage``."""
+    return lambda collections: _persist(collections, progress, stage, n_rows)
+
+
+def as_store(store, mode: str = "r+"):
+    """A RunStore from a RunStore or a URL (stage functions accept both, so flows pass URLs)."""
+    from mkdist.storage import RunStore
+
+    return store if isinstance(store, RunStore) else RunStore.open(store, mode=mode)
+
+
+def _config(store) -> RunConfig:
+    return RunConfig(**store.params)
+
+
+def writer_lease(store: Any, owner: str | None = None):
+    """The run's writer lease on ``store`` (a context manager; one writer per store).
+
+    Taken before the store is created or reopened, held for the whole run (heartbeated), so a
+    second run on the same store is refused with ``StoreLockedError`` naming the live one.
+    """
+    from mkdist.storage import RunStore
+
+    target = store if isinstance(store, RunStore) else RunStore(store, mode="r+")
+    # MKDIST_LEASE_TTL: seconds without a heartbeat after which a killed run's lease expires.
+    return target.lease(owner=owner, ttl=float(os.environ.get("MKDIST_LEASE_TTL", LEASE_TTL)))
+
+
+def prepare_resume(store, stages: list[str] | None = None) -> dict[str, Any]:
+    """Make a reopened run safe to resume: remove crash leftovers, drop damaged stages.
+
+    Every stored stage is verified in full (each chunk against its checksum); the first
+    damaged stage in the plan's order (or ``stages``, for stores that are not runs, such as
+    an assignment's output) and every stage after it are deleted, so they are recomputed
+    instead of trusted.  Call it while holding the writer lease.
+
+    Returns
+    -------
+    dict
+        ``{"cleaned": [leftovers removed], "dropped": [stages deleted], "problems": [...],
+        "status": stage status after the repair}``.
+    """
+    store = as_store(store)
+    cleaned = store.clean_partials()
+    order = list(stages) if stages is not None else list(stage_plan(store)) + ["kernel_blocks", "metrics"]
+    status = store.stage_status(verify="full")
+    damaged = [s for s in order if status.get(s) == "damaged"]
+    problems, dropped = [], []
+    if damaged:
+        problems = [p for s in damaged for p in store.verify_stage(s, full=True)]
+        first = min(order.index(s) for s in damaged)
+        dropped = [s for s in order[first:] if status.get(s) in ("complete", "damaged")]
+        for s in dropped:
+            store.delete_stage(s, missing_ok=True)
+        logger.warning("store %s: %s damaged (%s); recomputing %s", store.url, ", ".join(damaged),
+                       "; ".join(problems), ", ".join(dropped))
+        status = store.stage_status(verify=None)
+    return {"cleaned": cleaned, "dropped": dropped, "problems": problems, "status": status}
+
+
+def stage_plan(store_or_config: Any) -> tuple[str, ...]:
+    """The stages a run executes, in order: its method's plan (an optional ``kernel_blocks``
+    stage is written with the embedding)."""
+    config = store_or_config if isinstance(store_or_config, RunConfig) else _config(as_store(store_or_config, "r"))
+    return tuple(config.estimator_class.stage_plan)
+
+
+def _int32(labels):
+    """Labels as int32, the store's label dtype (lazily on Dask arrays)."""
+    return labels.astype(np.int32)
+
+
+# ----------------------------------------------------------------------------- opening a run
+def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False,
+              chunk_rows: int | None = None):
+    """Every check of a run that reads no data, and writes nothing.
+
+    The store must not overlap the input (when the input is a location); every parameter is
+    checked against the input's metadata (shapes, views); a store that holds another run is
+    refused unless ``overwrite``, as is a store another live run is writing (even with
+    ``overwrite``).  ``config.random_state=None`` adopts the seed of a stored run of the same
+    input (to resume it); ``config.method="auto"`` is resolved to a method here (in place).
+
+    Returns
+    -------
+    views : dict of str to dask.array.Array
+    fingerprint : str
+    existing : RunStore or None
+        The store at the location, if there is one (opened read-only).
+
+    Raises
+    ------
+    InputValidationError, StoreExistsError, StoreLockedError, SchemaVersionError, DamagedStoreError
+    """
+    config.check_params()  # first: a bad argument is refused before the input (or xarray) is opened
+    opened = views if isinstance(views, OpenedInput) else None
+    refuse_overlap(store_url, input=opened.source.location if opened is not None else views)
+    from mkdist.storage import RunStore
+
+    views = opened.load() if opened is not None else load_views(views, chunk_rows=chunk_rows)
+    if config.method == AUTO_METHOD:
+        config.resolve(views)
+        config.check_params()
+        logger.info("method='auto' chose %r: %s", config.method, config.auto["reason"])
+    config.validate(views)
+    fingerprint = views_fingerprint(views)
+    existing = None
+    try:
+        existing = RunStore.open(store_url, mode="r")
+    except FileNotFoundError:
+        pass
+    except DamagedStoreError:
+        if not overwrite:
+            raise
+    if existing is not None:
+        existing.check_no_other_writer(f"a run of {config.method!r}")
+        stored_seed = existing.params.get("random_state")
+        if config.random_state is None and stored_seed is not None and existing.fingerprint == fingerprint:
+            config.random_state = int(stored_seed)
+        if not overwrite and config.random_state is not None:
+            existing.check_same_run(fingerprint, config.to_json())
+    return views, fingerprint, existing
+
+
+def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False, progress: bool = False):
+    """Check the run (:func:`check_run`), scan the input, then create or reopen the run store.
+
+    The scan is one pass over the data before anything is written: NaN/inf (with view,
+    chunk and row), values whose squared distances overflow or underflow, constant views.  A
+    store that holds the same run is reopened for resuming (its stored input statistics are
+    reused: no pass); a new seed is drawn when none is given or stored.
+
+    Returns
+    -------
+    RunStore
+    """
+    from mkdist.storage import RunStore
+
+    opened = views if isinstance(views, OpenedInput) else None
+    views, fingerprint, existing = check_run(store_url, views, config, overwrite=overwrite)
+    described = {} if opened is None else {"feature_names": opened.feature_names,
+                                           "describe_row": opened.describe_row}
+    n_rows = int(next(iter(views.values())).shape[0])
+    if config.random_state is None:
+        config.random_state = int(np.random.SeedSequence().entropy % (2**31 - 1))
+    same_run = existing is not None and not overwrite and existing.fingerprint == fingerprint
+    stats = existing.attrs.get("input_stats") if same_run else None
+    landmarks = None
+    if stats is None:
+        # The landmark rows are read in the scan's pass (each chunk once) when the plan needs them.
+        if "landmarks" in stage_plan(config) and not (same_run and existing.is_complete("landmarks")):
+            idx = config.make_estimator().sample_landmarks(views, config.random_state)
+            with _pass_progress("scan input", progress, n_rows):
+                stats, rows = scan_views(views, gather=idx, **described)
+            landmarks = (idx, rows)
+        else:
+            with _pass_progress("scan input", progress, n_rows):
+                stats = scan_views(views, **described)
+    run = RunStore.create(store_url, fingerprint=fingerprint, params=config.to_json(), overwrite=overwrite)
+    if "input_stats" not in run.attrs:
+        run.update_attrs(input_stats=stats)
+    if opened is not None and "input" not in run.attrs:
+        # How the input's columns became views: an assignment of a new batch reads it the same way.
+        run.update_attrs(input=input_record(opened))
+    _drop_handoffs(run.url)
+    if landmarks is not None:
+        _HANDOFF[_handoff_key(run, "landmarks")] = landmarks
+    return run
+
+
+def input_record(opened: OpenedInput) -> dict[str, Any]:
+    """What a run store keeps of its input: location, kind, views (a table's columns per view),
+    id and label columns."""
+    record = {"location": opened.source.location, "kind": opened.kind, "n_rows": opened.n_rows,
+              "id_column": opened.source.id_column, "label_column": opened.source.label_column}
+    if opened.plan is not None:
+        record["views"] = opened.plan.views
+    return record
+
+
+def like_model(source: Any, model) -> Any:
+    """A new batch read as the model's input was: a table without declared views gets the
+    model's columns per view, and the model's id column when it has that column."""
+    from ._io import InputSource, as_input
+
+    source = as_input(source)
+    record = model.attrs.get("input") or {}
+    if not isinstance(source, InputSource) or not record.get("views") or not source.is_table:
+        return source
+    changes = {}
+    if source.views is None:
+        changes["views"] = record["views"]
+    if source.id_column is None and record.get("id_column"):
+        from ._tables import ParquetTable
+
+        if record["id_column"] in ParquetTable.open(source.location, source.storage_options).columns:
+            changes["id_column"] = record["id_column"]
+    return dataclasses.replace(source, **changes) if changes else source
+
+
+#: What check_assign refuses while a live run writes the model store.
+_READ_UNFINISHED = "Labelling with the model it is still writing"
+
+
+def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
+                 chunk_rows: int | None = None):
+    """Every check of an assignment that reads no data, and writes nothing.
+
+    The output must not overlap the model store or the input; the model store must hold a
+    finished run, and one that is not (or is gone) because a live run is writing it (a refit
+    replacing the model) is refused with ``StoreLockedError``; the input's views and features
+    must match the model; an output store that holds another assignment (unless
+    ``overwrite``), or that another live run writes, is refused.
+
+    Returns
+    -------
+    estimator, views, fingerprint
+    """
+    from mkdist.storage import RunStore
+
+    refuse_overlap(output, model_store=model_store, input=source)
+    try:
+        src = as_store(model_store, mode="r")
+    except (FileNotFoundError, DamagedStoreError):
+        # A live run (a refit) replacing the model store wipes it first: say that, as
+        # StoreLockedError, which a caller may wait out (the assign flow's ``lease_wait``).
+        RunStore(model_store, mode="r").check_no_other_writer(_READ_UNFINISHED)
+        raise
+    if not src.is_complete("labels"):
+        src.check_no_other_writer(_READ_UNFINISHED)
+        raise InputValidationError(f"the run in {src.url} is not finished (its labels stage is not complete): "
+                                   "finish it first (re-run it to resume).")
+    est = load_estimator(src)
+    source = like_model(source, src)
+    opened = source.open() if isinstance(source, InputSource) else None
+    views = opened.load() if opened is not None else load_views(source, chunk_rows=chunk_rows)
+    est.predict(views)  # lazy: checks the views against the model, computes nothing
+    fingerprint = views_fingerprint(views)
+    try:
+        out = RunStore.open(output, mode="r")
+    except FileNotFoundError:
+        out = None
+    except DamagedStoreError:
+        if not overwrite:
+            raise
+        out = None
+    if out is not None:
+        out.check_no_other_writer("an assignment")
+        if not overwrite:
+            out.check_same_run(fingerprint, _assign_params(src))
+    return est, views, fingerprint, opened
+
+
+def _assign_params(src) -> dict[str, Any]:
+    return {"model_store": str(src.url), "model_fingerprint": src.fingerprint}
+
+
+# ----------------------------------------------------------------------------- stages
+def stage_landmarks(store, views: Any) -> float:
+    """Sample the landmarks reproducibly and store their rows.  Returns seconds (0 if resumed
+    or not in the run's plan).
+
+    ``store`` is a RunStore or its URL; ``views`` anything :func:`mkdist.load_views` reads.
+    """
+    import xarray as xr
+
+    store = as_store(store)
+    config = _config(store)
+    if "landmarks" not in stage_plan(config) or store.is_complete("landmarks"):
+        return 0.0
+    t0 = time.perf_counter()
+    handed = _HANDOFF.pop(_handoff_key(store, "landmarks"), None)
+    if handed is not None:
+        idx, rows = handed
+    else:
+        views = load_views(views)
+        idx = config.make_estimator().sample_landmarks(views, config.random_state)
+        rows = gather_rows(views, idx)
+    ds = xr.Dataset({"landmark_index": (("landmark",), idx)})
+    for name, r in rows.items():
+        ds[f"X__{name}"] = (("landmark", f"feature__{name}"), r)
+    ds.attrs["view_names"] = list(rows)
+    ds.attrs["elapsed_s"] = time.perf_counter() - t0  # provenance: what this stage cost when it ran
+    store.write_stage("landmarks", ds)
+    return time.perf_counter() - t0
+
+
+def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
+    """Fit the run's model: on the stored landmarks (on this process) when the plan has a
+    landmarks stage, else the estimator's own (distributed) ``fit`` on ``views``."""
+    store = as_store(store)
+    if store.is_complete("model"):
+        return 0.0
+    t0 = time.perf_counter()
+    config = _config(store)
+    est = config.make_estimator()
+    if "landmarks" in stage_plan(config):
+        ds = store.read_stage("landmarks")
+        rows = {n: np.asarray(ds[f"X__{n}"].values) for n in ds.attrs["view_names"]}
+        est.fit_landmarks(rows, np.asarray(ds["landmark_index"].values), config.random_state)
+    else:
+        views = load_views(views)
+        with _pass_progress("model", progress, int(next(iter(views.values())).shape[0])):
+            est.fit(views)
+    ds = state_to_dataset(est.model_state(), config.method)
+    summary = est.summary()
+    ds.attrs["n_clusters"] = int(est.n_clusters_)
+    # The K rule's choice when n_clusters was "auto" or a range ("null" otherwise).  On a K
+    # given by hand the rule's hint is computed where it is shown (report, inspect: see
+    # load_estimator's k_hint), not here: 1.0 s of a 1M-row W1 run, on one core while the
+    # workers waited for the model.
+    ds.attrs["n_clusters_choice"] = json.dumps(summary["n_clusters_choice"])
+    # What reports show of the model, kept with it: a report drawn while the run goes on reads
+    # this instead of rebuilding the estimator (mkdist._report._summary.ReportDraft).
+    ds.attrs["summary"] = json.dumps(summary)
+    timings = dict(getattr(est, "diagnostics_", {}).get("timings", {}))
+    ds.attrs["timings"] = to_jsonable(timings)
+    ds.attrs["elapsed_s"] = time.perf_counter() - t0
+    store.write_stage("model", ds)
+    return time.perf_counter() - t0
+
+
+#: Model states read recently, by (store, model stage token, labels stage token): the stages
+#: of one run rebuild the same model three or four times, and each read of its arrays (checked
+#: against their checksums) took 0.25 s at 1M rows.  A rewritten stage has a new token.
+_MODEL_STATES: collections.OrderedDict = collections.OrderedDict()
+_MODEL_STATES_KEPT = 4
+
+
+def load_estimator(store, *, k_hint: bool = False):
+    """The fitted estimator of a run store, rebuilt from arrays + JSON (any method, no pickle).
+
+    For a landmark-embedding run the centroids come from the ``labels`` stage once it is
+    complete (before that the estimator transforms but does not predict).  Each call returns
+    a new estimator; the arrays are read once per stored content (see ``RunStore.stage_token``).
+
+    With ``k_hint`` the estimator carries the K rule's verdict (``summary()["n_clusters_choice"]``)
+    also when K was given by hand: the rule runs on the landmark kernel (~1 s at 1000
+    landmarks), once per stored model in this process; later loads of the same model, with or
+    without ``k_hint``, carry it too (a run that draws its report shows it in its summary).
+    """
+    store = as_store(store, mode="r")
+    key = (str(store.url), store.stage_token("model"), store.stage_token("labels"))
+    cached = _MODEL_STATES.get(key) if key[1] is not None else None
+    if cached is None:
+        ds = store.read_stage("model")  # refuses a missing, unfinished or damaged stage by name
+        method = ds.attrs.get("method")
+        state = dataset_to_state(ds)
+        if "embedding" in get_method(method).stage_plan and key[2] is not None:
+            labels = store.read_stage("labels")
+            state["arrays"]["cluster_centers"] = (("cluster", "component"),
+                                                  np.asarray(labels["cluster_centers"].values))
+        # A hint computed on this model before its labels stage was stored holds after it.
+        hint = next((st["attrs"]["n_clusters_hint"] for k, (_, st) in _MODEL_STATES.items()
+                     if k[:2] == key[:2] and st["attrs"].get("n_clusters_hint")), None)
+        if hint is not None and not state["attrs"].get("n_clusters_hint"):
+            state["attrs"]["n_clusters_hint"] = hint
+        cached = _MODEL_STATES[key] = (method, state)
+        while len(_MODEL_STATES) > _MODEL_STATES_KEPT:
+            _MODEL_STATES.popitem(last=False)
+    method, state = cached
+    est = get_method(method).from_model_state(copy.deepcopy(state))
+    if k_hint and est.__dict__.get("n_clusters_choice_") is None and "_n_clusters_hint" not in est.__dict__:
+        hint = est.n_clusters_hint()
+        if hint is not None and key[1] is not None:
+            state["attrs"]["n_clusters_hint"] = hint.as_dict()
+    return est
+
+
+def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, float]:
+    """The embedding of every row across the cluster, written to the store (and the kernel
+    blocks if the run asked for them).  Returns ``{"embed_s", "write_s"}`` (zeros if resumed):
+    ``embed_s`` includes writing the embedding (one pass), ``write_s`` the kernel blocks."""
+    import xarray as xr
+
+    store = as_store(store)
+    config = _config(store)
+    plan = stage_plan(config)
+    if "embedding" not in plan or (store.is_complete("embedding") and (
+            not config.write_kernel_blocks or store.is_complete("kernel_blocks"))):
+        return {"embed_s": 0.0, "write_s": 0.0}
+    views = load_views(views)
+    est = load_estimator(store)
+    t_embed = t_write = 0.0
+    if not store.is_complete("embedding"):
+        t0 = time.perf_counter()
+        # Each task embeds a row chunk and writes it: the embedding is never held in worker
+        # memory (N x K floats: 0.4 GB per worker at 10M W1 rows on 2 workers, which made the
+        # workers' peak grow with N); k-means streams it back from the store.
+        ds = xr.Dataset({"embedding": (("sample", "component"), est.transform(views))})
+        # Uncompressed: zstd saves 8% on these floats and cost 2-3x the read time of each of
+        # the k-means passes (measured on W1, 50,000 x 20 float32 chunks: 9-11 ms vs 3-4 ms).
+        ds["embedding"].encoding["compressors"] = None
+        n_rows = int(next(iter(views.values())).shape[0])
+        store.write_stage_lazy("embedding", ds).commit(lambda delayed: _persist(delayed, progress, "embedding", n_rows))
+        t_embed = time.perf_counter() - t0
+    if config.write_kernel_blocks and not store.is_complete("kernel_blocks"):
+        t0 = time.perf_counter()
+        P, names = est.kernel_blocks(views)
+        store.write_stage("kernel_blocks", xr.Dataset({"P": (("kernel", "sample", "landmark"), P)},
+                                                      attrs={"kernel_names": names}))
+        t_write += time.perf_counter() - t0
+    return {"embed_s": t_embed, "write_s": t_write}
+
+
+#: Rows of every run kept for its report (the 2-D view of the embedding, the distance
+#: distribution): evenly spaced over the input, so a report never reads the whole embedding.
+REPORT_ROWS = 20_000
+
+
+def report_rows(n_rows: int, size: int = REPORT_ROWS) -> np.ndarray:
+    """Sorted, evenly spaced row indices of the report sample, shape (min(N, size),)."""
+    return np.unique(np.linspace(0, n_rows - 1, num=min(n_rows, size)).round().astype(np.int64))
+
+
+def principal_components(X, n_components: int = 16) -> np.ndarray:
+    """The rows of X on their top principal components (at most ``n_components``), float32.
+
+    What a report draws (the first two) and keeps small whatever the embedding's width
+    (late fusion's and the RFF feature spaces have hundreds of columns).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    X = X - X.mean(axis=0)
+    if X.shape[0] < 2:
+        return X[:, :n_components].astype(np.float32)
+    U, s, _ = np.linalg.svd(X, full_matrices=False)
+    r = min(n_components, s.size)
+    return (U[:, :r] * s[:r]).astype(np.float32)
+
+
+def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[str, float]:
+    """Label every row: k-means on the stored embedding (the centroids are stored with the
+    labels), or the fitted estimator's assignment for fit-predict methods.
+
+    Besides ``labels`` (sample,) the stage holds ``distance`` (sample,), each row's squared
+    distance to its centre, ``cluster_sizes`` (cluster,), and the report sample: ``report_index`` (report_row,),
+    ``report_labels`` (report_row,) and ``report_embedding`` (report_row, component), so that a
+    report reads neither the embedding nor the labels of every row.  Its attrs hold
+    ``distance_p99``, the 99th percentile of the distances (what drift monitoring compares new
+    batches with).
+
+    Returns ``{"kmeans_s", "write_s"}`` (zeros if resumed).
+    """
+    import dask
+    import dask.array as da
+    import xarray as xr
+
+    store = as_store(store)
+    if store.is_complete("labels"):
+        return {"kmeans_s": 0.0, "write_s": 0.0}
+    config = _config(store)
+    est = load_estimator(store)
+    t0 = time.perf_counter()
+    attrs: dict[str, Any] = {}
+    variables: dict[str, Any] = {}
+    if "embedding" in stage_plan(config):
+        # Streamed from the store by every pass (k-means sample, Lloyd passes, labels), not
+        # persisted: worker memory stays independent of N (see stage_embedding).
+        H = store.read_stage("embedding")["embedding"].data
+        with _pass_progress("k-means", progress, int(H.shape[0])):
+            km = est.fit_centroids(H, config.random_state)  # None: the method keeps its landmark centroids
+        labels, distance = assign_with_distance(H, est.cluster_centers_)
+        shown = None
+        variables["cluster_centers"] = (("cluster", "component"), est.cluster_centers_)
+        if km is not None:
+            attrs = {"inertia": float(km.inertia), "kmeans_n_iter": int(km.n_iter)}
+    else:
+        views = load_views(views)
+        labels, distance = est.assign_with_distance(views)
+        shown = est.report_embedding(views)
+    idx = report_rows(int(labels.shape[0]))
+    if shown is None:
+        # The report rows of the stored embedding in a read of their own (cheap, it is stored
+        # uncompressed): gathered in the labels' pass, every embedding chunk read from the
+        # store had a second consumer and stayed in memory until the gather ran.
+        sample = np.asarray(H[idx].compute())
+        labels, distance = _persist((_int32(labels), distance.astype(np.float32)), progress, "labels",
+                                    int(labels.shape[0]))
+    else:
+        # One persist: the report sample shares the pass (and the input reads) with the labels.
+        labels, distance, sample = _persist((_int32(labels), distance.astype(np.float32), shown[idx]), progress,
+                                            "labels", int(labels.shape[0]))
+    # The sizes too: the labels are in memory now, and the metrics and the report need them.
+    sample, sample_distance, sample_labels, sizes = dask.compute(
+        sample, distance[idx], labels[idx], da.bincount(labels, minlength=int(est.n_clusters_)))
+    t_labels = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    variables.update({"labels": (("sample",), labels), "distance": (("sample",), distance),
+                      "cluster_sizes": (("cluster",), np.asarray(sizes, dtype=np.int64)),
+                      "report_index": (("report_row",), idx),
+                      "report_labels": (("report_row",), np.asarray(sample_labels)),
+                      "report_embedding": (("report_row", "report_component"), principal_components(sample))})
+    attrs["distance_p99"] = float(np.quantile(np.asarray(sample_distance, dtype=np.float64), 0.99))
+    store.write_stage("labels", xr.Dataset(variables, attrs={**attrs, "elapsed_s": t_labels}))
+    return {"kmeans_s": t_labels, "write_s": time.perf_counter() - t0}
+
+
+def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=None) -> dict[str, Any]:
+    """Cluster sizes, the model's summary, timings (and scores when ``y_true`` is given), stored."""
+    import dask.array as da
+    import xarray as xr
+
+    import dask
+
+    store = as_store(store)
+    labels = store.read_stage("labels")
+    lab = labels["labels"].data
+    # Read here, not through the cluster: the sizes are a few numbers, and the labels reach
+    # the client anyway to be scored (through a fresh cluster's workers the two reads took 9 s
+    # of a 200k-row re-run on a busy 2-core machine).
+    with dask.config.set(scheduler="threads"):
+        # Stored by the labels stage; a store written before it kept them: a bincount.
+        sizes = (labels["cluster_sizes"].values if "cluster_sizes" in labels
+                 else da.bincount(lab, minlength=load_estimator(store).n_clusters_).compute())
+        scores = clustering_scores(np.asarray(y_true), np.asarray(lab.compute())) if y_true is not None else None
+    kmeans = ({"inertia": labels.attrs["inertia"], "n_iter": labels.attrs["kmeans_n_iter"]}
+              if "inertia" in labels.attrs else None)
+    summary = {
+        **load_estimator(store).summary(),
+        "params": dict(store.params),
+        "N": int(lab.shape[0]),
+        "cluster_sizes": [int(s) for s in sizes],
+        "timings": dict(timings or {}),
+        "scores": scores,
+        "kmeans": kmeans,
+    }
+    summary = to_jsonable(summary)
+    ds = xr.Dataset({"cluster_sizes": (("cluster",), np.asarray(sizes, dtype=np.int64))})
+    ds.attrs["summary"] = json.dumps(summary)
+    store.write_stage("metrics", ds, overwrite=True)
+    store.update_attrs(summary=summary)
+    return summary
+
+
+#: The stage functions by stage name (the flows run the plan's stages through this table).
+_STAGE_FUNCTIONS = {
+    "landmarks": lambda store, views, progress: {"sample_s": stage_landmarks(store, views)},
+    "model": lambda store, views, progress: {"fit_s": stage_model(store, views, progress=progress)},
+    "embedding": lambda store, views, progress: stage_embedding(store, views, progress=progress),
+    "labels": lambda store, views, progress: stage_labels(store, views, progress=progress),
+}
+
+
+def run_stage(name: str, store, views: Any, *, progress: bool = False) -> dict[str, float]:
+    """Run one stage of the plan by name; returns its timings (seconds, zeros if resumed)."""
+    if name not in _STAGE_FUNCTIONS:
+        raise InputValidationError(f"unknown stage {name!r}; stages are {list(_STAGE_FUNCTIONS)}.")
+    return _STAGE_FUNCTIONS[name](store, views, progress)
+
+
+def merge_timings(parts: list[dict[str, float]]) -> dict[str, float]:
+    """The timings of several stages as one dict (seconds per kind, summed)."""
+    out: dict[str, float] = {"sample_s": 0.0, "fit_s": 0.0, "embed_s": 0.0, "kmeans_s": 0.0, "write_s": 0.0}
+    for part in parts:
+        for k, v in part.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+# ----------------------------------------------------------------------------- entry points
+def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
+           progress: bool = False, chunk_rows: int | None = None, labels_out: Any = None,
+           id_column: str | None = None, drift_thresholds: Mapping[str, float] | None = None) -> Any:
+    """Label new points with a stored model, no refit, and measure how far they drifted.
+
+    Parameters
+    ----------
+    model_store : str, Path or RunStore
+        A finished run store (its labels stage complete, so its centroids are known).
+    source : array, list/dict of arrays, xarray.Dataset or path/URL
+        The new points, with the same views and features as the training data.
+    output : str or Path
+        Store for the result: stage ``labels`` with ``labels`` and ``distance`` (sample,);
+        root attributes ``drift`` (see :func:`mkdist._pipeline._drift.drift_statistics`) and
+        ``input_stats`` (the batch's per-feature statistics).
+    labels_out : str or Path, optional
+        Also write every row's id, cluster and distance as Parquet (:func:`write_labels_parquet`).
+    id_column : str, optional
+        Column / coordinate of ``source`` holding the row ids (default: the row position).
+    drift_thresholds : dict, optional
+        Overrides of ``mkdist._pipeline._drift.DEFAULT_THRESHOLDS``.
+
+    Returns
+    -------
+    RunStore
+        The output store.
+    """
+    import dask
+    import dask.array as da
+    import xarray as xr
+
+    from mkdist.storage import RunStore
+
+    thresholds = check_thresholds(drift_thresholds)
+    est, vs, fingerprint, opened = check_assign(model_store, source, output, overwrite=overwrite,
+                                                chunk_rows=chunk_rows)
+    source = opened.source if opened is not None else source
+    id_column = id_column or (source.id_column if opened is not None else None)
+    src = as_store(model_store, mode="r")
+    if labels_out is not None:
+        refuse_overlap(labels_out, model_store=model_store, input=source, output=output)
+        check_labels_out(labels_out, overwrite, _assignment_mark(output, fingerprint),
+                         storage_options=getattr(source, "storage_options", None))
+        if opened is None:
+            load_ids(source, id_column, vs)  # a missing id is refused before any work
+    fit_labels = src.read_stage("labels")
+    fit_p99 = float(fit_labels.attrs["distance_p99"])
+    fitted_sizes = json.loads(src.read_stage("metrics").attrs["summary"])["cluster_sizes"]
+    described = {} if opened is None else {"feature_names": opened.feature_names, "describe_row": opened.describe_row}
+    with writer_lease(output, owner="mkdist.assign"):
+        out = RunStore.create(output, fingerprint=fingerprint, params=_assign_params(src), overwrite=overwrite)
+        if prepare_resume(out, ["labels"])["status"].get("labels") != "complete":
+            n_rows = int(next(iter(vs.values())).shape[0])
+            with _pass_progress("scan input", progress, n_rows):
+                batch_stats = scan_views(vs, **described)  # refuses NaN / overflow / constant views before any write
+            labels, distance = est.assign_with_distance(vs)
+            labels, distance = _persist((_int32(labels), distance.astype(np.float32)), progress, "assign",
+                                        int(labels.shape[0]))
+            sizes, beyond = dask.compute(da.bincount(labels, minlength=int(est.n_clusters_)),
+                                         (distance > fit_p99).mean())
+            drift = drift_statistics(fit_stats=src.attrs.get("input_stats") or {}, batch_stats=batch_stats,
+                                     fitted_sizes=fitted_sizes, batch_sizes=sizes,
+                                     share_beyond_fit_p99=float(beyond), thresholds=thresholds)
+            drift["fit_p99"] = fit_p99
+            out.write_stage("labels", xr.Dataset({"labels": (("sample",), labels),
+                                                  "distance": (("sample",), distance)},
+                                                 attrs={"drift": json.dumps(drift)}))
+            out.update_attrs(drift=drift, input_stats=batch_stats)
+        if labels_out is not None:
+            stored = out.read_stage("labels")
+            chunks = next(iter(vs.values())).chunks[0]
+            mark = {"store": str(out.url), "fingerprint": out.fingerprint, "labels": out.stage_token("labels")}
+            write_labels_parquet(labels_out, stored["labels"].data.rechunk((chunks,)),
+                                 stored["distance"].data.rechunk((chunks,)), load_ids(source, id_column, vs),
+                                 id_name=id_column or "row", overwrite=overwrite, mark=mark,
+                                 storage_options=getattr(source, "storage_options", None),
+                                 compute=persist_progress("labels-out", int(stored["labels"].shape[0]), progress))
+    return out
+
+
+def _assignment_mark(output: Any, fingerprint: str) -> dict[str, Any] | None:
+    """The labels-output mark of ``output`` when it already holds this batch's labels, else None."""
+    from mkdist.storage import RunStore
+
+    try:
+        out = RunStore.open(output, mode="r")
+    except (FileNotFoundError, MkdistError):
+        return None
+    if out.fingerprint != fingerprint or not out.is_complete("labels"):
+        return None
+    return {"store": str(out.url), "fingerprint": out.fingerprint, "labels": out.stage_token("labels")}

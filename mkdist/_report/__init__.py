@@ -1,0 +1,1 @@
+"""Reports: summaries and inspect, figures and the HTML page, the drawing process."""

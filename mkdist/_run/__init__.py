@@ -1,0 +1,1 @@
+"""The run driver: mkdist.cluster / assign end to end, and the demo."""

@@ -1,0 +1,502 @@
+"""The one run driver: what ``mkdist.cluster``, ``mkdist run`` and the Prefect flow all run.
+
+A run is checked first (:func:`plan_run`: parameters, the input's metadata, the store, the
+labels output and the report path -- no data read, nothing written), then driven
+(:func:`drive_run`): the store's writer lease, the input scan and the store opened, damaged
+stages dropped, the method's stages in order with the report drawn as they complete, the
+metrics, the labels out, the report.  Each of these steps goes through a ``step`` callable:
+called directly by ``mkdist.cluster`` and the command line, wrapped as a Prefect task by
+the flow, so the loop exists once.
+
+It sits above :mod:`mkdist._pipeline._stages` (the stages) and :mod:`mkdist._report._summary` (the report,
+which reads the stages' stores), so that a run can draw its report as it goes without an
+import cycle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .._pipeline._config import ClusterResult, RunConfig
+from .._pipeline._io import (
+    InputSource, OpenedInput, as_input, check_labels_out, load_ids, refuse_file_store, write_labels_parquet,
+)
+from .._methods._registry import DEFAULT_METHOD
+from .._pipeline._progress import stage_line
+from mkdist.storage._remote import probe_run, register_options
+from .._pipeline._rerun import FINISHED, request_key
+from .._report._summary import ReportDraft, assignment_summary, load_labels, write_report
+from .._pipeline._stages import (
+    as_store, assign, check_run, load_estimator, merge_timings, open_run, prepare_resume, refuse_overlap, run_stage,
+    stage_metrics, stage_plan, writer_lease,
+)
+from ..errors import InputValidationError
+
+__all__ = ["cluster", "plan_run", "drive_run", "drive_assign", "write_labels_out", "RunPlan", "direct_step",
+           "STEP_NAMES", "refit_inputs"]
+
+#: What each step of a run is called (the Prefect task names of the flow).
+STEP_NAMES = {"open": "validate-and-open-store", "landmarks": "sample-landmarks", "model": "fit-model",
+              "embedding": "embed-all-points", "labels": "label-all-points", "metrics": "metrics-and-summary",
+              "labels_out": "labels-out", "report": "run-report", "y_true": "labels-for-scoring",
+              "assign": "assign-new-points", "assign_report": "assignment-report"}
+
+Step = Callable[..., Any]
+
+
+def direct_step(name: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Run one step of a run in this process (what ``mkdist.cluster`` and the CLI do)."""
+    return fn(*args, **kwargs)
+
+
+@dataclasses.dataclass
+class RunPlan:
+    """A run, checked and decided before any work (:func:`plan_run`).
+
+    Attributes
+    ----------
+    source : InputSource or in-memory input
+    store : str or RunStore
+    config : RunConfig
+        Resolved: ``method="auto"`` chosen, a stored seed adopted.
+    views : dict of str to dask.array.Array
+        Lazy; nothing read.
+    opened : OpenedInput or None
+        A location's metadata (tables: the view plan and what was ignored).
+    existing : RunStore or None
+        The store at the location, if there was one.
+    labels_out : str or None
+    labels_action : {"write", "skip", "replace"} or None
+        What the run does with ``labels_out`` (skip: this run already wrote it).
+    complete : bool
+        Every stage of the plan (and the metrics) is stored for this run: nothing to compute.
+    overwrite : bool
+    report : bool or str
+    request : str or None
+        For a location's input: the request this run answers (:func:`mkdist._pipeline._rerun.request_key`),
+        recorded in the store when the run finishes, so that the same command again is a no-op.
+    """
+
+    source: Any
+    store: Any
+    config: RunConfig
+    views: dict
+    opened: Any
+    existing: Any
+    labels_out: str | None
+    labels_action: str | None
+    complete: bool
+    overwrite: bool
+    report: bool | str
+    id_column: str | None = None
+    request: str | None = None
+
+    def labels_mark(self, run) -> dict[str, Any]:
+        """What a labels output written from ``run`` records about it."""
+        return {"store": str(run.url), "fingerprint": run.fingerprint, "labels": run.stage_token("labels")}
+
+
+def plan_run(source: Any, store: Any, config: RunConfig, *, labels_out: Any = None, overwrite: bool = False,
+             report: bool | str = False, id_column: str | None = None) -> RunPlan:
+    """Every check of a run that reads no data and writes nothing, and what the run will do.
+
+    Parameters against the method's table, the input's metadata (a table's columns, views,
+    nulls and row ids; a Zarr/.npz layout), parameters against the input's shape, the store
+    (a file, another run, another live writer), the labels output (another run's, or already
+    written by this one) and the report path (overlapping the store or the input).
+
+    Raises
+    ------
+    InputValidationError, StoreExistsError, StoreLockedError, SchemaVersionError, DamagedStoreError
+    """
+    config.check_params()
+    # Remote locations first: a wrong key or an unreachable endpoint is one line, before any
+    # metadata is read and before anything is created.
+    probe_run(source.location if isinstance(source, InputSource) else None, store, labels_out,
+              _storage_options(source))
+    refuse_overlap(store, input=source)
+    if labels_out is not None:
+        refuse_overlap(labels_out, store=store, input=source)
+    if not isinstance(report, (bool, str, os.PathLike)):
+        raise InputValidationError(f"`report`={report!r} must be True, False or the report's path.")
+    if not isinstance(report, bool):
+        refuse_overlap(report, store=store, input=source)
+    refuse_file_store(store)
+    if isinstance(source, OpenedInput):
+        opened, source = source, source.source
+    else:
+        opened = source.open() if isinstance(source, InputSource) else None
+    request = request_key(opened.fingerprint, config.to_json()) if opened is not None else None
+    views, fingerprint, existing = check_run(store, opened if opened is not None else source, config,
+                                            overwrite=overwrite)
+    # check_run refused a store of another run; with a known seed, this is the same run.
+    same_run = (existing is not None and not overwrite and existing.fingerprint == fingerprint
+                and config.random_state is not None)
+    complete = same_run and all(existing.is_complete(s) for s in list(stage_plan(config)) + ["metrics"])
+    action = None
+    if labels_out is not None:
+        mark = None
+        if complete:
+            mark = {"store": str(existing.url), "fingerprint": existing.fingerprint,
+                    "labels": existing.stage_token("labels")}
+        action = check_labels_out(labels_out, overwrite, mark, _storage_options(source),
+                                  store=existing.url if existing is not None else None)
+    if isinstance(source, InputSource):
+        id_column = source.id_column
+    elif labels_out is not None and id_column is not None:
+        load_ids(source, id_column, views)  # an in-memory input without that coordinate: refused now
+    return RunPlan(source, store, config, views, opened, existing, None if labels_out is None else str(labels_out),
+                   action, complete, overwrite, report, id_column, request)
+
+
+def _storage_options(source: Any) -> dict | None:
+    return source.storage_options if isinstance(source, InputSource) else None
+
+
+@contextlib.contextmanager
+def _remove_if_unused(store: Any):
+    """A run refused or interrupted before it created its store leaves no directory behind
+    (the writer lease creates the location to hold its lease file)."""
+    import fsspec
+
+    from mkdist.storage._remote import options_for
+
+    raw = store.url if hasattr(store, "url") else os.fspath(store)
+    fs, path = fsspec.core.url_to_fs(raw, **options_for(raw))
+    existed = fs.exists(path)
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            with contextlib.suppress(OSError):
+                if fs.isdir(path) and not fs.ls(path):
+                    fs.rm(path, recursive=True)
+        raise
+
+
+def drive_run(plan: RunPlan, *, progress: bool = False, y_true: Any = None, label_key: str | None = None,
+              step: Step = direct_step, owner: str = "mkdist", echo: Callable[[str], None] | None = None
+              ) -> ClusterResult:
+    """Drive a checked run to its end: lease, scan and store, stages, metrics, labels out, report.
+
+    Parameters
+    ----------
+    plan : RunPlan
+        From :func:`plan_run`.
+    progress : bool, default=False
+        Progress of the passes over the rows on stderr, labelled by stage.
+    y_true : array-like of shape (N,), optional
+        Ground truth (adds scores to the metrics); or ``label_key``, a column/variable of the
+        source read by its own step.
+    step : callable ``step(name, fn, *args, **kwargs)``
+        How each step runs: :func:`direct_step`, or the flow's Prefect task wrapper.
+    owner : str
+        Who holds the store's lease (shown to a second writer).
+    echo : callable, optional
+        Where the run's one-line notes go (the input's columns, resumed stages).
+
+    Returns
+    -------
+    ClusterResult
+    """
+    config, store = plan.config, plan.store
+    t_all = time.perf_counter()
+    with _remove_if_unused(store), writer_lease(store, owner=owner):
+        run = step(STEP_NAMES["open"], open_run, store, plan.opened if plan.opened is not None else plan.source,
+                   config, overwrite=plan.overwrite, progress=progress)
+        resume = prepare_resume(run)
+        before = resume["status"]
+        stages = list(stage_plan(config))
+        done = [s for s in stages if before.get(s) == "complete"]
+        if len(done) < len(stages) and run.attrs.get(FINISHED):
+            run.update_attrs(**{FINISHED: None})  # no longer finished until this run is
+        if echo is not None and done:
+            echo(f"resuming: {', '.join(done)} already stored" + (
+                f"; damaged, recomputed: {', '.join(resume['dropped'])}" if resume["dropped"] else ""))
+        draft = ReportDraft(run) if plan.report and not plan.complete else None
+        try:
+            parts = []
+            for i, name in enumerate(stages, 1):
+                if progress and name not in done:
+                    stage_line(f"[{i}/{len(stages)}] {name}", final=True)
+                parts.append(step(STEP_NAMES.get(name, name), run_stage, name, run, plan.views, progress=progress))
+                if draft is not None:
+                    draft.stage_complete(name)
+            timings = merge_timings(parts)
+            timings["total_s"] = time.perf_counter() - t_all
+            stored = run.attrs.get("summary") if run.is_complete("metrics") else None
+            if len(done) == len(stages) and stored and (label_key is None or stored.get("scores")) \
+                    and y_true is None:
+                metrics = stored  # nothing was recomputed: the stored summary is this run's
+            else:
+                if y_true is None and label_key is not None:
+                    y_true = step(STEP_NAMES["y_true"], load_labels, plan.source, label_key)
+                metrics = step(STEP_NAMES["metrics"], stage_metrics, run, timings=timings, y_true=y_true)
+            labels_out = None
+            if plan.labels_out is not None:
+                labels_out = step(STEP_NAMES["labels_out"], _write_labels_out, run, plan, progress=progress)
+        except BaseException:
+            if draft is not None:
+                draft.close()
+            raise
+    written, report_timings = None, {}
+    if plan.report:
+        t0 = time.perf_counter()
+        target = None if plan.report is True else os.fspath(plan.report)
+        if draft is not None:
+            with draft:
+                written = step(STEP_NAMES["report"], write_report, run, target, draft=draft)
+            report_timings = {"tail_s": time.perf_counter() - t0, "foreground_s": draft.foreground_s,
+                              "background_cpu_s": draft.background_cpu_s, "timeline": dict(draft.timeline)}
+        else:
+            written = _existing_report(run, target) or step(STEP_NAMES["report"], write_report, run, target)
+    if plan.request is not None:
+        finished = {"request": plan.request, "labels_out": labels_out, "report": written,
+                    "stages": stages + ["metrics"]}
+        if run.attrs.get(FINISHED) != finished:
+            run.update_attrs(**{FINISHED: finished})
+    metrics = dict(metrics)
+    metrics["resumed_stages"] = done
+    metrics["computed_stages"] = [s for s in stages if s not in done]
+    if labels_out is not None:
+        metrics["labels_out"] = labels_out
+    if written is not None:
+        metrics["report"] = written
+    return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=load_estimator(run), store=run,
+                         timings=timings, skipped=done, metrics=metrics, report=written,
+                         report_timings=report_timings)
+
+
+def _existing_report(run, target: str | None) -> str | None:
+    """The report a finished run already wrote (a no-op re-run does not draw it again)."""
+    import fsspec
+
+    from mkdist.storage._remote import options_for
+
+    path = target or f"{str(run.url).rstrip('/')}.report.html"
+    fs, p = fsspec.core.url_to_fs(path, **options_for(path))
+    return path if fs.exists(p) and fs.info(p).get("mtime", 0) else None
+
+
+def _write_labels_out(run, plan: RunPlan, *, progress: bool = False) -> str:
+    """The run's labels as Parquet keyed by the input's ids (``plan.labels_out``), written from
+    the stored labels (no recompute); skipped when this run already wrote them."""
+    return write_labels_out(run, plan.labels_out, plan.source, id_column=plan.id_column, overwrite=plan.overwrite,
+                            views=plan.views, progress=progress)
+
+
+def write_labels_out(store: Any, labels_out: Any, source: Any, *, id_column: str | None = None,
+                     overwrite: bool = False, views: dict | None = None, progress: bool = False) -> str:
+    """A finished run's labels as Parquet keyed by its input's ids: id, cluster, distance per row.
+
+    Written from the stored labels (no recompute).  An output this run already wrote is left
+    as it is; one of another run (or any other file) is replaced only with ``overwrite``.
+
+    Parameters
+    ----------
+    store : RunStore or str
+    labels_out : str or Path
+    source : path/URL, InputSource or xarray.Dataset
+        The run's input (where the ids are read).
+    id_column : str, optional
+        Default: the source's (an InputSource's), else the row position.
+    views : dict of str to dask.array.Array, optional
+        The loaded views (their row chunks); read from ``source`` when not given.
+
+    Returns
+    -------
+    str
+    """
+    from .._pipeline._io import load_views
+    from .._pipeline._stages import persist_progress
+
+    run = as_store(store, mode="r")
+    source = as_input(source, id_column=id_column)
+    refuse_overlap(labels_out, store=run, input=source.location if isinstance(source, InputSource) else source)
+    id_column = source.id_column if isinstance(source, InputSource) else id_column
+    mark = {"store": str(run.url), "fingerprint": run.fingerprint, "labels": run.stage_token("labels")}
+    options = _storage_options(source)
+    if check_labels_out(labels_out, overwrite, mark, options) == "skip":
+        return str(labels_out)
+    views = views if views is not None else load_views(source)
+    stored = run.read_stage("labels")
+    chunks = next(iter(views.values())).chunks[0]
+    labels = stored["labels"].data.rechunk((chunks,))
+    distance = stored["distance"].data.rechunk((chunks,))
+    return write_labels_parquet(labels_out, labels, distance, load_ids(source, id_column, views),
+                                id_name=id_column or "row", overwrite=True, mark=mark, storage_options=options,
+                                compute=persist_progress("labels-out", int(labels.shape[0]), progress))
+
+
+def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], kernels: Any = None, n_landmarks: int | None = None,
+            random_state: int | None = None, *, method: str = DEFAULT_METHOD, views: Any = None,
+            id_column: str | None = None, overwrite: bool = False, progress: bool = False, y_true=None,
+            label_column: str | None = None, chunk_rows: int | None = None, labels_out: Any = None,
+            report: bool | str = False, storage_options: dict | None = None, **params) -> ClusterResult:
+    """Run the staged pipeline of a method on the active Dask scheduler, persisting every stage.
+
+    Parameters
+    ----------
+    source : array, list/dict of arrays, xarray.Dataset, path/URL or InputSource
+        Anything :func:`mkdist.load_views` reads: NumPy, Dask, xarray, Zarr, Parquet (a file,
+        a directory of files, a glob; any fsspec URL), .npy/.npz.
+    store : str or Path
+        Run store location (local directory or fsspec URL).  Reused for resuming when it
+        holds this input and these parameters; otherwise refused unless ``overwrite``.
+    n_clusters : int, "auto" or (k_min, k_max)
+        K; or "auto" / a range: the model stage chooses K from the landmark kernel (methods
+        ``mkc``, ``nystrom``, ``late-fusion``; others refuse it before any work).  The
+        choice (K, confidence, runner-up, candidates with their scores, rule) is stored in
+        the model stage's attrs (``n_clusters_choice``) and shown by ``mkdist inspect`` and
+        the report; an ambiguous one still fits with its best guess and says so.
+    kernels, n_landmarks
+        For the methods that have them (None: the method's default).
+    random_state : int, optional
+        One seed for the run (stored; drawn when None).
+    method : str, default=DEFAULT_METHOD ("mkc")
+        A registered method (``mkdist.available_methods()``), or "auto": the method and its
+        kernels are chosen from the input's shape by :func:`mkdist.choose_method`; the choice
+        and its reason are stored with the run (``store.params["auto"]``, shown by
+        ``mkdist inspect``).
+    views : mapping of str to list of str, optional
+        A table's views: view name -> columns or ``fnmatch`` patterns (``{"a": "a*", "b":
+        ["b0", "b1"]}``); default one view of every numeric column but the id and labels.
+        For Zarr/xarray/.npz inputs, a list of the variables that are views.
+    id_column : str, optional
+        Column / coordinate of a table or dataset holding the row ids: never a feature, and
+        the key of ``labels_out``; default: the row position.
+    overwrite : bool, default=False
+        Replace what is in the way: a store holding a different run (recomputed from scratch)
+        and an existing ``labels_out`` of another run.  A store of this same run is resumed.
+    progress : bool, default=False
+        Progress of the passes over the rows on stderr, labelled by stage, with rows/s.
+    y_true : array-like of shape (N,), optional
+        Ground truth; adds ACC/NMI/ARI/purity to the stored metrics.
+    label_column : str, optional
+        A column / variable of ``source`` holding the ground truth (never a feature).
+    chunk_rows : int, optional
+        Rows per chunk (see :func:`mkdist.load_views`).
+    labels_out : str or Path, optional
+        Also write every row's id, cluster and distance to its centre as Parquet; written
+        from the stored labels, and skipped when this run already wrote it.
+    report : bool or str, default=False
+        Also write the run report: True puts it next to the store (``<store>.report.html``),
+        a str is its path.  The model's figures are drawn while the rows are embedded
+        (:class:`mkdist._report._summary.ReportDraft`), so the report adds little to the run's time.
+    storage_options : dict, optional
+        fsspec options (credentials, endpoint) of every remote location of the run: ``source``,
+        ``store``, ``labels_out`` and the report.  Default: fsspec's configuration and the
+        environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``).
+        Resolved in this process and carried to the Dask workers with their tasks (they need
+        no credentials of their own); never stored.  Each remote location is probed before
+        any work: a wrong key or an unreachable endpoint raises
+        :class:`~mkdist.errors.StorageAccessError` with nothing created.
+    **params
+        Parameters of the method's estimator (e.g. ``weights="uniform"`` for ``mkc``),
+        ``method_params={...}``, or ``write_kernel_blocks=True``.
+
+    Returns
+    -------
+    ClusterResult
+
+    Examples
+    --------
+    >>> from distributed import Client, LocalCluster                       # doctest: +SKIP
+    >>> client = Client(LocalCluster(n_workers=2))                          # doctest: +SKIP
+    >>> result = mkdist.cluster("customers.parquet", "runs/c.zarr", 5, id_column="customer_id",
+    ...                         views={"a": "a*", "b": "b*"}, labels_out="labels.parquet")  # doctest: +SKIP
+    >>> result.labels[:10].compute(), result.timings                        # doctest: +SKIP
+    """
+    config = RunConfig.from_options(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
+                                    random_state=random_state, method=method, **params)
+    source = as_input(source, views=views, id_column=id_column, label_column=label_column, chunk_rows=chunk_rows,
+                      storage_options=storage_options)
+    # One set of options for every remote location of the run: the input's, the store's and the
+    # labels output's (the store is reopened from its URL by the stages and the report).
+    register_options(storage_options, store, labels_out, report if isinstance(report, str) else None,
+                     source.location if isinstance(source, InputSource) else None)
+    if not isinstance(source, InputSource) and (chunk_rows is not None or views is not None):
+        from .._pipeline._io import load_views
+
+        source = load_views(source, views=views, chunk_rows=chunk_rows)
+    plan = plan_run(source, store, config, labels_out=labels_out, overwrite=overwrite, report=report,
+                    id_column=id_column)
+    return drive_run(plan, progress=progress, y_true=y_true, label_key=label_column if y_true is None else None,
+                     owner="mkdist.cluster")
+
+
+def drive_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False, progress: bool = False,
+                 labels_out: Any = None, id_column: str | None = None, drift_thresholds: dict | None = None,
+                 report: bool = True, step: Step = direct_step) -> dict[str, Any]:
+    """Label a new batch with a stored model (:func:`mkdist.assign`), then its report: what
+    ``mkdist assign`` and the assign flow run.
+
+    Returns
+    -------
+    dict
+        :func:`mkdist.pipeline.assignment_summary` of the output, with ``report`` and
+        ``labels_out`` (where they were written).
+    """
+    out = step(STEP_NAMES["assign"], assign, model_store, source, output, overwrite=overwrite, progress=progress,
+               labels_out=labels_out, id_column=id_column, drift_thresholds=drift_thresholds)
+    summary = assignment_summary(out)
+    if labels_out is not None:
+        summary["labels_out"] = str(labels_out)
+    if report:
+        summary["report"] = step(STEP_NAMES["assign_report"], write_report, out)
+    return summary
+
+
+def refit_inputs(model_store: Any, source: Any, *, store: Any = None,
+                 id_column: str | None = None) -> tuple[InputSource, str, RunConfig]:
+    """What a run that refits ``model_store``'s model on a new batch needs: its input, store
+    and configuration.
+
+    The stored configuration (method, parameters, seed) is kept whole, so the refit differs
+    from the fit in its data only; the batch is read with the model's views (a table's
+    columns per view).  Local paths come back absolute: the refit may run in another
+    process, in another working directory.
+
+    Parameters
+    ----------
+    model_store : str, Path or RunStore
+        A run store holding the model (its run configuration and input record).
+    source : str, Path, dict or InputSource
+        The new batch; a location, not in-memory data (the refit runs elsewhere).
+    store : str or Path, optional
+        Where the refit writes; default ``model_store`` itself.
+    id_column : str, optional
+        The batch's id column, as given to the assignment.
+
+    Returns
+    -------
+    source : InputSource
+    store : str
+    config : RunConfig
+
+    Raises
+    ------
+    InputValidationError
+        ``source`` is in-memory data.
+    StoreNotFoundError
+        No run store at ``model_store``.
+    """
+    model = as_store(model_store, mode="r")
+    record = model.attrs.get("input") or {}
+    batch = as_input(source, id_column=id_column)
+    if not isinstance(batch, InputSource):
+        raise InputValidationError(f"a refit needs the batch as a path or URL, not {type(source).__name__}: "
+                                   "it runs in another process.")
+    if "://" not in batch.location:
+        batch = dataclasses.replace(batch, location=os.path.abspath(batch.location))
+    if batch.views is None and record.get("views"):
+        batch = dataclasses.replace(batch, views=record["views"])
+    target = os.fspath(store) if store is not None else str(model.url)
+    if "://" not in target:
+        target = os.path.abspath(target)
+    return batch, target, RunConfig(**model.params)
