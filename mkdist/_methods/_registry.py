@@ -1,12 +1,20 @@
 """The method registry: every estimator that ``mkdist.cluster``, the CLI and the flows can run.
 
 Each method module registers its class at its bottom (``register(MyEstimator)``), as
-xarray's backends fill ``BACKEND_ENTRYPOINTS``; ``mkdist/__init__.py`` imports every method
-module, so importing ``mkdist`` fills the registry.  The class carries what the pipeline
-needs to know (its ``method`` name, whether it takes several views, its stage plan, its
-state format); the pipeline asks the registry instead of branching on names.
+xarray's backends fill ``BACKEND_ENTRYPOINTS``.  The built-in methods are named without being
+imported: the registry starts with one entry per name of
+:data:`mkdist._methods._params.BUILTIN_PARAMETERS` (its module and parameter table, which
+need neither scikit-learn nor Dask), holding None until the class is loaded, and
+:func:`get_method` imports a built-in method's module the first time its class is asked for.
+``mkdist/__init__.py`` imports no method module either: it loads its public names lazily
+(lazy_loader), so ``import mkdist``, listing the methods (:func:`available_methods`) and
+checking a method's parameters (:func:`method_parameters`) load no estimator class, and the
+CLI refuses a bad argument before scikit-learn is imported.  The class carries what the
+pipeline needs to know (its ``method`` name, whether it takes several views, its stage plan,
+its state format); the pipeline asks the registry instead of branching on names.
 
-This module imports no method module (they import it), so the arrows point down.
+This module imports no method module at import time (they import it; :func:`get_method`
+imports a built-in one by its module name when first asked), so the arrows point down.
 """
 
 from __future__ import annotations
