@@ -13,8 +13,10 @@ the PNG directory reuse them.  Matplotlib is used through ``matplotlib.figure.Fi
 Agg canvas, never pyplot: rendering does not change the caller's matplotlib state (the global
 backend, pyplot's list of open figures), and a figure is freed as soon as it is dropped.
 
-This module imports nothing from mkdist, so any layer (pipeline, CLI, flows, ``_report``) may
-import it without an import cycle.
+Of mkdist this module imports only ``mkdist.storage._remote`` (inside the two writers, for
+the options of a remote target), so the drawing process (``mkdist._report._worker``) loads
+no pipeline.  It sits in the report layer: the layers above it (``_run``, ``mkdist.pipeline``,
+flows, CLI) may import it, the pipeline below may not (``tests/test_architecture.py``).
 """
 
 from __future__ import annotations
@@ -154,8 +156,8 @@ def build_figures(data: Mapping[str, Any], *, kinds: tuple[str, ...] | None = No
     ReportFigures
         The figures, keyed by name in page order, and the reasons for the figures left out.
         A figure that cannot be drawn from malformed data is left out with a
-        ``RuntimeWarning`` instead of failing the report: the report runs at the end of a
-        finished clustering run, which must not fail for a picture.
+        ``RuntimeWarning`` instead of failing the report: the report is drawn during and at
+        the end of a clustering run, which must not fail for a picture.
 
     Examples
     --------

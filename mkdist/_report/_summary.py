@@ -363,8 +363,9 @@ class ReportDraft:
     (``mkdist._report._worker``, started with the draft, at a lower priority) imports
     matplotlib while the model is fitted, draws the model's figures while the workers embed
     the rows, and the cluster sizes and the embedding sample while the metrics are computed;
-    the end of the run is left with assembling the page.  A process, not a thread: a drawing thread held the GIL beside the Dask scheduler that a
-    LocalCluster runs in this process and slowed the embed stage by more than its CPU time.
+    the end of the run is left with assembling the page.  A process, not a thread: a drawing
+    thread held the GIL beside the Dask scheduler that a LocalCluster runs in this process and
+    slowed the embed stage by more than its CPU time.
 
     Use::
 
