@@ -51,7 +51,8 @@ def assign_flow(model_store: str, source: Any, output: str, dask_address: str | 
     output : str
         Store that receives the ``labels`` stage (labels and distances) and the drift record.
     dask_address : str, optional
-        Existing scheduler; default a LocalCluster for the run.
+        Existing scheduler; default the ``MKDIST_DASK_ADDRESS`` environment variable, else a
+        LocalCluster for the run.
     labels_out : str, optional
         Also write every row's id, cluster and distance as Parquet there.
     id_column : str, optional

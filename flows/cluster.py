@@ -60,8 +60,9 @@ def cluster_flow(source: Any, store: str, n_clusters: int | str | list[int], ker
     kernels, n_landmarks, random_state
         Model parameters (see ``mkdist.MultipleKernelClustering``).
     dask_address : str, optional
-        Scheduler of an existing Dask cluster (``tcp://host:8786``); default: a LocalCluster
-        with ``n_workers`` worker processes for this run.
+        Scheduler of an existing Dask cluster (``tcp://host:8786``); default: the
+        ``MKDIST_DASK_ADDRESS`` environment variable, else a LocalCluster with ``n_workers``
+        worker processes for this run.
     connect_timeout : float, optional
         Seconds to wait for ``dask_address`` (default 10, or ``MKDIST_CONNECT_TIMEOUT``).
     overwrite : bool, default=False
