@@ -183,6 +183,23 @@ def _taken_of(part: np.ndarray, view: int) -> np.ndarray:
     return part[0, 0][1][view]
 
 
+def _as_take(take: Any, n: int) -> np.ndarray:
+    """``take`` as int64 row indices, refused unless 1-D, integer, sorted and within [0, n).
+
+    The Dask pass gives each chunk the indices between its bounds: an unsorted index would
+    fail there with an unrelated IndexError, and one outside [0, n) would be dropped, so the
+    rows returned would be fewer than asked (NumPy input would wrap or raise instead).
+    """
+    t = np.asarray(take)
+    if t.ndim != 1 or (t.size and t.dtype.kind not in "iu"):
+        raise ValueError(f"take must be a 1-D array of integer row indices; got shape {t.shape}, dtype {t.dtype}.")
+    t = t.astype(np.int64)
+    if t.size and (t[0] < 0 or t[-1] >= n or np.any(t[1:] < t[:-1])):
+        raise ValueError(f"take must be sorted row indices in [0, {n}); got {t[:8].tolist()}"
+                         f"{'...' if t.size > 8 else ''}.")
+    return t
+
+
 def _task_name(fn: Any) -> str:
     name = getattr(fn, "__name__", type(fn).__name__)
     return name.strip("_").replace("_", "-")
@@ -218,10 +235,14 @@ class RowBlocks:
         if self.is_dask:
             import dask.array as da
 
-            rows = next(a for a in arrays if is_dask_array(a)).chunks[0]
+            # The Dask views are checked (one known row chunking) before a NumPy view is chunked
+            # like them: unknown chunk sizes would otherwise fail in from_array with a TypeError.
+            lazy = [i for i, a in enumerate(arrays) if is_dask_array(a)]
+            for i, a in zip(lazy, align_row_chunks([arrays[i] for i in lazy], [self.names[i] for i in lazy])):
+                arrays[i] = a
+            rows = arrays[lazy[0]].chunks[0]
             arrays = [a if is_dask_array(a) else da.from_array(np.asarray(a), chunks=(rows, -1))
                       for a in arrays]
-            arrays = align_row_chunks(arrays, self.names)
         self.arrays = arrays
         self.n_samples = int(arrays[0].shape[0])
         self.block_rows = int(block_rows)
@@ -291,7 +312,8 @@ class RowBlocks:
             once and freed when that task ends.  (A gather computed beside the sum would be a
             second consumer of every chunk, which Dask orders after the whole reduction: the
             workers then held every input chunk until the end of the pass, 1.2 GiB per worker
-            at 10M W1 rows.)
+            at 10M W1 rows.)  Refused (ValueError) unless integer, sorted and in [0, N);
+            repeated indices give repeated rows.
 
         Returns
         -------
@@ -299,6 +321,8 @@ class RowBlocks:
             The sum; with ``take``, a pair ``(sum, rows)`` where ``rows`` is a list of
             ndarrays of shape (n, d_v), one per view in ``names`` order.
         """
+        if take is not None:
+            take = _as_take(take, self.n_samples)
         if not self.is_dask:
             total = _reduce_rows(self.arrays, state, fn, self.block_rows)
             return total if take is None else (total, [np.asarray(a[take]) for a in self.arrays])
@@ -315,7 +339,6 @@ class RowBlocks:
             partials = da.map_blocks(_reduce_task, *self.arrays, key, **common, chunks=((1,) * nb, (width,)),
                                      dtype=np.float64, meta=np.empty((0, width)), name=layer)
         else:
-            take = np.asarray(take, dtype=np.int64)
             bounds = np.cumsum((0,) + self.row_chunks)
             per_chunk = tuple(int(c) for c in np.diff(np.searchsorted(take, bounds)))
             parts = da.map_blocks(_reduce_take_task, *self.arrays, key, self._state_key(take), **common,
