@@ -334,7 +334,8 @@ def write_report(url: Any, output: Any = None, *, format: str = "html", draft: R
     str
         Where the report was written.
     """
-    from ._html import build_figures, render_png, write_html
+    from ._files import render_png, write_html
+    from ._figures import build_figures
 
     if format not in ("html", "png"):
         raise InputValidationError(f"report format {format!r}; choose 'html' or 'png'.")
@@ -422,7 +423,8 @@ class ReportDraft:
 
     def stage_complete(self, name: str | None = None) -> None:
         """Call after each stage: sends the drawing process what the stored stages now show."""
-        from ._html import MODEL_FIGURES, save_report_data
+        from ._figures import MODEL_FIGURES
+        from ._files import save_report_data
 
         # (stage, figure kinds, their data read from the store)
         phases = (("model", MODEL_FIGURES, _model_report_data),
@@ -453,7 +455,7 @@ class ReportDraft:
     def figures(self) -> Any:
         """The figures the drawing process drew, as one ``ReportFigures`` (waits for those under
         way, at most ``timeout_s``), or None; then stops the process."""
-        from ._html import ReportFigure, ReportFigures
+        from ._figures import ReportFigure, ReportFigures
 
         merged = ReportFigures(source={})
         deadline = time.monotonic() + self.timeout_s
