@@ -16,6 +16,7 @@ import numpy as np
 
 from .._pipeline._stages import REPORT_ROWS, as_store, load_estimator, refuse_overlap, writer_lease
 from ..errors import InputValidationError
+from ._tables import _fmt
 
 __all__ = ["summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "report_data",
            "write_report", "ReportDraft", "load_labels"]
@@ -25,12 +26,6 @@ __all__ = ["summary_markdown", "inspect_store", "inspect_markdown", "assignment_
 THEOREM_NOTE = ("`theorem_condition_met` False means only that a sufficient condition of the MKC-AE stability "
                 "theorem (every eigen-gap up to K at least 4/sqrt(n)) does not hold, so its error bound does not "
                 "apply; it is False on nearly all real data and says nothing about this clustering's quality.")
-
-
-def _fmt(x: Any) -> str:
-    if isinstance(x, float):
-        return f"{x:.4g}"
-    return str(x)
 
 
 def _pep_lines(pep: dict) -> list[str]:
