@@ -551,7 +551,7 @@ GRID_DIR = OUT / "late_fusion_grid"
 def _kernels_by_view_type(by_type: dict, views) -> list:
     """``{"sparse": [...], "dense": [...]}`` -> kernel specs per view: each entry names a set of
     STANDARD_KERNEL_SETS or a single kind ("cosine", "linear"); sparse as in ``kernels="auto"``."""
-    from mkdist._core._kernels import SPARSE_DENSITY, STANDARD_KERNEL_SETS, KernelSpec, view_density
+    from mkdist._core._kernel_specs import SPARSE_DENSITY, STANDARD_KERNEL_SETS, KernelSpec, view_density
 
     specs = []
     for i, v in enumerate(views):

@@ -229,7 +229,7 @@ def part_floor(args):
 
 # ----------------------------------------------------------------------------- embed stage
 def _drop_handoff() -> None:
-    from mkdist import _stages
+    from mkdist._pipeline import _stages
 
     _stages._HANDOFF.clear()
 

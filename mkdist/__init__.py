@@ -37,7 +37,7 @@ __getattr__, __dir__, _ = _lazy.attach(
         "_methods._power_kmeans": ["MultiViewRFFPowerKMeans", "RFFKernelPowerKMeans"],
         "_methods._late_fusion": ["LateFusionClustering"],
         "_pipeline._io": ["load_views"],
-        "_core._kernels": ["STANDARD_KERNEL_SETS", "FittedKernel", "KernelSpec", "rbf_grid"],
+        "_core._kernel_specs": ["STANDARD_KERNEL_SETS", "FittedKernel", "KernelSpec", "rbf_grid"],
         "_core._kmeans": ["KMeansResult", "kmeans"],
         "_methods._registry": ["MethodChoice", "available_methods", "choose_method", "get_method"],
         "_core._pep": ["principal_eigenvalue_proportion"],

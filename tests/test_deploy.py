@@ -199,7 +199,7 @@ def test_parameters_are_accepted_by_the_flows(deployments, flows):
 def test_cluster_parameters_make_a_valid_run_config(deployments):
     import dask.array as da
 
-    from mkdist._core._kernels import STANDARD_KERNEL_SETS
+    from mkdist._core._kernel_specs import STANDARD_KERNEL_SETS
     from mkdist.pipeline import RunConfig
 
     p = deployments["cluster-on-demand"]["parameters"]

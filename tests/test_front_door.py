@@ -233,7 +233,7 @@ def test_the_no_op_check_reads_the_store_layout_it_names(tmp_path):
     the store's own, and a stage whose pointer is gone makes the run not finished."""
     import xarray as xr
 
-    from mkdist import _rerun
+    from mkdist._pipeline import _rerun
     from mkdist.storage import _store
 
     assert _rerun.POINTER_SUFFIX == _store._POINTER

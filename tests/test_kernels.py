@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 from sklearn.metrics.pairwise import cosine_similarity, polynomial_kernel, rbf_kernel
 
+from mkdist._core._kernel_specs import FittedKernel, KernelSpec, resolve_kernel_specs
 from mkdist._core._kernels import (
-    FittedKernel, KernelSpec, fit_kernels, fit_preprocessing, kernel_blocks, landmark_kernels,
-    preprocess_block, resolve_kernel_specs, self_kernel,
+    fit_kernels, fit_preprocessing, kernel_blocks, landmark_kernels, preprocess_block, self_kernel,
 )
 from mkdist.errors import InputValidationError
 

@@ -6,7 +6,7 @@ import pytest
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from mkdist._core._kernels import nearest_center
+from mkdist._core._distances import nearest_center
 from mkdist._core._graph import apply_filter, build_graph
 from mkdist._methods._late_fusion import LateFusionClustering, LateFusionModel, _FilterMoments, _fit_fusion, _fit_seeds
 from mkdist._methods._registry import get_method

@@ -20,7 +20,7 @@ import pytest
 import mkdist
 from mkdist._pipeline._config import RunConfig
 from mkdist._core._nclusters import NClustersChoice
-from mkdist._report._html import build_figures
+from mkdist._report._figures import build_figures
 from mkdist.errors import AmbiguousNClustersWarning, InputValidationError
 from mkdist.metrics import clustering_accuracy
 

@@ -54,7 +54,8 @@ def test_two_touching_clusters_need_two_of_three_neighbourhood_sizes():
     # W1 (separation 1.0, K = 50, seed 1) on its 1000 landmarks, as a fit builds them: two of the
     # 50 clusters touch, and the 10-neighbour graph alone has its largest gap at 49 (the rule
     # before the three sizes chose 49); with 5 and 20 neighbours the gap is at 50.
-    from mkdist._core._kernels import fit_kernels, fit_preprocessing, landmark_kernels, resolve_kernel_specs
+    from mkdist._core._kernel_specs import resolve_kernel_specs
+    from mkdist._core._kernels import fit_kernels, fit_preprocessing, landmark_kernels
     from mkdist._core._nclusters import _argmax_gap, _kernel_sq_distances, _knn_spectrum
     from mkdist._core._sampling import sample_landmark_indices
     from mkdist.datasets import make_multiview_blobs

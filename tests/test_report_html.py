@@ -1,4 +1,5 @@
-"""The HTML / PNG run report (mkdist._report._html), rendered for real and read back.
+"""The HTML / PNG run report (mkdist._report: _figures, _tables, _page, _files), rendered for real
+and read back.
 
 Every registered method is fitted on small data, its ``summary()`` plus plausible run facts
 becomes the report data, and the page is parsed with ``html.parser``: every figure the summary
@@ -21,7 +22,9 @@ import pytest
 from matplotlib.image import imread
 
 import mkdist
-from mkdist._report._html import DPI, build_figures, render_html, render_png, write_html
+from mkdist._report._figures import DPI, build_figures
+from mkdist._report._files import render_png, write_html
+from mkdist._report._page import render_html
 from mkdist.errors import DegenerateKernelWarning, EmbeddingStabilityWarning
 
 from .conftest import make_blobs_views
@@ -440,7 +443,7 @@ def test_report_drawn_during_the_run_is_the_report_drawn_after_it(drafted_run, t
     stage is stored, the cluster sizes and the embedding sample once the labels are; the page
     equals one drawn whole from the finished store (but for its time stamp), and no figure is
     drawn twice."""
-    from mkdist._report._html import MODEL_FIGURES
+    from mkdist._report._figures import MODEL_FIGURES
 
     store, result = drafted_run
     assert result.report == f"{store}.report.html"

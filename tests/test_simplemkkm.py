@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from mkdist._core._kernels import fit_kernels, fit_preprocessing, landmark_kernels, resolve_kernel_specs
+from mkdist._core._kernel_specs import resolve_kernel_specs
+from mkdist._core._kernels import fit_kernels, fit_preprocessing, landmark_kernels
 from mkdist._core._simplemkkm import average_kernel_kmeans, combine_kernels, simple_mkkm, top_eigenpairs
 from mkdist.errors import InputValidationError
 

@@ -17,7 +17,7 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
-from ._kernels import row_sq_norms, sq_distances
+from ._distances import row_sq_norms, sq_distances
 
 __all__ = ["knn", "smallest_k", "NeighborSpaces", "adaptive_neighbor_weights", "Graph", "build_graph",
            "apply_filter", "filter_basis", "simplex_qp"]

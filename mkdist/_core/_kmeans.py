@@ -22,7 +22,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from ._blocks import RowBlocks
-from ._kernels import nearest_center
+from ._distances import nearest_center
 from ._validation import is_dask_array
 
 __all__ = ["KMeansResult", "kmeans", "assign_labels", "assign_with_distance"]

@@ -47,12 +47,14 @@ from . import _params
 from ._base import LandmarkEmbeddingEstimator
 from .._core._blocks import RowBlocks, cache_block_rows
 from .._core._graph import Graph, NeighborSpaces, adaptive_neighbor_weights, apply_filter, build_graph, filter_basis, simplex_qp
+from .._core._distances import nearest_center
+from .._core._kernel_specs import FittedKernel, resolve_kernel_specs
 from .._core._kernels import (
-    FeatureScaling, FittedKernel, KernelPreprocessing, ProjectedKernels, fit_kernels,
-    fit_preprocessing, kernel_blocks, kernel_model_from_state, kernel_model_state, nearest_center,
-    resolve_kernel_specs,
+    KernelPreprocessing, ProjectedKernels, fit_kernels, fit_preprocessing, kernel_blocks,
+    kernel_model_from_state, kernel_model_state,
 )
 from .._core._kmeans import KMeansResult
+from .._core._scaling import FeatureScaling
 from ._registry import register
 from ._mkc import default_embedding_dim
 from .._core._linalg import top_eigenpairs, top_eigenvalue_sum, unit_rows
@@ -1050,7 +1052,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
     normalize : {"diagonal", "trace", None}, default="diagonal"
         Kernel normalisation after centring.
     scale : {"auto", None, "minmax", "standard"}, default="auto"
-        Per-feature scaling estimated on the landmarks (``mkdist._core._kernels.FeatureScaling``).
+        Per-feature scaling estimated on the landmarks (``mkdist._core._scaling.FeatureScaling``).
         "auto": "minmax" on dense views, none on sparse ones (< 10% non-zero entries, the
         views ``kernels="auto"`` gives the cosine kernel): min-max scaling gives a word seen
         once the weight of the most frequent one.  "minmax" raised the mean ACC over the 28

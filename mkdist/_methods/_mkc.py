@@ -22,11 +22,12 @@ from sklearn.utils.validation import check_is_fitted
 from . import _params
 from ._base import LandmarkEmbeddingEstimator
 from .._core._blocks import RowBlocks, cache_block_rows
+from .._core._kernel_specs import FittedKernel, resolve_kernel_specs
 from .._core._kernels import (
-    FeatureScaling, FittedKernel, KernelPreprocessing, ProjectedKernels, fit_kernels,
-    fit_preprocessing, kernel_blocks, kernel_model_from_state, kernel_model_state, landmark_kernels,
-    preprocess_block, resolve_kernel_specs, self_kernel,
+    KernelPreprocessing, ProjectedKernels, fit_kernels, fit_preprocessing, kernel_blocks,
+    kernel_model_from_state, kernel_model_state, landmark_kernels, preprocess_block, self_kernel,
 )
+from .._core._scaling import FeatureScaling
 from .._core._kmeans import KMeansResult, assign_labels, kmeans
 from .._core._linalg import blas_threads, top_eigenpairs, unit_rows
 from ._registry import register

@@ -34,7 +34,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import _params
 from ._base import MkdistEstimator
 from .._core._blocks import RowBlocks, cache_block_rows
-from .._core._kernels import bandwidth_statistic, check_bandwidth, sq_distances
+from .._core._distances import bandwidth_statistic, check_bandwidth, sq_distances
 from .._core._kmeans import assign_labels, kmeans
 from ._registry import register
 from .._core._sampling import gather_rows, sample_landmark_indices
@@ -218,7 +218,7 @@ class NystromSpectralClustering(MkdistEstimator):
         W(x, y) = exp(-||x - y||^2 / mean squared pairwise distance), i.e. sigma^2 = half the
         mean squared distance over pairs of distinct rows, estimated on
         ``BANDWIDTH_SAMPLE_SIZE`` = 10,000 uniformly sampled rows (all rows when N is smaller)
-        from moments, without forming pairs (``mkdist._core._kernels.bandwidth_statistic``).
+        from moments, without forming pairs (``mkdist._core._distances.bandwidth_statistic``).
     n_init : int, default=10
         k-means restarts (the run with the lowest inertia wins).
     kmeans_max_iter : int, default=300

@@ -19,14 +19,15 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .._core._kernels import SCALE_AUTO, SCALINGS, KernelSpec
+from .._core._kernel_specs import KernelSpec
 from .._core._sampling import LANDMARK_METHODS
+from .._core._scaling import SCALE_AUTO, SCALINGS
 from .._core._validation import Boolean, Interval, NClusters, Options, RandomStateLike, Types
 
 __all__ = ["AUTO_N_CLUSTERS_METHODS", "LANDMARK_METHODS", "BANDWIDTH_RULES", "D_RULES", "RESTART_RULES", "ESTIMATOR", "MKC", "NYSTROM",
            "RFF_POWER_KMEANS", "MV_RFF_POWER_KMEANS", "LATE_FUSION", "BUILTIN_PARAMETERS"]
 
-#: The bandwidth rules of power k-means' ``bandwidth`` (``mkdist._core._kernels.bandwidth_statistic``).
+#: The bandwidth rules of power k-means' ``bandwidth`` (``mkdist._core._distances.bandwidth_statistic``).
 BANDWIDTH_RULES = ("median", "mean")
 #: The rules for D, power k-means' random frequencies per view (``default_n_components``).
 D_RULES = ("main", "appendix")

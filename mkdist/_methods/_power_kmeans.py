@@ -43,7 +43,8 @@ from sklearn.exceptions import ConvergenceWarning
 from . import _params
 from ._base import MkdistEstimator, resolve_seed
 from .._core._blocks import RowBlocks
-from .._core._kernels import FeatureScaling, bandwidth_statistic, check_bandwidth, sq_distances
+from .._core._distances import bandwidth_statistic, check_bandwidth, sq_distances
+from .._core._scaling import FeatureScaling
 from ._registry import register
 from .._core._pep import principal_eigenvalue_proportion
 from .._core._sampling import gather_rows

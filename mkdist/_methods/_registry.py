@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core._kernels import SPARSE_DENSITY, view_density
+from .._core._kernel_specs import SPARSE_DENSITY, view_density
 from ._params import BUILTIN_PARAMETERS
 from .._core._validation import as_views, collect_constraints, is_dask_array
 from ..errors import InputValidationError
@@ -203,7 +203,7 @@ def data_facts(views: Any) -> dict[str, Any]:
     dict
         ``n_samples`` N, ``n_views``, ``dims`` (list of d_v), ``density`` (list: share of
         non-zero entries of each view on its first rows), ``sparse_views`` (names of the views
-        below ``mkdist._core._kernels.SPARSE_DENSITY``).
+        below ``mkdist._core._kernel_specs.SPARSE_DENSITY``).
     """
     views = as_views(views)
     n = int(next(iter(views.values())).shape[0])

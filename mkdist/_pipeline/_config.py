@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from numbers import Integral
 from typing import Any
 
-from .._core._kernels import KernelSpec
+from .._core._kernel_specs import KernelSpec
 from .._methods._registry import AUTO_METHOD, DEFAULT_METHOD, available_methods, choose_method, get_method, method_parameters
 from .._core._validation import Interval, NClusters, n_clusters_range, validate_params
 from ..errors import InputValidationError

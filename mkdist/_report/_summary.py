@@ -16,6 +16,7 @@ import numpy as np
 
 from .._pipeline._stages import REPORT_ROWS, as_store, load_estimator, refuse_overlap, writer_lease
 from ..errors import InputValidationError
+from ._tables import _fmt
 
 __all__ = ["summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "report_data",
            "write_report", "ReportDraft", "load_labels"]
@@ -25,12 +26,6 @@ __all__ = ["summary_markdown", "inspect_store", "inspect_markdown", "assignment_
 THEOREM_NOTE = ("`theorem_condition_met` False means only that a sufficient condition of the MKC-AE stability "
                 "theorem (every eigen-gap up to K at least 4/sqrt(n)) does not hold, so its error bound does not "
                 "apply; it is False on nearly all real data and says nothing about this clustering's quality.")
-
-
-def _fmt(x: Any) -> str:
-    if isinstance(x, float):
-        return f"{x:.4g}"
-    return str(x)
 
 
 def _pep_lines(pep: dict) -> list[str]:
@@ -334,7 +329,8 @@ def write_report(url: Any, output: Any = None, *, format: str = "html", draft: R
     str
         Where the report was written.
     """
-    from ._html import build_figures, render_png, write_html
+    from ._files import render_png, write_html
+    from ._figures import build_figures
 
     if format not in ("html", "png"):
         raise InputValidationError(f"report format {format!r}; choose 'html' or 'png'.")
@@ -423,7 +419,8 @@ class ReportDraft:
 
     def stage_complete(self, name: str | None = None) -> None:
         """Call after each stage: sends the drawing process what the stored stages now show."""
-        from ._html import MODEL_FIGURES, save_report_data
+        from ._figures import MODEL_FIGURES
+        from ._files import save_report_data
 
         # (stage, figure kinds, their data read from the store)
         phases = (("model", MODEL_FIGURES, _model_report_data),
@@ -454,7 +451,7 @@ class ReportDraft:
     def figures(self) -> Any:
         """The figures the drawing process drew, as one ``ReportFigures`` (waits for those under
         way, at most ``timeout_s``), or None; then stops the process."""
-        from ._html import ReportFigure, ReportFigures
+        from ._figures import ReportFigure, ReportFigures
 
         merged = ReportFigures(source={})
         deadline = time.monotonic() + self.timeout_s

@@ -9,9 +9,9 @@ matplotlib while the run fits its model (the fit keeps one core of two busy).
 
 Protocol, one JSON line each way per request, so no pipe ever holds more than a line:
 the run sends ``{"data": path of the report data (JSON, its arrays beside it in .npz; see
-``mkdist._report._html.load_report_data``), "kinds": [figure kinds],
+``mkdist._report._files.load_report_data``), "kinds": [figure kinds],
 "out_dir": directory}``; this process draws the figures with
-:func:`mkdist._report._html.build_figures`, writes each as ``<out_dir>/<name>.png`` and
+:func:`mkdist._report._figures.build_figures`, writes each as ``<out_dir>/<name>.png`` and
 answers ``{"figures": [{"name", "title", "caption", "section", "kind", "size", "png"}],
 "omitted": {...}, "kinds": [...], "cpu_s": CPU seconds so far, "import_cpu_s" and
 "imported_at": when its imports were done, "received" / "answered": when it read the request
@@ -30,7 +30,8 @@ import time
 def serve(requests, replies, ready: dict | None = None) -> None:
     """Answer each request line of ``requests`` with one line on ``replies``; ``ready`` (the
     CPU seconds and the time at which the imports were done) goes into every answer."""
-    from mkdist._report._html import build_figures, load_report_data
+    from mkdist._report._figures import build_figures
+    from mkdist._report._files import load_report_data
 
     for line in requests:
         received = time.time()
@@ -62,7 +63,8 @@ def main() -> None:
     import matplotlib.backends.backend_agg  # noqa: F401
     import matplotlib.figure  # noqa: F401
 
-    import mkdist._report._html  # noqa: F401
+    import mkdist._report._figures  # noqa: F401
+    import mkdist._report._files  # noqa: F401
 
     serve(sys.stdin, sys.stdout, {"import_cpu_s": time.process_time(), "imported_at": time.time()})
 

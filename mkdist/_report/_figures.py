@@ -1,5 +1,4 @@
-"""The run report as pictures: figures drawn from the report data, one self-contained HTML page,
-or a directory of PNG files for CI systems that show images.
+"""The run report's figures, drawn from the report data.
 
 Input is the *report data* dict (``mkdist.pipeline.report_data(store)``): the run summary (the
 one schema of :meth:`mkdist._methods._base.MkdistEstimator.summary` plus the run's sizes, timings,
@@ -8,31 +7,25 @@ distance histogram and the drift signals.  Every figure is drawn from a key of t
 every method gets the figures its summary supports and a method that lacks a key (no
 weights, no objective history, no spectrum) simply gets fewer figures, with a one-line note.
 
-The figures are drawn once (:func:`build_figures`) and encoded to PNG once; the HTML page and
-the PNG directory reuse them.  Matplotlib is used through ``matplotlib.figure.Figure`` and the
-Agg canvas, never pyplot: rendering does not change the caller's matplotlib state (the global
-backend, pyplot's list of open figures), and a figure is freed as soon as it is dropped.
+The figures are drawn once (:func:`build_figures`) and encoded to PNG once; the HTML page
+(``mkdist._report._page``) and the PNG directory (``mkdist._report._files``) reuse them.
+Matplotlib is used through ``matplotlib.figure.Figure`` and the Agg canvas, never pyplot:
+rendering does not change the caller's matplotlib state (the global backend, pyplot's list of
+open figures), and a figure is freed as soon as it is dropped.
 
-Of mkdist this module imports only ``mkdist.storage._remote`` (inside the two writers, for
-the options of a remote target), so the drawing process (``mkdist._report._worker``) loads
-no pipeline.  It sits in the report layer: the layers above it (``_run``, ``mkdist.pipeline``,
-flows, CLI) may import it, the pipeline below may not (``tests/test_architecture.py``).
+This module imports nothing from mkdist (and matplotlib only when a figure is drawn), so the
+drawing process (``mkdist._report._worker``) and any module of the report layer import it
+cheaply.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import io
-import json
 import math
-import os
 import re
-import uuid
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,8 +33,7 @@ import numpy as np
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn: `import mkdist` stays fast
     from matplotlib.figure import Figure
 
-__all__ = ["ReportFigure", "ReportFigures", "MODEL_FIGURES", "build_figures", "render_html", "render_png",
-           "write_html", "save_report_data", "load_report_data"]
+__all__ = ["ReportFigure", "ReportFigures", "MODEL_FIGURES", "build_figures"]
 
 #: Resolution of the PNGs: 100 dpi gives ~700 px wide figures, sharp on a laptop screen and
 #: small enough (tens of kB each) to inline in the page.
@@ -60,7 +52,6 @@ _MAX_MARKER_LINES = 40
 _MAX_BAR_VALUES = 12
 
 
-# ----------------------------------------------------------------------------- figures
 @dataclass
 class ReportFigure:
     """One figure of the report and how to read it.
@@ -161,7 +152,7 @@ def build_figures(data: Mapping[str, Any], *, kinds: tuple[str, ...] | None = No
 
     Examples
     --------
-    >>> from mkdist._report._html import build_figures
+    >>> from mkdist._report._figures import build_figures
     >>> out = build_figures({"summary": {"cluster_sizes": [5, 3], "N": 8}})
     >>> list(out.figures)
     ['cluster_sizes']
@@ -769,446 +760,3 @@ _BUILDERS: list[tuple[str, Callable[[Mapping], list[ReportFigure] | str], str]] 
     ("distance_histogram", _distance_histogram_figures, "assignment"),
     ("cluster_shift", _cluster_shift_figures, "assignment"),
 ]
-
-
-# ----------------------------------------------------------------------------- tables
-def _fmt(x: Any) -> str:
-    """A value as short text: 4 significant digits, thousands separators for counts."""
-    if isinstance(x, bool) or x is None:
-        return str(x)
-    if isinstance(x, int):
-        return f"{x:,}"
-    if isinstance(x, float):
-        return f"{x:.4g}" if math.isfinite(x) else str(x)
-    if isinstance(x, (list, tuple)) and all(isinstance(v, (str, int)) for v in x) and len(x) <= 12:
-        return ", ".join(str(v) for v in x)
-    if isinstance(x, (Mapping, list, tuple)):
-        return json.dumps(x, default=str)
-    return str(x)
-
-
-def _choice_text(choice: Mapping) -> str | None:
-    """The K rule's verdict in one table cell: chosen K (or "ambiguous"), confidence, runner-up,
-    the candidates with their vote shares."""
-    if not choice:
-        return None
-    cands = ", ".join(f"{int(k)}: {float(v):.2f}" for k, v in (choice.get("candidates") or [])[:6])
-    conf, runner, best = float(choice.get("confidence") or 0), choice.get("runner_up"), choice.get("n_clusters")
-    if choice.get("chosen_by_fit"):
-        head = (f"ambiguous, no clear gap: fitted with the best guess {best}" if choice.get("ambiguous")
-                else f"chosen: {best}")
-    else:
-        head = (f"given by hand; the K rule finds no clear gap (best guess {best})" if choice.get("ambiguous")
-                else f"given by hand; the K rule says {best}")
-    return (f"{head} (confidence {conf:.2f}, runner-up {runner}; candidates with vote shares {cands}; "
-            f"rule {choice.get('rule')})")
-
-
-def _overview_rows(data: Mapping) -> list[tuple[str, Any]]:
-    """(quantity, value) rows of the run summary table; None values are left out."""
-    s = _mapping(data.get("summary"))
-    n_features = _mapping(s.get("n_features"))
-    views = s.get("views")
-    view_text = (", ".join(f"{v} ({n_features[v]} features)" if v in n_features else str(v) for v in views)
-                 if isinstance(views, list) else None)
-    kmeans = _mapping(s.get("kmeans"))
-    kernels = s.get("kernel_names")
-    rows = [
-        ("method", s.get("method")), ("estimator", s.get("estimator")), ("rows (N)", s.get("N")),
-        ("clusters (K)", s.get("n_clusters")), ("K choice", _choice_text(_mapping(s.get("n_clusters_choice")))),
-        ("views", view_text),
-        ("landmarks", s.get("n_landmarks")), ("embedding width", s.get("n_components")),
-        ("kernels", len(kernels) if isinstance(kernels, list) else None),
-        ("iterations", s.get("n_iter")), ("converged", s.get("converged")),
-        ("k-means inertia", kmeans.get("inertia")), ("k-means iterations", kmeans.get("n_iter")),
-        ("resumed stages", ", ".join(map(str, s["resumed_stages"])) if s.get("resumed_stages") else None),
-    ]
-    return [(k, v) for k, v in rows if v is not None]
-
-
-def _table(rows: list[tuple[str, str]], header: tuple[str, str] = ("quantity", "value"),
-           raw_html: bool = False) -> str:
-    """An HTML table of two columns; the cells are escaped unless ``raw_html``."""
-    esc = (lambda t: t) if raw_html else html.escape
-    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
-    return (f"<table><thead><tr><th>{html.escape(header[0])}</th><th>{html.escape(header[1])}</th></tr>"
-            f"</thead><tbody>{body}</tbody></table>")
-
-
-def _timings_table(timings: Mapping[str, Any]) -> str:
-    """Seconds per stage with a CSS bar of its share of the total (no JavaScript needed)."""
-    items = [(str(k), float(v)) for k, v in timings.items() if isinstance(v, (int, float)) and math.isfinite(v)]
-    if not items:
-        return ""
-    stages = [(k, v) for k, v in items if k != "total_s"]
-    total = dict(items).get("total_s", sum(v for _, v in stages)) or 0.0
-    rows = []
-    for k, v in stages + [(k, v) for k, v in items if k == "total_s"]:
-        share = v / total if total > 0 else 0.0
-        bar = f'<span class="bar" style="width:{min(share, 1.0) * 12:.2f}em"></span>' if k != "total_s" else ""
-        row_class = ' class="total"' if k == "total_s" else ""
-        rows.append(f"<tr{row_class}><th>{html.escape(k.removesuffix('_s'))}</th>"
-                    f'<td class="num">{v:,.2f}</td><td class="num">{share:.0%}</td><td>{bar}</td></tr>')
-    return ("<table><thead><tr><th>stage</th><th>seconds</th><th>share</th><th></th></tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
-
-
-def _params_table(params: Mapping[str, Any]) -> str:
-    """The run's parameters; long values fold into a <details> element."""
-    rows = []
-    for key in params:
-        text = _fmt(params[key])
-        cell = (f"<details><summary>{html.escape(text[:80])}…</summary><code>{html.escape(text)}</code></details>"
-                if len(text) > 120 else f"<code>{html.escape(text)}</code>")
-        rows.append((str(key), cell))
-    return _table(rows, ("parameter", "value"), raw_html=True)
-
-
-def _diagnostics_table(diagnostics: Mapping[str, Any]) -> str:
-    """Scalar diagnostics as a table, and the names of the larger ones left to ``mkdist inspect``."""
-    scalars = [(str(k), _fmt(v)) for k, v in diagnostics.items()
-               if isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 120)]
-    others = [str(k) for k, v in diagnostics.items()
-              if not (isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 120)) and v is not None]
-    out = _table(scalars) if scalars else ""
-    if diagnostics.get("theorem_condition_met") is False:
-        out += ("<p class=\"note\"><code>theorem_condition_met</code> False: a sufficient condition of the MKC-AE "
-                "stability theorem (every eigen-gap of (1/n) K up to K at least 4/&radic;n, "
-                "<code>gap_threshold</code>) does not hold, so its error bound does not apply. It is False on "
-                "nearly all real data and says nothing about this clustering's quality.</p>")
-    if others:
-        out += (f"<p class=\"note\">Also recorded (lists and tables, see <code>mkdist inspect STORE --json</code>): "
-                f"{html.escape(', '.join(others))}.</p>")
-    return out
-
-
-def _drift_rows(drift: Mapping[str, Any]) -> list[tuple[str, float, float | None, bool]]:
-    """(signal, value, threshold, crossed) for every drift signal present.
-
-    A value is flagged with the thresholds stored beside it, exactly as the assignment judged
-    it; a signal without a stored threshold is shown unflagged rather than judged here.
-    """
-    limits = _mapping(drift.get("thresholds"))
-    rows = []
-
-    def add(label: str, value: Any, key: str, symmetric: bool = False) -> None:
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            return
-        limit = limits.get(key)
-        limit = float(limit) if isinstance(limit, (int, float)) else None
-        # scale_ratio_max is symmetric (as in mkdist._pipeline._drift): a halved scale drifts like a doubled one.
-        score = max(value, 1.0 / value) if symmetric and value > 0 else value
-        rows.append((label, float(value), limit, limit is not None and score > limit))
-
-    add("share of rows beyond the fit's 99th percentile", drift.get("share_beyond_fit_p99"), "share_beyond_fit_p99")
-    add("cluster proportions: total variation", drift.get("cluster_tv"), "cluster_tv")
-    add("cluster proportions: PSI", drift.get("cluster_psi"), "cluster_psi")
-    for view, stats in _mapping(drift.get("views")).items():
-        stats = _mapping(stats)
-        add(f"view {view}: mean shift (fitted sd)", stats.get("mean_shift_sd"), "mean_shift_sd")
-        add(f"view {view}: scale ratio (batch sd / fit sd)", stats.get("scale_ratio"), "scale_ratio_max",
-            symmetric=True)
-    return rows
-
-
-def _drift_section(drift: Mapping[str, Any]) -> str:
-    rows = _drift_rows(drift)
-    drifted = drift.get("drifted")
-    if drifted is True:
-        banner = '<p class="verdict drift">&#9888; Drift detected: this batch differs from the fit data.</p>'
-    elif drifted is False:
-        banner = '<p class="verdict ok">No drift: every signal is within its threshold.</p>'
-    else:
-        banner = ""
-    reasons = [str(r) for r in drift.get("reasons") or []]
-    reason_html = ("<ul class=\"reasons\">" + "".join(f"<li>{html.escape(r)}</li>" for r in reasons) + "</ul>"
-                   if reasons else "")
-    body = []
-    for label, value, limit, crossed in rows:
-        cls = ' class="drift"' if crossed else ""
-        status = "&#9650; DRIFT" if crossed else ("ok" if limit is not None else "")
-        body.append(f"<tr{cls}><th>{html.escape(label)}</th><td class=\"num\">{value:.4g}</td>"
-                    f"<td class=\"num\">{'' if limit is None else f'{limit:.4g}'}</td><td>{status}</td></tr>")
-    table = ("<table class=\"drift-table\"><thead><tr><th>signal</th><th>value</th><th>threshold</th>"
-             "<th>status</th></tr></thead><tbody>" + "".join(body) + "</tbody></table>") if body else ""
-    note = ("<p class=\"caption\">Each signal is ~0 (the scale ratio ~1, the share beyond the 99th percentile "
-            "~1%) for a batch drawn like the fit data. Rows in red crossed their threshold, which is what "
-            "a scheduled deployment can act on (refit the model).</p>")
-    return banner + reason_html + table + note
-
-
-# ----------------------------------------------------------------------------- pages
-_CSS = """
-body{font-family:-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;max-width:980px;margin:2em auto;
-padding:0 1em;color:#222;line-height:1.45}
-h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
-.meta{color:#666;font-size:.9em}
-table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
-th,td{border:1px solid #ddd;padding:.25em .6em;text-align:left;vertical-align:top}
-thead th{background:#f3f3f3}tbody th{font-weight:normal;color:#444}
-td.num{text-align:right;font-variant-numeric:tabular-nums}
-tr.total th,tr.total td{font-weight:bold}
-.bar{display:inline-block;height:.8em;background:#1f77b4}
-figure{margin:1.2em 0;padding:0}figure img{max-width:100%;height:auto;border:1px solid #eee}
-figcaption,.caption{color:#555;font-size:.9em;max-width:760px}
-.note{color:#666;font-size:.9em}
-.verdict{padding:.5em .8em;border-radius:4px;font-weight:bold}
-.verdict.drift{background:#fde2e1;color:#a4161a;border:1px solid #e5989b}
-.verdict.ok{background:#e3f4e1;color:#1b5e20;border:1px solid #a5d6a7}
-tr.drift th,tr.drift td{background:#fde2e1;color:#a4161a;font-weight:bold}
-code{font-size:.9em}details summary{cursor:pointer}
-"""
-
-
-def _figure_html(fig: ReportFigure) -> str:
-    data = base64.b64encode(fig.png()).decode("ascii")
-    width, height = (round(v * DPI) for v in fig.size_inches())
-    return (f'<figure id="fig-{html.escape(fig.name)}"><img src="data:image/png;base64,{data}" '
-            f'alt="{html.escape(fig.title)}" width="{width}" height="{height}">'
-            f"<figcaption><b>{html.escape(fig.title)}.</b> {html.escape(fig.caption)}</figcaption></figure>")
-
-
-def render_html(data: Mapping[str, Any], figures: ReportFigures | None = None) -> str:
-    """The report as one self-contained HTML page.
-
-    Parameters
-    ----------
-    data : dict
-        Report data (``mkdist.pipeline.report_data(store)``); any key may be missing or None.
-    figures : ReportFigures, optional
-        Figures already built from ``data`` by :func:`build_figures`, so a caller writing both
-        the page and a PNG directory draws them once.
-
-    Returns
-    -------
-    str
-        An HTML5 page: inline CSS, every figure an inline ``data:image/png;base64`` image, no
-        script and no external resource, so it opens from disk, from an e-mail or from a
-        Prefect artifact with no server.
-
-    Examples
-    --------
-    >>> from mkdist._report._html import render_html
-    >>> page = render_html({"title": "demo", "summary": {"method": "m", "cluster_sizes": [2, 3]}})
-    >>> page.startswith("<!DOCTYPE html>") and "data:image/png;base64," in page
-    True
-    """
-    figures = build_figures(data) if figures is None else figures
-    summary = _mapping(data.get("summary"))
-    is_assignment = data.get("kind") == "assignment"
-    title = str(data.get("title") or "mkdist report")
-    meta = [f"{label}: <code>{html.escape(str(data[key]))}</code>" for key, label in
-            (("store", "store"), ("kind", "kind"), ("generated", "generated")) if data.get(key)]
-    by_section: dict[str, list[ReportFigure]] = {}
-    for fig in figures.figures.values():
-        by_section.setdefault(fig.section, []).append(fig)
-
-    run_part = _run_summary_html(summary, data, heading="Fitted model run" if is_assignment else "Run summary")
-    assignment = _mapping(data.get("assignment"))
-    assignment_part = (_assignment_html(assignment, by_section.get("assignment", []))
-                       if assignment or is_assignment else [])
-    # An assignment report is read for its drift verdict: that comes first.
-    body = assignment_part + run_part if is_assignment else run_part + assignment_part
-    for section, heading in (("model", "Model"), ("clusters", "Clusters")):
-        if by_section.get(section):
-            body.append(f"<h2>{'Fitted ' + heading.lower() if is_assignment else heading}</h2>")
-            body += [_figure_html(f) for f in by_section[section]]
-    diagnostics = _mapping(summary.get("diagnostics"))
-    if diagnostics:
-        body += ["<h2>Diagnostics</h2>", _diagnostics_table(diagnostics)]
-    if figures.omitted:
-        body.append('<h2>Not shown</h2><ul class="note">')
-        body += [f"<li>{html.escape(reason)}</li>" for reason in figures.omitted.values()]
-        body.append("</ul>")
-
-    head = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
-            f"<h1>{html.escape(title)}</h1>", f'<p class="meta">{" &middot; ".join(meta)}</p>' if meta else ""]
-    # No clock read here: the same data gives the same page (``generated`` says when).
-    tail = ['<p class="meta">Written by mkdist.</p></body></html>']
-    return "\n".join(p for p in head + body + tail if p)
-
-
-def _run_summary_html(summary: Mapping[str, Any], data: Mapping[str, Any], heading: str) -> list[str]:
-    """Sizes, method, scores, timings per stage and parameters of the run (nothing if no summary)."""
-    if not summary:
-        return []
-    parts = [f"<h2>{html.escape(heading)}</h2>", _table([(k, _fmt(v)) for k, v in _overview_rows(data)])]
-    scores = {k: v for k, v in _mapping(summary.get("scores")).items()
-              if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    if scores:
-        parts += ["<h3>Agreement with the given labels</h3>",
-                  _table([(k, f"{v:.4f}") for k, v in scores.items()], ("metric", "score")),
-                  '<p class="caption">1 is a perfect match; ARI is ~0 for a random partition.</p>']
-    timings = _timings_table(_mapping(summary.get("timings")))
-    if timings:
-        parts += ["<h3>Time per stage</h3>", timings]
-    if _mapping(summary.get("params")):
-        parts += ["<h3>Parameters</h3>", _params_table(_mapping(summary.get("params")))]
-    return parts
-
-
-def _assignment_html(assignment: Mapping[str, Any], figures: list[ReportFigure]) -> list[str]:
-    """The batch's size, the drift verdict and table, and the assignment figures."""
-    parts = ["<h2>Assignment of new data</h2>"]
-    rows = [("rows assigned", _fmt(assignment.get("N")))] if assignment.get("N") is not None else []
-    if assignment.get("fit_p99") is not None:
-        rows.append(("fit's 99th percentile of distance", _fmt(assignment.get("fit_p99"))))
-    if rows:
-        parts.append(_table(rows))
-    drift = _mapping(assignment.get("drift"))
-    if drift:
-        parts += ["<h3>Drift against the fit</h3>", _drift_section(drift)]
-    else:
-        parts.append('<p class="note">No drift statistics were recorded with this assignment.</p>')
-    parts += [_figure_html(f) for f in figures]
-    if _mapping(assignment.get("params")):
-        parts += ["<h3>Assignment parameters</h3>", _params_table(_mapping(assignment.get("params")))]
-    return parts
-
-
-def write_html(data: Mapping[str, Any], target: str | os.PathLike, figures: ReportFigures | None = None) -> str:
-    """Write the page of :func:`render_html` to a local path or an fsspec URL.
-
-    Parameters
-    ----------
-    data : dict
-        Report data (``mkdist.pipeline.report_data(store)``).
-    target : str or path-like
-        A local file (written to a temporary name, then renamed, so a reader never sees half a
-        page; its directory is created) or an fsspec URL (one put, atomic per object).
-    figures : ReportFigures, optional
-        Figures already built from ``data`` (see :func:`render_html`).
-
-    Returns
-    -------
-    str
-        ``target``.
-    """
-    payload = render_html(data, figures).encode("utf-8")
-    if "://" in str(target) and not str(target).startswith("file://"):
-        import fsspec
-
-        from mkdist.storage._remote import options_for
-
-        # Next to an object-store run: written there with the run's options (one put).
-        fs, path = fsspec.core.url_to_fs(str(target), **options_for(str(target)))
-        fs.pipe_file(path, payload)
-        return str(target)
-    path = Path(str(target).removeprefix("file://"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, payload)
-    return str(target)
-
-
-def save_report_data(data: dict, stem: Path) -> str:
-    """Report data for the drawing process: ``<stem>.json``, its arrays in ``<stem>.npz`` (an
-    array is ``{"__array__": key}`` in the JSON); returns the JSON's path."""
-    arrays: dict[str, np.ndarray] = {}
-
-    def encode(x: Any) -> Any:
-        if isinstance(x, np.ndarray):
-            arrays[f"a{len(arrays)}"] = x
-            return {"__array__": f"a{len(arrays) - 1}"}
-        if isinstance(x, dict):
-            return {k: encode(v) for k, v in x.items()}
-        return x
-
-    doc = encode(data)
-    if arrays:
-        np.savez(stem.with_suffix(".npz"), **arrays)
-    stem.with_suffix(".json").write_text(json.dumps(doc), encoding="utf-8")
-    return str(stem.with_suffix(".json"))
-
-
-def load_report_data(path: str) -> dict:
-    """What :func:`save_report_data` wrote (the drawing process reads it)."""
-    doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    npz = Path(path).with_suffix(".npz")
-    arrays = dict(np.load(npz, allow_pickle=False)) if npz.exists() else {}
-
-    def decode(x: Any) -> Any:
-        if isinstance(x, dict):
-            return arrays[x["__array__"]] if set(x) == {"__array__"} else {k: decode(v) for k, v in x.items()}
-        return x
-
-    return decode(doc)
-
-
-def _atomic_write(path: Path, payload: bytes) -> None:
-    """Write to a temporary sibling, then rename: a reader never sees a half-written file."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
-    try:
-        tmp.write_bytes(payload)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def render_png(data: Mapping[str, Any], directory: str | os.PathLike, figures: ReportFigures | None = None
-               ) -> list[Path] | list[str]:
-    """The report's figures as PNG files, plus an ``index.md`` that shows them with captions.
-
-    Parameters
-    ----------
-    data : dict
-        Report data (``mkdist.pipeline.report_data(store)``).
-    directory : str or path-like
-        A local directory, created if missing, or an fsspec URL (``s3://bucket/run.report``,
-        next to a remote store).  Files of the same names are replaced (locally each is
-        written to a temporary name, then renamed; an object store's put is atomic per
-        object); other files in it are left alone.
-    figures : ReportFigures, optional
-        Figures already built from ``data`` (see :func:`render_html`).
-
-    Returns
-    -------
-    list of Path, or list of str for a URL
-        The PNG files in page order, then ``index.md``.
-    """
-    figures = build_figures(data) if figures is None else figures
-    files = {f"{name}.png": fig.png() for name, fig in figures.figures.items()}
-    files["index.md"] = _index_markdown(data, figures).encode("utf-8")
-    if "://" in str(directory) and not str(directory).startswith("file://"):
-        import fsspec
-
-        from mkdist.storage._remote import options_for
-
-        fs, root = fsspec.core.url_to_fs(str(directory), **options_for(str(directory)))
-        fs.makedirs(root, exist_ok=True)
-        base = str(directory).rstrip("/")
-        for name, payload in files.items():
-            fs.pipe_file(f"{root.rstrip('/')}/{name}", payload)
-        return [f"{base}/{name}" for name in files]
-    directory = Path(str(directory).removeprefix("file://"))
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, payload in files.items():
-        _atomic_write(directory / name, payload)
-    return [directory / name for name in files]
-
-
-def _index_markdown(data: Mapping[str, Any], figures: ReportFigures) -> str:
-    """The PNG directory's index: summary rows, drift verdict, then each figure and its caption."""
-    title = str(data.get("title") or "mkdist report")
-    lines = [f"# {title}", ""]
-    if data.get("store"):
-        lines += [f"store: `{data['store']}`" + (f" · generated {data['generated']}" if data.get("generated") else ""),
-                  ""]
-    rows = _overview_rows(data)
-    if rows:
-        lines += ["| quantity | value |", "|---|---|"] + [f"| {k} | {_fmt(v)} |" for k, v in rows] + [""]
-    drift = _mapping(_mapping(data.get("assignment")).get("drift"))
-    if drift:
-        verdict = {True: "**DRIFT DETECTED**", False: "no drift"}.get(drift.get("drifted"), "not judged")
-        lines += [f"Drift: {verdict}", ""] + [f"- {r}" for r in drift.get("reasons") or []] + [""]
-        lines += ["| signal | value | threshold | status |", "|---|---|---|---|"]
-        lines += [f"| {label} | {value:.4g} | {'' if limit is None else f'{limit:.4g}'} | "
-                  f"{'**DRIFT**' if crossed else ('ok' if limit is not None else '')} |"
-                  for label, value, limit, crossed in _drift_rows(drift)] + [""]
-    for name, fig in figures.figures.items():
-        lines += [f"## {fig.title}", "", f"![{fig.title}]({name}.png)", "", fig.caption, ""]
-    if figures.omitted:
-        lines += ["## Not shown", ""] + [f"- {reason}" for reason in figures.omitted.values()] + [""]
-    return "\n".join(lines)

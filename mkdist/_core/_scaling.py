@@ -1,0 +1,92 @@
+"""Per-feature scaling of the views (:class:`FeatureScaling`) and the scalings estimators offer.
+
+The scaling is estimated on in-memory rows (landmarks or a sample) and applied to every later
+block of rows, so all blocks are scaled alike.  :data:`SCALINGS` and :data:`SCALE_AUTO` are the
+values of the estimators' ``scale`` parameter; this module needs only NumPy, so the parameter
+tables (``mkdist._methods._params``) import them without scikit-learn or scipy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import InputValidationError
+from ._kernel_specs import SPARSE_DENSITY, view_density
+
+__all__ = ["FeatureScaling", "SCALINGS", "SCALE_AUTO"]
+
+#: Per-feature scalings every estimator with a ``scale`` parameter offers (see FeatureScaling).
+SCALINGS = ("minmax", "standard")
+#: ``scale="auto"`` (late fusion): "minmax" on the dense views, none on the sparse ones
+#: (``view_density`` < ``SPARSE_DENSITY``, as the "auto" kernel set decides); see FeatureScaling.
+SCALE_AUTO = "auto"
+
+
+@dataclasses.dataclass
+class FeatureScaling:
+    """Per-feature affine scaling ``(x - offset) / scale`` of every view.
+
+    Attributes
+    ----------
+    kind : {"minmax", "standard", "auto"}
+    offset, scale : dict of str to ndarray of shape (d_v,)
+        Minimum and range ("minmax") or mean and standard deviation ("standard"); a
+        constant feature keeps scale 1: it maps to 0 and carries no distance either way.
+        "auto": "minmax" on a dense view, offset 0 and scale 1 (the identity) on a sparse one
+        (share of non-zero entries < ``SPARSE_DENSITY``: bag of words, graph adjacency), whose
+        counts or tf-idf weights are kept as they are -- min-max scaling would give a word
+        seen once the weight of the most frequent one.
+    """
+
+    kind: str
+    offset: dict[str, np.ndarray]
+    scale: dict[str, np.ndarray]
+
+    @classmethod
+    def fit(cls, kind: str | None, views: Mapping[str, np.ndarray]) -> FeatureScaling | None:
+        """Estimate the scaling on in-memory rows (landmarks or a sample); None for ``kind=None``."""
+        if kind is None:
+            return None
+        if kind not in (*SCALINGS, SCALE_AUTO):
+            raise InputValidationError(f"`scale`={kind!r} must be one of {(*SCALINGS, SCALE_AUTO)}.")
+        offset, scale = {}, {}
+        for name, L in views.items():
+            L = np.asarray(L, dtype=np.float64)
+            if kind == SCALE_AUTO and view_density(L) < SPARSE_DENSITY:
+                lo, span = np.zeros(L.shape[1]), np.ones(L.shape[1])
+            elif kind in ("minmax", SCALE_AUTO):
+                lo, span = L.min(axis=0), L.max(axis=0) - L.min(axis=0)
+            else:
+                lo, span = L.mean(axis=0), L.std(axis=0)
+            offset[name] = lo
+            scale[name] = np.where(span > 0, span, 1.0)
+        return cls(kind, offset, scale)
+
+    @property
+    def factor(self) -> dict[str, np.ndarray]:
+        """1 / scale per view (multiplying is what the row blocks do)."""
+        return {k: 1.0 / v for k, v in self.scale.items()}
+
+    def apply(self, views: Mapping[str, np.ndarray], dtype) -> dict[str, np.ndarray]:
+        """Scaled copies of the views in ``dtype``."""
+        factor = self.__dict__.setdefault("_factor", self.factor)
+        return {name: ((np.asarray(v, dtype=dtype) - self.offset[name].astype(dtype))
+                       * factor[name].astype(dtype)) for name, v in views.items()}
+
+    def state_arrays(self) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
+        """Named arrays for a model state (dims ``feature__<view>``)."""
+        out = {}
+        for name in self.offset:
+            out[f"scale_offset__{name}"] = ((f"feature__{name}",), self.offset[name])
+            out[f"scale_span__{name}"] = ((f"feature__{name}",), self.scale[name])
+        return out
+
+    @classmethod
+    def from_state(cls, kind: str | None, view_names: Sequence[str], get) -> FeatureScaling | None:
+        if not kind:
+            return None
+        return cls(kind, {n: get(f"scale_offset__{n}") for n in view_names},
+                   {n: get(f"scale_span__{n}") for n in view_names})
