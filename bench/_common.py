@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -215,7 +215,8 @@ def worker_peak_rss(client) -> dict:
 
 def run_pipeline(N: int, store: Path, *, report: bool = False, cluster: str = "tuned", **params) -> dict:
     """W1 at N rows through ``mkdist.cluster`` on a fresh 2-worker cluster (``cluster``: see
-    :data:`CLUSTERS`), end to end from Zarr into ``store`` (replaced).  With ``report`` the run writes its report as ``cluster_flow``
+    :data:`CLUSTERS`), end to end from Zarr into ``store`` (replaced).  With ``report`` the run writes its
+    report as ``cluster_flow``
     does (``mkdist.cluster(report=True)``: the model's figures drawn by a background process while
     the rows are embedded, the rest after the last stage); ``end_to_end_s`` then includes the
     report's tail, and ``report_s`` is its cost to the run: the tail, the time the stages waited

@@ -66,8 +66,8 @@ def landmark_stack(views: list, seed: int):
     """(preprocessed kernel stack (m, n, n), landmark indices, seconds) as the MKC fit builds them."""
     from mkdist._core._kernel_specs import resolve_kernel_specs
     from mkdist._core._kernels import fit_kernels, fit_preprocessing, landmark_kernels
-    from mkdist._methods._mkc import default_n_landmarks
     from mkdist._core._sampling import sample_landmark_indices
+    from mkdist._methods._mkc import default_n_landmarks
 
     t0 = time.perf_counter()
     named = {f"view{i}": v for i, v in enumerate(views)}
@@ -106,8 +106,7 @@ def timed_cpu(fn, *args, **kwargs):
 def spectralcluster_ks(stack: np.ndarray, k_min: int, k_max: int, n_neighbors: int) -> dict:
     """spectralcluster's eigengap rule (two Laplacian types) on our kNN affinity."""
     import scipy.linalg
-    from spectralcluster import laplacian as sc_laplacian
-    from spectralcluster import utils as sc_utils
+    from spectralcluster import laplacian as sc_laplacian, utils as sc_utils
 
     from mkdist._core._nclusters import _kernel_sq_distances, _knn_graph
 

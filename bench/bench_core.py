@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-
 from _common import emit, load_mfeat, machine, median, timed
+
 from mkdist import MultipleKernelClustering, clustering_scores
 from mkdist._core._kernel_specs import resolve_kernel_specs
 from mkdist._core._kernels import fit_kernels, fit_preprocessing, landmark_kernels
@@ -40,18 +40,19 @@ def main():
         cfg = {}
         for weights in ("simplemkkm", "uniform"):
             cfg[weights] = scores_over_seeds(
-                lambda s: MultipleKernelClustering(10, kernels=kernels, scale=scale, weights=weights,
-                                                   n_landmarks=2000, random_state=s), views, y, seeds)
+                lambda s, kernels=kernels, scale=scale, weights=weights: MultipleKernelClustering(
+                    10, kernels=kernels, scale=scale, weights=weights, n_landmarks=2000, random_state=s),
+                views, y, seeds)
         per_view = {}
         for v in range(6):
             per_view[f"view{v}"] = scores_over_seeds(
-                lambda s: MultipleKernelClustering(10, kernels=kernels, scale=scale, n_landmarks=2000,
-                                                   random_state=s), [views[v]], y, seeds)
+                lambda s, kernels=kernels, scale=scale: MultipleKernelClustering(
+                    10, kernels=kernels, scale=scale, n_landmarks=2000, random_state=s), [views[v]], y, seeds)
         best = max(per_view, key=lambda k: per_view[k]["acc"]["mean"])
         cfg["single_best_view"] = {"view": best, **per_view[best]}
         cfg["landmarks_500_out_of_sample"] = scores_over_seeds(
-            lambda s: MultipleKernelClustering(10, kernels=kernels, scale=scale, n_landmarks=500,
-                                               random_state=s), views, y, seeds)
+            lambda s, kernels=kernels, scale=scale: MultipleKernelClustering(
+                10, kernels=kernels, scale=scale, n_landmarks=500, random_state=s), views, y, seeds)
         out["configs"][f"kernels={kernels},scale={scale}"] = cfg
 
     # Fit time at n = 2000 landmarks, m = 6 kernels (one RBF per view), K = 10.

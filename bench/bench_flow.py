@@ -113,7 +113,8 @@ def part_overhead(args):
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    med = {k: median([r["wall_s"] for r in rows if r["kind"] == k]) for k in ("library", "flow_server", "flow_ephemeral")}
+    med = {k: median([r["wall_s"] for r in rows if r["kind"] == k])
+           for k in ("library", "flow_server", "flow_ephemeral")}
     # The three kinds run back to back within a repeat, so a per-repeat ratio cancels most of
     # the drift of a shared machine; its median is the figure to quote.
     per_repeat = [rows[i:i + 3] for i in range(0, len(rows), 3)]

@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _common import OUT, emit, machine, median, wait_for_port
 
 MKDIST = [sys.executable, "-m", "mkdist.cli"]
@@ -179,7 +178,7 @@ def part_cost(ns: list[int], repeats: int) -> dict:
         for n in ns:
             table = customer_table(n)
             rows = []
-            for i in range(repeats):
+            for _ in range(repeats):
                 shutil.rmtree(work, ignore_errors=True)
                 work.mkdir(parents=True)
                 cluster_s = python_run("no-report")

@@ -74,8 +74,8 @@ from _common import OUT, SHARED_DATA, emit, load_multiview, machine, multiview_s
 
 from mkdist import MultipleKernelClustering
 from mkdist._core._kmeans import kmeans
-from mkdist._methods._late_fusion import LateFusionClustering, _fit_base
 from mkdist._core._sampling import sample_landmark_indices
+from mkdist._methods._late_fusion import LateFusionClustering, _fit_base
 from mkdist.errors import DegenerateKernelWarning
 from mkdist.metrics import ari, clustering_accuracy, nmi
 
@@ -311,7 +311,8 @@ def part_oos(args) -> dict:
             accs_fit.append(clustering_accuracy(y[lm], est.model_.landmark_labels))
             accs_oos.append(clustering_accuracy(y[rest], est.labels_[rest]))
         grid[str(n_grid)] = {"landmark_fit_acc": summary([{"acc": a, "nmi": 0.0, "ari": 0.0} for a in accs_fit])["acc"],
-                             "out_of_sample_acc": summary([{"acc": a, "nmi": 0.0, "ari": 0.0} for a in accs_oos])["acc"]}
+                             "out_of_sample_acc":
+                                 summary([{"acc": a, "nmi": 0.0, "ari": 0.0} for a in accs_oos])["acc"]}
     out["acc_vs_n_landmarks"] = grid
     gap = out["all_landmark_fit_2000"]["acc"]["mean"] - out["all_2000_landmarks_plus_assigned"]["acc"]["mean"]
     gap_oos = out["all_landmark_fit_2000"]["acc"]["mean"] - out["oos_1500"]["acc"]["mean"]
@@ -333,7 +334,7 @@ def _profile_top(prof, n: int = 15) -> list[dict]:
 
     st = pstats.Stats(prof)
     rows = []
-    for (file, line, fn), (cc, nc, tt, ct, _) in st.stats.items():
+    for (file, line, fn), (_cc, nc, tt, ct, _) in st.stats.items():
         rows.append({"function": f"{os.path.basename(file)}:{line}:{fn}", "calls": nc, "tottime_s": round(tt, 3),
                      "cumtime_s": round(ct, 3)})
     return sorted(rows, key=lambda r: -r["tottime_s"])[:n]

@@ -23,10 +23,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
-
-from _common import (  # noqa: E402
-    OUT, SHARED_DATA, W1, emit, local_cluster, machine, run_pipeline, timed, w1_input, worker_peak_rss,
-)
+from _common import OUT, SHARED_DATA, W1, emit, local_cluster, machine, run_pipeline, timed, w1_input, worker_peak_rss  # noqa: E402
 
 # local_cluster and worker_peak_rss are imported from here by other bench scripts.
 __all__ = ["local_cluster", "worker_peak_rss"]

@@ -78,8 +78,7 @@ from _common import emit, load_mfeat, load_multiview, machine, multiview_sets, t
 from sklearn.cluster import KMeans  # noqa: E402
 
 from mkdist import MultipleKernelClustering  # noqa: E402
-from mkdist._methods._power_kmeans import (  # noqa: E402
-    MultiViewRFFPowerKMeans, RFFKernelPowerKMeans, default_n_components)
+from mkdist._methods._power_kmeans import MultiViewRFFPowerKMeans, RFFKernelPowerKMeans, default_n_components  # noqa: E402
 from mkdist.metrics import ari, clustering_accuracy, nmi  # noqa: E402
 
 K = 10
@@ -254,13 +253,13 @@ def part_mfeat(args) -> dict:
     base = {}
     for scale in ("standard", "minmax"):
         base[f"RFF-MKPKM [pix, fac] alpha 1/2, scale={scale}"] = brief(evaluate(
-            lambda s: RFFKernelPowerKMeans(K, random_state=s, scale=scale), mv, y, seeds))
+            lambda s, scale=scale: RFFKernelPowerKMeans(K, random_state=s, scale=scale), mv, y, seeds))
         base[f"RFF-MKPKM [pix, fac] eq. 31, scale={scale}"] = brief(evaluate(
-            lambda s: PlainMultiKernel(K, random_state=s, scale=scale), mv, y, seeds))
+            lambda s, scale=scale: PlainMultiKernel(K, random_state=s, scale=scale), mv, y, seeds))
         base[f"RFF-KPKM concatenated, scale={scale}"] = brief(evaluate(
-            lambda s: RFFKernelPowerKMeans(K, random_state=s, scale=scale), concat, y, seeds))
+            lambda s, scale=scale: RFFKernelPowerKMeans(K, random_state=s, scale=scale), concat, y, seeds))
         base[f"RFF-KPKM pix, scale={scale}"] = brief(evaluate(
-            lambda s: RFFKernelPowerKMeans(K, random_state=s, scale=scale), pix, y, seeds))
+            lambda s, scale=scale: RFFKernelPowerKMeans(K, random_state=s, scale=scale), pix, y, seeds))
     inv["baselines_with_scaling"] = {k: {m: v[m] for m in ("acc", "nmi", "fit_s")} for k, v in base.items()}
 
     results = list(cache.values())
@@ -328,7 +327,7 @@ def part_seeds(args) -> dict:
         k = int(y.max()) + 1
         res = {"n": int(len(y)), "k": k, "view_dims": [int(v.shape[1]) for v in X]}
         for setting in chosen:
-            r = evaluate(lambda s: settings[setting](k, s), X, y, seeds)
+            r = evaluate(lambda s, setting=setting, k=k: settings[setting](k, s), X, y, seeds)
             res[setting] = {"acc_mean": r["acc"]["mean"], "acc_std": r["acc"]["std"],
                             "acc_min": r["acc"]["min"], "acc_max": r["acc"]["max"],
                             "nmi_mean": r["nmi"]["mean"], "fit_s_median": r["fit_s"]["median"],
@@ -360,7 +359,7 @@ def part_timing(args) -> dict:
         res = {"n": int(len(y)), "k": k, "view_dims": [int(v.shape[1]) for v in X]}
         for cls in (RFFKernelPowerKMeans, MultiViewRFFPowerKMeans):
             load = os.getloadavg()[0]
-            r = evaluate(lambda s: cls(k, random_state=s), X, y, seeds, extra=lambda est, s: {
+            r = evaluate(lambda s, cls=cls, k=k: cls(k, random_state=s), X, y, seeds, extra=lambda est, s: {
                 "n_init": est.n_init_, "start_n_init": est.diagnostics_["restarts"]["start_n_init"],
                 "timings": est.diagnostics_["timings"]})
             res[cls.__name__] = {"fit_s_max": max(row["fit_s"] for row in r["per_seed"]),
@@ -466,7 +465,8 @@ def main():
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--quick", action="store_true",
                     help="mfeat: skip MKC, k-means on the RFF features and the s0 / lambda / bandwidth grids")
-    ap.add_argument("--data", default="", help="seeds / timing: comma-separated sets (default: SEED_SETS / TIMING_SETS)")
+    ap.add_argument("--data", default="",
+                    help="seeds / timing: comma-separated sets (default: SEED_SETS / TIMING_SETS)")
     ap.add_argument("--settings", default="", help="seeds: comma-separated settings (default: all)")
     ap.add_argument("--variants", action="store_true",
                     help="scale: also IP-RFF-MKPKM with lambda scaled to N and RFF-MKPKM with alpha 1/2")

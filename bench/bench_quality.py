@@ -356,7 +356,8 @@ def main():
             # Each job appends whole lines to the same file (O_APPEND writes of one line do not
             # interleave), so the results file and its resume logic stay one.
             ctx = mp.get_context("fork")
-            procs = [ctx.Process(target=run, args=(argparse.Namespace(**{**vars(args), "datasets": args.datasets[j::args.jobs]}),))
+            procs = [ctx.Process(target=run,
+                                 args=(argparse.Namespace(**{**vars(args), "datasets": args.datasets[j::args.jobs]}),))
                      for j in range(args.jobs)]
             for p in procs:
                 p.start()

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _common import emit, machine, median
 
 

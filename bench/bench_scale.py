@@ -35,11 +35,9 @@ import threading
 import time
 
 from _common import OUT, _Processes, emit, machine, median
+from distributed.diagnostics.plugin import SchedulerPlugin
 
 W1 = dict(n_clusters=10, kernels="rbf-grid", n_landmarks=1000)
-
-
-from distributed.diagnostics.plugin import SchedulerPlugin
 
 
 class _PassRecorder(SchedulerPlugin):
@@ -152,7 +150,8 @@ def run_config(n: int, chunks: int, workers: int, n_landmarks: int) -> dict:
     passes = [p for p in sched["passes"] if p["t"] >= t0 - 1]
     rows = []
     for i, p in enumerate(passes):
-        t_next, cpu_next = (passes[i + 1]["t"], passes[i + 1]["cpu"]) if i + 1 < len(passes) else (t_end, sched["cpu_now"])
+        t_next, cpu_next = ((passes[i + 1]["t"], passes[i + 1]["cpu"]) if i + 1 < len(passes)
+                            else (t_end, sched["cpu_now"]))
         submit = [d for (ts, d) in sampler.submits if ts <= p["t"] and ts >= (passes[i - 1]["t"] if i else t0 - 1)]
         rows.append({"tasks": p["tasks"], "wall_s": round(t_next - p["t"], 4),
                      "client_submit_s": round(submit[-1], 4) if submit else None,
@@ -197,8 +196,9 @@ def main() -> None:
             if args.jsonl:  # each configuration as it finishes: a long sweep stopped midway keeps its rows
                 with open(args.jsonl, "a") as f:
                     f.write(json.dumps(configs[-1], default=float) + "\n")
-            print({k: configs[-1][k] for k in ("chunks", "workers", "end_to_end_s", "passes", "tasks",
-                                               "scheduler_cpu_per_task_ms", "client_peak_rss_mib")}, file=sys.stderr, flush=True)
+            shown = ("chunks", "workers", "end_to_end_s", "passes", "tasks", "scheduler_cpu_per_task_ms",
+                     "client_peak_rss_mib")
+            print({k: configs[-1][k] for k in shown}, file=sys.stderr, flush=True)
     emit({"bench": "scale", "machine": machine(), "args": vars(args), "wall_s": time.time() - t0,
           "result": configs})
 

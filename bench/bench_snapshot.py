@@ -3,7 +3,8 @@
     python bench/bench_snapshot.py --part all
 
 ``--part poll``: a reader polls a stage (``is_complete``, then ``read_stage``) while another
-writer overwrites it ``--overwrites`` times, on a local directory (the writer is a second process, as a refit beside a scheduled
+writer overwrites it ``--overwrites`` times, on a local directory (the writer is a second process, as a
+refit beside a scheduled
 ``assign``) and on ``memory://`` (a writer thread: memory:// lives in one process).  Each
 version's arrays hold its version number everywhere, and so does its ``version`` attribute;
 a read is whole when they all agree.  Each read opens the stage (``RunStore.read_stage``),
@@ -36,7 +37,6 @@ import dask
 import dask.array as da
 import numpy as np
 import xarray as xr
-
 from _common import emit, machine, median
 
 from mkdist.storage import RunStore
@@ -109,7 +109,7 @@ def part_poll(args) -> dict:
             writer = subprocess.Popen([sys.executable, __file__, "--writer", url, "--n", str(args.n),
                                        "--chunk", str(args.chunk), "--versions",
                                        ",".join(map(str, versions))])
-            result = poll(url, lambda: writer.poll() is None)
+            result = poll(url, lambda writer=writer: writer.poll() is None)
             if writer.wait() != 0:
                 raise SystemExit(f"the writer process failed (exit {writer.returncode})")
         else:

@@ -37,9 +37,18 @@ import sys
 import time
 
 import numpy as np
-
 from _common import (
-    CLUSTERS, OUT, W1, drop_malloc_environ, emit, import_library, local_cluster, machine, median, run_pipeline, w1_input,
+    CLUSTERS,
+    OUT,
+    W1,
+    drop_malloc_environ,
+    emit,
+    import_library,
+    local_cluster,
+    machine,
+    median,
+    run_pipeline,
+    w1_input,
 )
 
 N_LLOYD = 20
@@ -212,7 +221,8 @@ def part_floor(args):
     # runs on this machine, so the ratio is the median of the per-round ratios.
     rounds = []
     for _ in range(args.repeats):
-        pipe = run_pipeline(args.n, OUT / "stores" / f"speed-{args.n}.zarr", cluster=args.cluster)  # report: --part report
+        # the report: --part report
+        pipe = run_pipeline(args.n, OUT / "stores" / f"speed-{args.n}.zarr", cluster=args.cluster)
         floors = [floor(args.n, pipe["store"], b) for b in (8192, 512)]
         best = min(floors, key=lambda f: f["total_s"])
         rounds.append({"pipeline": pipe, "floor": floors, "ratio": pipe["end_to_end_s"] / best["total_s"]})
@@ -456,7 +466,8 @@ def part_plain(args):
         fl = got["floor"]["total_s"]
         rounds.append({"order": order, "load_1min_before": load, **got,
                        "ratio_over_floor": {k: got[k]["end_to_end_s"] / fl for k in kinds[:4]},
-                       "embed_unfixed_over_plain": got["unfixed"]["stages"]["embed_s"] / got["plain"]["stages"]["embed_s"],
+                       "embed_unfixed_over_plain":
+                           got["unfixed"]["stages"]["embed_s"] / got["plain"]["stages"]["embed_s"],
                        "embed_unfixed_over_dask_worker":
                            got["unfixed"]["stages"]["embed_s"] / got["dask-worker"]["stages"]["embed_s"]})
 

@@ -25,14 +25,14 @@ import warnings
 
 import numpy as np
 from _common import load_multiview, multiview_sets
+from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
-from mkdist._methods._late_fusion import _fit_base, _fit_fusion, _fit_seeds, _partition_copies
 from mkdist._core._graph import build_graph
-from mkdist._methods._mkc import default_embedding_dim
 from mkdist._core._sampling import sample_landmark_indices
+from mkdist._methods._late_fusion import _fit_base, _fit_fusion, _fit_seeds, _partition_copies
+from mkdist._methods._mkc import default_embedding_dim
 from mkdist.metrics import clustering_accuracy
-from sklearn.cluster import KMeans
 
 
 def rownorm(Z):
@@ -92,7 +92,8 @@ def run(name, seed, scale="minmax", kernels="auto", restarts=4, dim=None):
     # average of the kept kernels' projections H_p H_p^T (k-dim): top-k eigvecs of sum_p H_p[:, :k] H_p[:, :k]^T
     Hk = np.hstack([base.H[p][:, :k] for p in kept])
     U, s, _ = np.linalg.svd(Hk, full_matrices=False)
-    out["avgproj_rn"] = round(clustering_accuracy(yl, KMeans(k, n_init=10, random_state=0).fit_predict(rownorm(U[:, :k]))), 3)
+    km = KMeans(k, n_init=10, random_state=0)
+    out["avgproj_rn"] = round(clustering_accuracy(yl, km.fit_predict(rownorm(U[:, :k]))), 3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for tag, kw in VARIANTS:

@@ -16,7 +16,15 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from mkdist.pipeline import (
-    DEFAULT_METHOD, STEP_NAMES, InputSource, RunConfig, as_input, dashboard_link, dask_client, drive_run, plan_run,
+    DEFAULT_METHOD,
+    STEP_NAMES,
+    InputSource,
+    RunConfig,
+    as_input,
+    dashboard_link,
+    dask_client,
+    drive_run,
+    plan_run,
     summary_markdown,
 )
 

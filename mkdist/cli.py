@@ -286,8 +286,8 @@ def _request(source: str, store: str, merged: dict[str, Any]):
     (config, opened input, request key)."""
     from mkdist._pipeline._config import RunConfig
     from mkdist._pipeline._io import InputSource, refuse_file_store, refuse_overlap
-    from mkdist.storage._remote import probe_run
     from mkdist._pipeline._rerun import request_key
+    from mkdist.storage._remote import probe_run
 
     options = merged.get("storage_options")
     if options is not None and not (isinstance(options, dict) and all(isinstance(k, str) for k in options)):
@@ -334,8 +334,9 @@ def _refuse_missing_store(store: str) -> None:
     if not fs.exists(path):
         raise InputValidationError(f"no mkdist run store at {store}{_suggest(fs, path)}")
     if not fs.isdir(path) or not fs.exists(f"{path.rstrip('/')}/zarr.json"):
-        raise InputValidationError(f"no mkdist run store at {store}: it is a {'directory' if fs.isdir(path) else 'file'}"
-                                   " without a zarr.json (a run store is a Zarr group written by `mkdist run`)")
+        kind = "directory" if fs.isdir(path) else "file"
+        raise InputValidationError(f"no mkdist run store at {store}: it is a {kind} without a zarr.json (a run "
+                                   "store is a Zarr group written by `mkdist run`)")
 
 
 def _nothing_to_do(store: str, key: str, merged: dict[str, Any], overwrite: bool) -> dict | None:

@@ -122,7 +122,7 @@ def write_customer_table(path, n_rows: int, *, n_clusters: int = 5, view_dims: S
                "region": pa.array(np.array(["north", "south", "east", "west"])[rng.integers(0, 4, n_rows)]
                                   ).dictionary_encode(),
                "signup": pa.array(np.datetime64("2020-01-01") + rng.integers(0, 2000, n_rows).astype("timedelta64[D]"))}
-    for prefix, (name, X) in zip("ab", views.items()):
+    for prefix, X in zip("ab", views.values()):
         for j in range(X.shape[1]):
             columns[f"{prefix}{j}"] = pa.array(X[:, j])
     columns["true_segment"] = pa.array(y.astype(np.int64))

@@ -10,28 +10,64 @@ writes the summary and :func:`write_report` the report; :func:`cluster` does all
 order and :func:`assign` labels new data with a stored model and measures its drift.
 """
 
+from ._core._worker_env import WORKER_MALLOC_ENVIRON, check_worker_malloc, worker_malloc_settings
+from ._methods._registry import DEFAULT_METHOD, available_methods, get_method, method_table, method_table_markdown
 from ._pipeline._config import ClusterResult, RunConfig
 from ._pipeline._dask_runtime import DEFAULT_CONNECT_TIMEOUT, dashboard_link, dask_client
 from ._pipeline._drift import DEFAULT_THRESHOLDS as DEFAULT_DRIFT_THRESHOLDS
 from ._pipeline._io import (
-    InputSource, as_input, check_labels_out, labels_out_owner, load_ids, load_views, open_input, path_kind, scan_views,
-    views_fingerprint, write_labels_parquet,
+    InputSource,
+    as_input,
+    check_labels_out,
+    labels_out_owner,
+    load_ids,
+    load_views,
+    open_input,
+    path_kind,
+    scan_views,
+    views_fingerprint,
+    write_labels_parquet,
 )
-from ._methods._registry import DEFAULT_METHOD, available_methods, get_method, method_table, method_table_markdown
+from ._pipeline._stages import (
+    assign,
+    check_assign,
+    check_run,
+    load_estimator,
+    merge_timings,
+    open_run,
+    prepare_resume,
+    refuse_overlap,
+    run_stage,
+    stage_embedding,
+    stage_labels,
+    stage_landmarks,
+    stage_metrics,
+    stage_model,
+    stage_plan,
+    writer_lease,
+)
+from ._pipeline._tables import parse_view_option
 from ._report._summary import (
-    ReportDraft, assignment_summary, inspect_markdown, inspect_store, load_labels, report_data, summary_markdown,
+    ReportDraft,
+    assignment_summary,
+    inspect_markdown,
+    inspect_store,
+    load_labels,
+    report_data,
+    summary_markdown,
     write_report,
 )
 from ._run._driver import (
-    STEP_NAMES, RunPlan, cluster, direct_step, drive_assign, drive_run, plan_run, refit_inputs, write_labels_out,
+    STEP_NAMES,
+    RunPlan,
+    cluster,
+    direct_step,
+    drive_assign,
+    drive_run,
+    plan_run,
+    refit_inputs,
+    write_labels_out,
 )
-from ._pipeline._stages import (
-    assign, check_assign, check_run, load_estimator, merge_timings, open_run, prepare_resume,
-    refuse_overlap, run_stage, stage_embedding, stage_labels, stage_landmarks, stage_metrics, stage_model,
-    stage_plan, writer_lease,
-)
-from ._pipeline._tables import parse_view_option
-from ._core._worker_env import WORKER_MALLOC_ENVIRON, check_worker_malloc, worker_malloc_settings
 
 __all__ = [
     # runs

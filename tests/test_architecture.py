@@ -155,7 +155,8 @@ def test_storage_and_flows_depend_on_the_library_only_through_its_public_layer()
 
 
 #: Code that orchestrates runs; it must not know any method by name.
-ORCHESTRATION = ["mkdist/_pipeline/_stages.py", "mkdist/_pipeline/_config.py", "mkdist/_report/_summary.py", "mkdist/pipeline.py",
+ORCHESTRATION = ["mkdist/_pipeline/_stages.py", "mkdist/_pipeline/_config.py", "mkdist/_report/_summary.py",
+                 "mkdist/pipeline.py",
                  "mkdist/cli.py", "mkdist/_run/_demo.py", "flows/cluster.py", "flows/assign.py", "flows/_runtime.py"]
 
 
@@ -185,8 +186,8 @@ def test_builtin_parameter_tables_are_the_ones_the_classes_check(method):
     """The CLI checks arguments against mkdist._methods._params without importing the class: the table
     there must be exactly what the class collects along its bases (``register`` already checks
     that it names exactly the ``__init__`` parameters)."""
-    from mkdist._methods._registry import BUILTIN_PARAMETERS, get_method
     from mkdist._core._validation import collect_constraints
+    from mkdist._methods._registry import BUILTIN_PARAMETERS, get_method
 
     cls = get_method(method)
     module, table = BUILTIN_PARAMETERS[method]

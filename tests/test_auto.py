@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import mkdist
-from mkdist._pipeline._config import RunConfig
 from mkdist._methods._registry import LATE_FUSION_MIN_DIM, choose_method, data_facts
+from mkdist._pipeline._config import RunConfig
 from mkdist.errors import InputValidationError
 from mkdist.pipeline import inspect_markdown, inspect_store
 
@@ -56,7 +56,8 @@ def test_run_config_resolves_auto_and_checks_user_params_against_the_choice():
     assert config.auto["method"] == "mkc" and config.auto["facts"]["dims"] == [5, 5] and config.auto["reason"]
     # A parameter the chosen method does not take is refused, naming the choice.
     bad = RunConfig.from_options(n_clusters=3, method="auto", graph_filter_order=2)
-    with pytest.raises(InputValidationError, match=r"method=\"auto\" chose 'mkc' .* does not take \['graph_filter_order'\]"):
+    with pytest.raises(InputValidationError,
+                       match=r"method=\"auto\" chose 'mkc' .* does not take \['graph_filter_order'\]"):
         bad.resolve(named)
     with pytest.raises(InputValidationError, match="does not take"):
         RunConfig.from_options(n_clusters=3, method="auto", not_a_parameter=1)

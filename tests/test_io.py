@@ -48,7 +48,8 @@ def test_xarray_zarr_npz_npy_parquet(arrays, tmp_path):
     assert load_views(str(tmp_path / "in.npy"))["view0"].shape == (100, 3)
     df = pd.DataFrame(np.c_[a, b], columns=["a0", "a1", "a2", "b0", "b1"])
     df.to_parquet(tmp_path / "in.parquet")
-    _check(load_views(str(tmp_path / "in.parquet"), views={"x": ["a0", "a1", "a2"], "z": ["b0", "b1"]}), ["x", "z"], a, b)
+    views = {"x": ["a0", "a1", "a2"], "z": ["b0", "b1"]}
+    _check(load_views(str(tmp_path / "in.parquet"), views=views), ["x", "z"], a, b)
 
 
 def test_fingerprint_is_stable_and_content_sensitive(arrays):

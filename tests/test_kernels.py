@@ -4,7 +4,12 @@ from sklearn.metrics.pairwise import cosine_similarity, polynomial_kernel, rbf_k
 
 from mkdist._core._kernel_specs import FittedKernel, KernelSpec, resolve_kernel_specs
 from mkdist._core._kernels import (
-    fit_kernels, fit_preprocessing, kernel_blocks, landmark_kernels, preprocess_block, self_kernel,
+    fit_kernels,
+    fit_preprocessing,
+    kernel_blocks,
+    landmark_kernels,
+    preprocess_block,
+    self_kernel,
 )
 from mkdist.errors import InputValidationError
 
@@ -61,7 +66,8 @@ def test_bandwidth_heuristics(data):
 
 def test_multiplier_grid_and_named_sets():
     specs = resolve_kernel_specs("rbf-grid", ["a", "b"])
-    assert [(s.view, s.multiplier) for s in specs] == [("a", 0.5), ("a", 1.0), ("a", 2.0), ("b", 0.5), ("b", 1.0), ("b", 2.0)]
+    assert [(s.view, s.multiplier) for s in specs] == [("a", 0.5), ("a", 1.0), ("a", 2.0),
+                                                       ("b", 0.5), ("b", 1.0), ("b", 2.0)]
     assert len(resolve_kernel_specs("mkkm12", ["a"])) == 12
     assert resolve_kernel_specs([{"view": 1, "kind": "linear"}], ["a", "b"])[0].view == "b"
 

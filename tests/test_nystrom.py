@@ -27,7 +27,8 @@ def data():
 
 def _dense_algorithm1(X, anchors, sigma, k):
     """Algorithm 1 written out with N x m matrices, a full inverse and a full SVD (reference)."""
-    W = lambda A, B: np.exp(-cdist(A, B, "sqeuclidean") / (2 * sigma**2))
+    def W(A, B):
+        return np.exp(-cdist(A, B, "sqeuclidean") / (2 * sigma**2))
     P, K = W(X, anchors), W(anchors, anchors)
     lam, U = np.linalg.eigh(K)
     d = P @ np.linalg.solve(K, P.sum(axis=0)) / len(X)

@@ -219,8 +219,9 @@ def test_directories_globs_and_schema_mismatch(tmp_path):
 
 
 def test_missing_empty_and_corrupt_inputs(tmp_path):
-    path = _write(_customers()[0], tmp_path / "customers.parquet")
-    with pytest.raises(InputValidationError, match=r"not found: .*customer.parquet \(did you mean .*customers.parquet\?\)"):
+    _write(_customers()[0], tmp_path / "customers.parquet")
+    with pytest.raises(InputValidationError,
+                       match=r"not found: .*customer.parquet \(did you mean .*customers.parquet\?\)"):
         open_input(InputSource(str(tmp_path / "customer.parquet")))
     with pytest.raises(InputValidationError, match="not found: no file matches"):
         open_input(InputSource(str(tmp_path / "*.pq")))

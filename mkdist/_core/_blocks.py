@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputValidationError
 from ._validation import is_dask_array
 from ._worker_env import tune_malloc
-from ..errors import InputValidationError
 
 __all__ = ["RowBlocks", "align_row_chunks", "check_chunk_finite", "cache_block_rows", "report_passes",
            "DEFAULT_BLOCK_ROWS"]
@@ -295,7 +295,8 @@ class RowBlocks:
         # The name must be unique per (state, input, function): Dask treats equal keys as equal results.
         layer = f"mkdist-{name or _task_name(fn)}-{tokenize(key, *self.arrays, fn, n_cols, dtype, self.block_rows)}"
         return da.map_blocks(_map_task, *self.arrays, key, fn=fn, names=self.names, block_rows=self.block_rows,
-                             out_dtype=dtype, dtype=dtype, check=check_finite, chunks=chunks, meta=meta, name=layer, **extra)
+                             out_dtype=dtype, dtype=dtype, check=check_finite, chunks=chunks, meta=meta, name=layer,
+                             **extra)
 
     def reduce(self, fn: RowFunction, state: Any, *, width: int, name: str | None = None,
                check_finite: bool = True, split_every: int = SPLIT_EVERY, take: np.ndarray | None = None):

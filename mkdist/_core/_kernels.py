@@ -100,8 +100,8 @@ def _power_families(kernels: Sequence[FittedKernel]) -> dict[int, tuple[int, int
         scales = {i: _exponent_scale(kernels[i]) for i in idx}
         while idx:
             i0 = idx[0]
-            family = [i for i in idx if abs(math.log2(scales[i] / scales[i0]) - round(math.log2(scales[i] / scales[i0])))
-                      < 1e-9]
+            octaves = {i: math.log2(scales[i] / scales[i0]) for i in idx}
+            family = [i for i in idx if abs(octaves[i] - round(octaves[i])) < 1e-9]
             base = sorted(family, key=lambda i: scales[i])[len(family) // 2]
             for i in family:
                 out[i] = (base, round(math.log2(scales[i] / scales[base])))

@@ -9,8 +9,15 @@ from numbers import Integral
 from typing import Any
 
 from .._core._kernel_specs import KernelSpec
-from .._methods._registry import AUTO_METHOD, DEFAULT_METHOD, available_methods, choose_method, get_method, method_parameters
 from .._core._validation import Interval, NClusters, n_clusters_range, validate_params
+from .._methods._registry import (
+    AUTO_METHOD,
+    DEFAULT_METHOD,
+    available_methods,
+    choose_method,
+    get_method,
+    method_parameters,
+)
 from ..errors import InputValidationError
 
 __all__ = ["RunConfig", "ClusterResult"]
@@ -105,7 +112,8 @@ class RunConfig:
                     f"method {method!r} does not {what} `{name}`; its parameters are {sorted(accepted)}, "
                     f"and the run's own are {sorted(fields - {'params'})}.")
             if name in method_params:
-                raise InputValidationError(f"`{name}` is given both as a run option and in method_params; give it once.")
+                raise InputValidationError(
+                    f"`{name}` is given both as a run option and in method_params; give it once.")
             params[name] = value
         params.update(method_params)
         options["method"] = method

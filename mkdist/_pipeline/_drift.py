@@ -36,7 +36,8 @@ def check_thresholds(thresholds: Mapping[str, Any] | None) -> dict[str, float]:
     out = dict(DEFAULT_THRESHOLDS)
     for name, value in (thresholds or {}).items():
         if name not in DEFAULT_THRESHOLDS:
-            raise InputValidationError(f"unknown drift threshold {name!r}; the thresholds are {sorted(DEFAULT_THRESHOLDS)}.")
+            raise InputValidationError(
+                f"unknown drift threshold {name!r}; the thresholds are {sorted(DEFAULT_THRESHOLDS)}.")
         try:
             value = float(value)
         except (TypeError, ValueError):

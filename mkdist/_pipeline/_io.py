@@ -8,16 +8,16 @@ import json
 import os
 import posixpath
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._core._blocks import RowBlocks, align_row_chunks
 from mkdist.storage._remote import options_for
-from ._tables import is_table_source
+
+from .._core._blocks import RowBlocks, align_row_chunks
 from .._core._validation import as_views, is_dask_array
 from ..errors import InputValidationError, StoreExistsError
+from ._tables import is_table_source
 
 __all__ = ["load_views", "views_fingerprint", "scan_views", "load_ids", "write_labels_parquet",
            "check_labels_out", "DEFAULT_CHUNK_BYTES"]
@@ -99,7 +99,8 @@ def _from_path(path: str, names, storage_options=None):
     try:
         group = zarr.open_group(path, mode="r", storage_options=options or None)
     except Exception as exc:
-        raise InputValidationError(f"cannot read input {path!r}: not .npy/.npz/Parquet and not a Zarr group ({exc}).") from exc
+        raise InputValidationError(
+            f"cannot read input {path!r}: not .npy/.npz/Parquet and not a Zarr group ({exc}).") from exc
     arrays = {k: a for k, a in group.arrays()}
     if not arrays:
         raise InputValidationError(f"Zarr group {path!r} holds no arrays.")

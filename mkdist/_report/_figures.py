@@ -492,7 +492,8 @@ def _k_choice_figures(data: Mapping) -> list[ReportFigure] | str:
     if votes:
         ax2 = ax.twinx()
         vk = sorted(votes)
-        ax2.plot(vk, [votes[v] for v in vk], ls="none", marker="D", markersize=5, color=_RED, label="share of resamples picking k")
+        ax2.plot(vk, [votes[v] for v in vk], ls="none", marker="D", markersize=5, color=_RED,
+                 label="share of resamples picking k")
         ax2.set_ylim(0, 1.05)
         ax2.set_ylabel("share of votes", color=_RED)
         ax2.legend(fontsize=8, loc="upper right")
@@ -566,7 +567,8 @@ def _pep_reading(pep: Mapping, summary: Mapping, chance: Any) -> str:
     out = ""
     if isinstance(chance, (int, float)) and chance > 0 and isinstance(combined, (int, float)):
         ref = f"t/n = {t}/{n} = {chance:.3g}" if isinstance(n, int) and isinstance(t, int) else f"{chance:.3g}"
-        out += f" Here the chance level is {ref}; the combined kernel's {combined:.3g} is {combined / chance:.0f} times it."
+        out += (f" Here the chance level is {ref}; the combined kernel's {combined:.3g} is "
+                f"{combined / chance:.0f} times it.")
     # Ky Fan: the top-t eigenvalue sum of a sum of PSD kernels is at most the sum of theirs, so the
     # combined PEP is at most the trace-weighted mean of the base PEPs (unit-diagonal kernels: the
     # weights are gamma^2): it can never beat the best base kernel.

@@ -13,9 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._figures import DPI, ReportFigure, ReportFigures, _mapping, build_figures
-from ._tables import (
-    _diagnostics_table, _drift_section, _fmt, _overview_rows, _params_table, _table, _timings_table,
-)
+from ._tables import _diagnostics_table, _drift_section, _fmt, _overview_rows, _params_table, _table, _timings_table
 
 __all__ = ["render_html"]
 

@@ -22,19 +22,36 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mkdist.storage._remote import probe_run, register_options
+
+from .._methods._registry import DEFAULT_METHOD
 from .._pipeline._config import ClusterResult, RunConfig
 from .._pipeline._io import (
-    InputSource, OpenedInput, as_input, check_labels_out, load_ids, refuse_file_store, write_labels_parquet,
+    InputSource,
+    OpenedInput,
+    as_input,
+    check_labels_out,
+    load_ids,
+    refuse_file_store,
+    write_labels_parquet,
 )
-from .._methods._registry import DEFAULT_METHOD
 from .._pipeline._progress import stage_line
-from mkdist.storage._remote import probe_run, register_options
 from .._pipeline._rerun import FINISHED, request_key
-from .._report._summary import ReportDraft, assignment_summary, load_labels, write_report
 from .._pipeline._stages import (
-    as_store, assign, check_run, load_estimator, merge_timings, open_run, prepare_resume, refuse_overlap, run_stage,
-    stage_metrics, stage_plan, writer_lease,
+    as_store,
+    assign,
+    check_run,
+    load_estimator,
+    merge_timings,
+    open_run,
+    prepare_resume,
+    refuse_overlap,
+    run_stage,
+    stage_metrics,
+    stage_plan,
+    writer_lease,
 )
+from .._report._summary import ReportDraft, assignment_summary, load_labels, write_report
 from ..errors import InputValidationError
 
 __all__ = ["cluster", "plan_run", "drive_run", "drive_assign", "write_labels_out", "RunPlan", "direct_step",
@@ -333,7 +350,8 @@ def write_labels_out(store: Any, labels_out: Any, source: Any, *, id_column: str
                                 compute=persist_progress("labels-out", int(labels.shape[0]), progress))
 
 
-def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], kernels: Any = None, n_landmarks: int | None = None,
+def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], kernels: Any = None,
+            n_landmarks: int | None = None,
             random_state: int | None = None, *, method: str = DEFAULT_METHOD, views: Any = None,
             id_column: str | None = None, overwrite: bool = False, progress: bool = False, y_true=None,
             label_column: str | None = None, chunk_rows: int | None = None, labels_out: Any = None,
