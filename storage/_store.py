@@ -41,7 +41,6 @@ from mkdist.errors import (
 )
 
 from . import _verify
-from ._legacy import LegacyDirectories
 from ._lease import DEFAULT_TTL, LEASE_FILE, LeaseInfo, StoreLease, check_writer, held_here, \
     read_lease
 
@@ -52,11 +51,9 @@ __all__ = ["SCHEMA_VERSION", "STANDARD_STAGES", "GENERATION_GRACE_S", "RunStore"
 
 logger = logging.getLogger("mkdist.storage")
 
-#: Version of the on-disk layout this mkdist writes.  Version 3 commits every stage as a
-#: generation named by a pointer (snapshot reads, issue 23); stores of version 2 are read,
-#: not written; other versions are refused.
+#: Version of the on-disk layout this mkdist writes, and the only one it reads: every stage
+#: a generation named by a pointer (snapshot reads, issue 23).
 SCHEMA_VERSION = 3
-_READ_ONLY_SCHEMAS = (2,)
 
 #: Seconds a replaced generation of a stage is kept for the readers that opened it before it
 #: was replaced (their lazy arrays still read it); the next commit of the stage or
@@ -167,10 +164,8 @@ class RunStore:
     well within the grace period (as for the lease's TTL).  Other tools read a stage's data
     with ``xr.open_zarr(url, group=store.stage_group(name))``.
 
-    Schema version 2 committed a stage on local disk by renaming ``<stage>.partial-<uuid>/``
-    to ``<stage>/``, which a reader could see half done; such stores are still read (their
-    stages as they stand) but not written: :meth:`create` (except with ``overwrite=True``)
-    and every write refuse them with SchemaVersionError, saying how to re-create the run.
+    A store of another schema version is refused by :meth:`open` and :meth:`create` (except
+    with ``overwrite=True``) with SchemaVersionError, before any stage is read or written.
 
     The completion marker, set last::
 
@@ -228,7 +223,6 @@ class RunStore:
         self.url = path if self._local else raw.rstrip("/")
         self._path = path.rstrip("/") or "/"
         self.mode = mode
-        self._schema_of_root: tuple[int, str | None] | None = None
         # What zarr and xarray are given with the URL: the same options as self._fs (local
         # paths take none: zarr refuses storage_options for a LocalStore).
         self._zarr_kw: dict[str, Any] = {"storage_options": dict(self._options)} if self._options else {}
@@ -241,9 +235,6 @@ class RunStore:
     def create(cls, url: str | os.PathLike[str], *, fingerprint: str, params: Mapping[str, Any],
                overwrite: bool = False, storage_options: Mapping[str, Any] | None = None) -> RunStore:
         """Create the store of a new run, or reopen the same run to resume it.
-
-        A run of store schema version 2 (an older mkdist) is not resumed: it is read-only to
-        this mkdist, and ``overwrite=True`` replaces it.
 
         Parameters
         ----------
@@ -271,8 +262,8 @@ class RunStore:
             ``overwrite=True`` (or the store is new) while another process's live lease
             holds the location.
         SchemaVersionError
-            The location holds a run written by another mkdist schema (one this mkdist only
-            reads, too: ``overwrite=True`` replaces it).
+            The location holds a run of another store schema version (``overwrite=True``
+            replaces it).
         DamagedStoreError
             The location's root metadata is unreadable (``overwrite=True`` replaces it).
         TypeError
@@ -298,7 +289,6 @@ class RunStore:
                         "location, or pass overwrite=True to delete its content.")
             else:
                 _check_schema(attrs, store.url)
-                store._check_schema_writable("resuming it")
                 store.check_same_run(fingerprint, params)
                 return store
         store._check_writer("RunStore.create(...)")
@@ -333,8 +323,8 @@ class RunStore:
         StoreNotFoundError
             No mkdist run store exists at ``url``.
         SchemaVersionError
-            The store was written by a newer mkdist, or by one too old to read.  A store of
-            schema version 2 opens (in either mode) and reads, but refuses every write.
+            The store was written with another store schema version (by an older or a newer
+            mkdist); nothing of it is read.
         """
         store = cls(url, mode=mode, storage_options=storage_options)
         attrs = store._root_attrs()
@@ -368,7 +358,7 @@ class RunStore:
         another store.  Concurrent updaters may overwrite each other's keys
         (read-modify-write).
         """
-        self._check_writable("update_attrs()")
+        self._check_writable()
         self._check_writer("update_attrs()")
         fixed = sorted(_PROVENANCE.intersection(attrs))
         if fixed:
@@ -429,8 +419,7 @@ class RunStore:
         refused from then on.  Staleness compares the holder's clock with the reader's:
         hosts sharing a store need synchronised clocks (well within ``ttl``).
         """
-        # Mode only: the lease of a read-only-schema store is what `--overwrite` replaces it under.
-        self._check_writable(None)
+        self._check_writable()
         return StoreLease(self._fs, self._path, self.url, local=self._local, owner=owner,
                           ttl=ttl, heartbeat=heartbeat).acquire()
 
@@ -654,7 +643,8 @@ class RunStore:
         --------
         write_stage : the eager version, with the same checks and guarantees.
         """
-        self._check_writable(f"write_stage({_check_name(name)!r})")
+        _check_name(name)
+        self._check_writable()
         self._check_writer(f"write_stage({name!r})")
         self._check_target(name, overwrite)  # fail before any computation
         generation_grace_s()  # a bad MKDIST_GENERATION_GRACE_S too, not once the data is written
@@ -695,7 +685,8 @@ class RunStore:
         StoreNotFoundError
             Nothing of that name exists and ``missing_ok=False``.
         """
-        self._check_writable(f"delete_stage({_check_name(name)!r})")
+        _check_name(name)
+        self._check_writable()
         self._check_writer(f"delete_stage({name!r})")
         # The pointer goes first: the stage is gone at once, and what a crash leaves behind
         # is a leftover for clean_partials.
@@ -725,7 +716,7 @@ class RunStore:
         list of str
             The removed groups and objects, relative to the store root, sorted.
         """
-        self._check_writable("clean_partials()")
+        self._check_writable()
         self._check_writer("clean_partials()")
         _, leftovers = self._scan()
         for rel in leftovers:
@@ -733,36 +724,8 @@ class RunStore:
         return leftovers
 
     # ---------------------------------------------------------------- internals
-    def _stored_schema(self) -> tuple[int, str | None] | None:
-        """(schema_version, layout) from the root attributes, read once; None if no store."""
-        if self._schema_of_root is None:
-            attrs = self._root_attrs()
-            if attrs is not None and isinstance(attrs.get("schema_version"), int):
-                self._schema_of_root = (attrs["schema_version"], attrs.get("layout"))
-        return self._schema_of_root
-
-    @property
-    def _legacy(self) -> LegacyDirectories | None:
-        """The reader of a schema-2 local store, whose stages are directories; else None."""
-        if self._stored_schema() == (2, "directories"):
-            return LegacyDirectories(self._fs, self._path)
-        return None
-
-    def _check_schema_writable(self, what: str) -> None:
-        """Refuse ``what`` on a store of a schema this mkdist reads but does not write."""
-        schema = self._stored_schema()
-        if schema is not None and schema[0] in _READ_ONLY_SCHEMAS:
-            layout = ", stages committed by directory renames" if schema[1] == "directories" else ""
-            raise SchemaVersionError(
-                f"{self.url} holds a run of store schema_version={schema[0]} (written by an "
-                f"older mkdist{layout}): mkdist {_mkdist_version()} reads it but does not write "
-                f"it, so {what} was refused. Re-create the run with RunStore.create(..., "
-                "overwrite=True) (`mkdist run --overwrite`), or use another location.")
-
     def _locate(self, name: str) -> _Stage:
         """Where stage ``name`` stands, from its pointer and marker alone (no verification)."""
-        if (legacy := self._legacy) is not None:
-            return _Stage(name, *legacy.locate(name))
         stage = self._locate_group(name)
         if stage.state == "missing" and self._writes_of(name):
             stage.state = "incomplete"
@@ -931,13 +894,11 @@ class RunStore:
             if child.rstrip("/") != self._lease_path:
                 fs.rm(child, recursive=True)
 
-    def _check_writable(self, what: str | None) -> None:
-        """Refuse a write in mode "r", and ``what`` (unless None) on a read-only schema."""
+    def _check_writable(self) -> None:
+        """Refuse a write in mode "r"."""
         if self.mode == "r":
             raise StoreError(f"{self.url} was opened read-only; use RunStore.open(url, mode='r+') "
                              "to write to it.")
-        if what is not None:
-            self._check_schema_writable(what)
 
     def _check_target(self, name: str, overwrite: bool) -> _Stage:
         """Refuse replacing a complete stage (unless overwrite) or a group, or nesting in one.
@@ -1114,8 +1075,6 @@ class RunStore:
         generation.
         """
         self._fs.invalidate_cache(self._path)  # zarr wrote through another fs instance
-        if (legacy := self._legacy) is not None:  # read-only: nothing of it is cleaned
-            return {n: _Stage(n, *found) for n, found in legacy.stages().items()}, []
         stages: dict[str, _Stage] = {}
         writes: dict[str, list[str]] = {}  # stage -> its generations
         strays: list[str] = []
@@ -1282,18 +1241,17 @@ def _iso(unix: float) -> str:
 
 
 def _check_schema(attrs: Mapping[str, Any], url: str) -> None:
-    """Refuse a store whose schema this mkdist cannot read (too old, or newer)."""
+    """Refuse a store of another schema version than this mkdist's (older, or newer)."""
     version = attrs.get("schema_version")
-    if version in _READ_ONLY_SCHEMAS:
-        return
     if isinstance(version, int) and version < SCHEMA_VERSION:
-        # No migration: version 1 stages carry no checksums to verify them by.
+        # No reader or migration: no released mkdist wrote an older schema.  Version 1 kept no
+        # checksums to verify stages by; version 2 committed stages by directory renames,
+        # which a reader could see half done.
         raise SchemaVersionError(
             f"{url} has store schema_version={version}, written by an older mkdist; mkdist "
-            f"{_mkdist_version()} reads schema versions {min(_READ_ONLY_SCHEMAS)} to "
-            f"{SCHEMA_VERSION} only and cannot verify its stages: re-create the run with "
-            "RunStore.create(..., overwrite=True) (`mkdist run --overwrite`), or use another "
-            "location.")
+            f"{_mkdist_version()} reads schema version {SCHEMA_VERSION} only: re-create the run "
+            "with RunStore.create(..., overwrite=True) (`mkdist run --overwrite`), or use "
+            "another location.")
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"{url} has store schema_version={version!r}, but mkdist {_mkdist_version()} reads "
