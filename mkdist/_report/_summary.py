@@ -135,10 +135,11 @@ def inspect_store(url: str, *, verify: str = "quick", clean: bool = False) -> di
 
     probe(url, what="store")  # a wrong key or an unreachable endpoint: one line, not a traceback
     info: dict[str, Any] = {"url": str(url)}
+    # Opened before the lease is taken: a store this mkdist refuses gets no lease object written.
+    store = as_store(url, mode="r")
     if clean:
         with writer_lease(url, owner="mkdist inspect --clean"):
             info["cleaned"] = as_store(url).clean_partials()
-    store = as_store(url, mode="r")
     info["attrs"] = {k: v for k, v in store.attrs.items() if k != "input_stats"}
     info["stages"] = store.stage_status(verify=verify)
     info["problems"] = [p for name, state in info["stages"].items() if state == "damaged"
