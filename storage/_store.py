@@ -1202,7 +1202,7 @@ def _now() -> str:
 
 def _valid_name(name: Any) -> bool:
     return (isinstance(name, str) and all(_SEGMENT.fullmatch(s) for s in name.split("/"))
-            and ".partial-" not in name and ".gen-" not in name)
+            and ".gen-" not in name)
 
 
 def _check_name(name: str) -> str:
@@ -1210,7 +1210,7 @@ def _check_name(name: str) -> str:
     if not _valid_name(name):
         raise ValueError(f"invalid stage name {name!r}: use '/'-separated segments of letters, "
                          "digits and '_.=+-' (not starting with '.', '=', '+' or '-', and without "
-                         "'.partial-' or '.gen-'), e.g. 'assignments/batch-2026-11-22'.")
+                         "'.gen-'), e.g. 'assignments/batch-2026-11-22'.")
     return name
 
 
