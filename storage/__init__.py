@@ -26,7 +26,7 @@ import importlib
 
 # Names load on first use (PEP 562): ``mkdist.storage._remote`` -- the object-store options the
 # CLI resolves before anything heavy -- must not pull zarr and xarray in with the package.
-_PUBLIC = {"LeaseInfo": "._lease", "StoreLease": "._lease", "GENERATION_GRACE_S": "._store",
+_PUBLIC = {"LeaseInfo": "._lease", "StoreLease": "._lease", "GENERATION_GRACE_S": "._generations",
            "SCHEMA_VERSION": "._store", "STANDARD_STAGES": "._store", "PendingStage": "._store",
            "RunStore": "._store"}
 

@@ -236,9 +236,9 @@ def test_the_no_op_check_reads_the_store_layout_it_names(tmp_path):
     import zarr
 
     from mkdist._pipeline import _rerun
-    from mkdist.storage import SCHEMA_VERSION, _store
+    from mkdist.storage import SCHEMA_VERSION, _generations
 
-    assert (_rerun.SCHEMA_VERSION, _rerun.POINTER_SUFFIX) == (SCHEMA_VERSION, _store._POINTER)
+    assert (_rerun.SCHEMA_VERSION, _rerun.POINTER_SUFFIX) == (SCHEMA_VERSION, _generations.POINTER)
     url = tmp_path / "run.zarr"
     store = RunStore.create(str(url), fingerprint="sha256:0", params={"k": 1})
     store.write_stage("labels", xr.Dataset({"labels": ("sample", np.arange(3))}))
@@ -249,5 +249,5 @@ def test_the_no_op_check_reads_the_store_layout_it_names(tmp_path):
     zarr.open_group(str(url), mode="r+").attrs["schema_version"] = 2
     assert _rerun.finished_run(str(url), key) is None
     zarr.open_group(str(url), mode="r+").attrs["schema_version"] = SCHEMA_VERSION
-    (url / f"labels{_store._POINTER}").unlink()
+    (url / f"labels{_generations.POINTER}").unlink()
     assert _rerun.finished_run(str(url), key) is None
