@@ -637,7 +637,6 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
 
 def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=None) -> dict[str, Any]:
     """Cluster sizes, the model's summary, timings (and scores when ``y_true`` is given), stored."""
-    import dask.array as da
     import xarray as xr
 
     import dask
@@ -649,9 +648,7 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
     # the client anyway to be scored (through a fresh cluster's workers the two reads took 9 s
     # of a 200k-row re-run on a busy 2-core machine).
     with dask.config.set(scheduler="threads"):
-        # Stored by the labels stage; a store written before it kept them: a bincount.
-        sizes = (labels["cluster_sizes"].values if "cluster_sizes" in labels
-                 else da.bincount(lab, minlength=load_estimator(store).n_clusters_).compute())
+        sizes = labels["cluster_sizes"].values
         scores = clustering_scores(np.asarray(y_true), np.asarray(lab.compute())) if y_true is not None else None
     kmeans = ({"inertia": labels.attrs["inertia"], "n_iter": labels.attrs["kmeans_n_iter"]}
               if "inertia" in labels.attrs else None)
