@@ -15,7 +15,7 @@ RunStore        : create/open a run store; write, read, verify, list and delete 
 PendingStage    : a stage being written lazily (``RunStore.write_stage_lazy``)
 StoreLease      : a run's writer lease on a store (``RunStore.lease``)
 LeaseInfo       : what a lease records (``RunStore.lease_holder``)
-SCHEMA_VERSION  : on-disk layout version this mkdist writes (it also reads version 2)
+SCHEMA_VERSION  : on-disk layout version this mkdist writes and reads (others are refused)
 STANDARD_STAGES : stage names ``RunStore.stage_status`` always reports
 GENERATION_GRACE_S : seconds a replaced stage version stays readable (MKDIST_GENERATION_GRACE_S)
 """
@@ -26,7 +26,7 @@ import importlib
 
 # Names load on first use (PEP 562): ``mkdist.storage._remote`` -- the object-store options the
 # CLI resolves before anything heavy -- must not pull zarr and xarray in with the package.
-_PUBLIC = {"LeaseInfo": "._lease", "StoreLease": "._lease", "GENERATION_GRACE_S": "._store",
+_PUBLIC = {"LeaseInfo": "._lease", "StoreLease": "._lease", "GENERATION_GRACE_S": "._generations",
            "SCHEMA_VERSION": "._store", "STANDARD_STAGES": "._store", "PendingStage": "._store",
            "RunStore": "._store"}
 

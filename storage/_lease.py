@@ -93,7 +93,7 @@ class LeaseInfo:
     ttl : float
         Seconds without a heartbeat after which the lease is stale.
     host_id : str or None
-        The holder's :func:`host_id`; None in leases of older mkdist versions.
+        The holder's :func:`host_id`; None where its host could not tell it.
     pid_start : str or None
         The holder's :func:`process_start`, telling its pid from a later process's.
     """

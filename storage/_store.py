@@ -1,5 +1,10 @@
 """Zarr v3 run stores: one clustering run per store; each stage a verified generation, committed
-by one atomic put of its pointer."""
+by one atomic put of its pointer.
+
+:class:`RunStore` is the facade: opening and creating stores, provenance, the writer lease,
+what may be written, and verifying stages against their markers.  How stages are committed
+(generations, pointers, cleaning up) is :mod:`mkdist.storage._generations`.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +12,13 @@ import hashlib
 import importlib.metadata
 import json
 import logging
-import math
 import os
 import posixpath
-import re
-import socket
-import time
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import dask
 import fsspec
 import numpy as np
 import xarray as xr
@@ -41,60 +39,41 @@ from mkdist.errors import (
 )
 
 from . import _verify
-from ._legacy import LegacyDirectories
+from ._generations import (
+    Generations,
+    Stage,
+    StageState,
+    generation_grace_s,
+    now_iso,
+    read_json,
+    valid_name,
+)
 from ._lease import DEFAULT_TTL, LEASE_FILE, LeaseInfo, StoreLease, check_writer, held_here, \
     read_lease
 
 if TYPE_CHECKING:
     from dask.delayed import Delayed
 
-__all__ = ["SCHEMA_VERSION", "STANDARD_STAGES", "GENERATION_GRACE_S", "RunStore", "PendingStage"]
+__all__ = ["SCHEMA_VERSION", "STANDARD_STAGES", "RunStore", "PendingStage"]
 
 logger = logging.getLogger("mkdist.storage")
 
-#: Version of the on-disk layout this mkdist writes.  Version 3 commits every stage as a
-#: generation named by a pointer (snapshot reads, issue 23); stores of version 2 are read,
-#: not written; other versions are refused.
+#: Version of the on-disk layout this mkdist writes, and the only one it reads: every stage
+#: a generation named by a pointer (snapshot reads, issue 23).
 SCHEMA_VERSION = 3
-_READ_ONLY_SCHEMAS = (2,)
-
-#: Seconds a replaced generation of a stage is kept for the readers that opened it before it
-#: was replaced (their lazy arrays still read it); the next commit of the stage or
-#: ``clean_partials`` removes it after that.  ``MKDIST_GENERATION_GRACE_S`` overrides it.
-GENERATION_GRACE_S = 600.0
 
 #: Stages every run may hold; ``stage_status`` always reports these.
 STANDARD_STAGES = ("landmarks", "model", "embedding", "labels", "kernel_blocks", "metrics")
 
-StageState = Literal["complete", "incomplete", "damaged", "missing"]
 Verify = Literal["quick", "full"] | None
 
 _MARKER = _verify.MARKER
 _PROVENANCE = frozenset({"schema_version", "mkdist_version", "created", "fingerprint", "params",
                          "layout"})
-_GENERATION = re.compile(r"(?P<stage>.+)\.gen-[0-9a-f]{32}")
-_POINTER = ".gen-current.json"  # <stage>.gen-current.json names the stage's generation
-_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
-# Written by the last task of a stage's computation into the group being written: the
-# checksums computed by the workers, read back by `PendingStage.finalize`.
-_MANIFEST = "mkdist-manifest.json"
 # Encoding a stage may carry over.  Chunk keys are dropped on purpose: the stored chunks are
 # the data's own (Dask) chunks, and stale ``chunks`` from a store the data was read from
 # would conflict with them.
 _ENCODING_KEYS = frozenset({"compressors", "filters", "serializer", "dtype", "_FillValue"})
-
-
-@dataclass
-class _Stage:
-    """Where one stage stands: its state, the group holding its data, its marker, problems."""
-
-    name: str
-    state: StageState
-    group: str | None = None
-    marker: dict[str, Any] | None = None
-    problems: list[str] = field(default_factory=list)
-    #: Generations the pointer retired, with the Unix time each was replaced.
-    retired: list[tuple[str, float]] = field(default_factory=list)
 
 
 class RunStore:
@@ -167,10 +146,8 @@ class RunStore:
     well within the grace period (as for the lease's TTL).  Other tools read a stage's data
     with ``xr.open_zarr(url, group=store.stage_group(name))``.
 
-    Schema version 2 committed a stage on local disk by renaming ``<stage>.partial-<uuid>/``
-    to ``<stage>/``, which a reader could see half done; such stores are still read (their
-    stages as they stand) but not written: :meth:`create` (except with ``overwrite=True``)
-    and every write refuse them with SchemaVersionError, saying how to re-create the run.
+    A store of another schema version is refused by :meth:`open` and :meth:`create` (except
+    with ``overwrite=True``) with SchemaVersionError, before any stage is read or written.
 
     The completion marker, set last::
 
@@ -228,10 +205,12 @@ class RunStore:
         self.url = path if self._local else raw.rstrip("/")
         self._path = path.rstrip("/") or "/"
         self.mode = mode
-        self._schema_of_root: tuple[int, str | None] | None = None
         # What zarr and xarray are given with the URL: the same options as self._fs (local
         # paths take none: zarr refuses storage_options for a LocalStore).
         self._zarr_kw: dict[str, Any] = {"storage_options": dict(self._options)} if self._options else {}
+        # The commit mechanics; this class decides what may be written and verifies stages.
+        self._generations = Generations(fs, self._path, self.url, local=self._local,
+                                        zarr_kw=self._zarr_kw)
 
     def __repr__(self) -> str:
         return f"RunStore({self.url!r}, mode={self.mode!r})"
@@ -241,9 +220,6 @@ class RunStore:
     def create(cls, url: str | os.PathLike[str], *, fingerprint: str, params: Mapping[str, Any],
                overwrite: bool = False, storage_options: Mapping[str, Any] | None = None) -> RunStore:
         """Create the store of a new run, or reopen the same run to resume it.
-
-        A run of store schema version 2 (an older mkdist) is not resumed: it is read-only to
-        this mkdist, and ``overwrite=True`` replaces it.
 
         Parameters
         ----------
@@ -271,8 +247,8 @@ class RunStore:
             ``overwrite=True`` (or the store is new) while another process's live lease
             holds the location.
         SchemaVersionError
-            The location holds a run written by another mkdist schema (one this mkdist only
-            reads, too: ``overwrite=True`` replaces it).
+            The location holds a run of another store schema version (``overwrite=True``
+            replaces it).
         DamagedStoreError
             The location's root metadata is unreadable (``overwrite=True`` replaces it).
         TypeError
@@ -298,13 +274,12 @@ class RunStore:
                         "location, or pass overwrite=True to delete its content.")
             else:
                 _check_schema(attrs, store.url)
-                store._check_schema_writable("resuming it")
                 store.check_same_run(fingerprint, params)
                 return store
         store._check_writer("RunStore.create(...)")
         root = {"zarr_format": 3, "node_type": "group", "attributes": {
             "schema_version": SCHEMA_VERSION, "mkdist_version": _mkdist_version(),
-            "created": _now(), "fingerprint": fingerprint, "params": params,
+            "created": now_iso(), "fingerprint": fingerprint, "params": params,
             "layout": "generations"}}
         # Written directly rather than with zarr.open_group(mode="w-"), which refuses a
         # location holding anything, such as the lease of the run creating the store.
@@ -333,8 +308,8 @@ class RunStore:
         StoreNotFoundError
             No mkdist run store exists at ``url``.
         SchemaVersionError
-            The store was written by a newer mkdist, or by one too old to read.  A store of
-            schema version 2 opens (in either mode) and reads, but refuses every write.
+            The store was written with another store schema version (by an older or a newer
+            mkdist); nothing of it is read.
         """
         store = cls(url, mode=mode, storage_options=storage_options)
         attrs = store._root_attrs()
@@ -368,7 +343,7 @@ class RunStore:
         another store.  Concurrent updaters may overwrite each other's keys
         (read-modify-write).
         """
-        self._check_writable("update_attrs()")
+        self._check_writable()
         self._check_writer("update_attrs()")
         fixed = sorted(_PROVENANCE.intersection(attrs))
         if fixed:
@@ -429,8 +404,7 @@ class RunStore:
         refused from then on.  Staleness compares the holder's clock with the reader's:
         hosts sharing a store need synchronised clocks (well within ``ttl``).
         """
-        # Mode only: the lease of a read-only-schema store is what `--overwrite` replaces it under.
-        self._check_writable(None)
+        self._check_writable()
         return StoreLease(self._fs, self._path, self.url, local=self._local, owner=owner,
                           ttl=ttl, heartbeat=heartbeat).acquire()
 
@@ -488,7 +462,7 @@ class RunStore:
             crashed, or is still running); ``"damaged"`` that a complete stage no longer
             holds what its marker records (:meth:`verify_stage` says what is wrong).
         """
-        found, _ = self._scan()
+        found, _ = self._generations.scan()
         for stage in found.values():
             self._check_stage(stage, verify)
         status: dict[str, StageState] = {n: found.pop(n).state if n in found else "missing"
@@ -654,35 +628,13 @@ class RunStore:
         --------
         write_stage : the eager version, with the same checks and guarantees.
         """
-        self._check_writable(f"write_stage({_check_name(name)!r})")
+        _check_name(name)
+        self._check_writable()
         self._check_writer(f"write_stage({name!r})")
         self._check_target(name, overwrite)  # fail before any computation
         generation_grace_s()  # a bad MKDIST_GENERATION_GRACE_S too, not once the data is written
-        ds = _encoded(_writable(dataset))
-        partial = f"{name}.gen-{uuid.uuid4().hex}"
-        try:
-            # xarray writes the metadata and the numpy-backed variables now; its Delayed for
-            # the Dask-backed ones is dropped: they are written below, with their checksums.
-            ds.to_zarr(self.url, group=partial, mode="w", consolidated=False, zarr_format=3,
-                       compute=False,
-                       # Every chunk is stored, even one equal to the fill value, so that a
-                       # missing chunk object always means a lost chunk.
-                       write_empty_chunks=True, **self._zarr_kw)
-            group = zarr.open_group(self.url, path=partial, mode="r+", zarr_format=3, **self._zarr_kw)
-            specs, crcs, lazy_crcs = {}, {}, {}
-            for var_name, var in ds.variables.items():
-                specs[var_name] = spec = _verify.array_spec(self._meta(f"{partial}/{var_name}"))
-                if dask.is_dask_collection(var.data):
-                    array = group[var_name].with_config({"write_empty_chunks": True})
-                    lazy_crcs[var_name] = _verify.store_with_crcs(var.data, array, spec, label=f"{name}-{var_name}")
-                else:
-                    crcs[var_name] = _verify.numpy_crcs(np.asarray(var.values), spec)
-            delayed = dask.delayed(_put_manifest, pure=False)(
-                self._fs, self._abs(posixpath.join(partial, _MANIFEST)), specs, crcs, lazy_crcs)
-        except BaseException:
-            self._discard(name, partial)
-            raise
-        return PendingStage(self, name, partial, delayed, overwrite)
+        generation, delayed = self._generations.start(name, _encoded(_writable(dataset)))
+        return PendingStage(self, name, generation, delayed, overwrite)
 
     def delete_stage(self, name: str, *, missing_ok: bool = False) -> None:
         """Delete stage ``name`` and all its generations (do not call while it is written).
@@ -695,16 +647,11 @@ class RunStore:
         StoreNotFoundError
             Nothing of that name exists and ``missing_ok=False``.
         """
-        self._check_writable(f"delete_stage({_check_name(name)!r})")
+        _check_name(name)
+        self._check_writable()
         self._check_writer(f"delete_stage({name!r})")
-        # The pointer goes first: the stage is gone at once, and what a crash leaves behind
-        # is a leftover for clean_partials.
-        targets = [name + _POINTER] if self._fs.exists(self._abs(name + _POINTER)) else []
-        targets += self._writes_of(name)
-        if not targets and not missing_ok:
+        if not self._generations.delete(name) and not missing_ok:
             raise StoreNotFoundError(f"stage {name!r} does not exist in {self.url}.")
-        for target in targets:
-            self._remove(target)
 
     def clean_partials(self) -> list[str]:
         """Remove what unfinished writes left: everything outside the committed stages.
@@ -725,85 +672,18 @@ class RunStore:
         list of str
             The removed groups and objects, relative to the store root, sorted.
         """
-        self._check_writable("clean_partials()")
+        self._check_writable()
         self._check_writer("clean_partials()")
-        _, leftovers = self._scan()
+        _, leftovers = self._generations.scan()
         for rel in leftovers:
-            self._remove(rel)
+            self._generations.remove(rel)
         return leftovers
 
     # ---------------------------------------------------------------- internals
-    def _stored_schema(self) -> tuple[int, str | None] | None:
-        """(schema_version, layout) from the root attributes, read once; None if no store."""
-        if self._schema_of_root is None:
-            attrs = self._root_attrs()
-            if attrs is not None and isinstance(attrs.get("schema_version"), int):
-                self._schema_of_root = (attrs["schema_version"], attrs.get("layout"))
-        return self._schema_of_root
+    def _stage(self, name: str, verify: Verify) -> Stage:
+        return self._check_stage(self._generations.locate(_check_name(name)), verify)
 
-    @property
-    def _legacy(self) -> LegacyDirectories | None:
-        """The reader of a schema-2 local store, whose stages are directories; else None."""
-        if self._stored_schema() == (2, "directories"):
-            return LegacyDirectories(self._fs, self._path)
-        return None
-
-    def _check_schema_writable(self, what: str) -> None:
-        """Refuse ``what`` on a store of a schema this mkdist reads but does not write."""
-        schema = self._stored_schema()
-        if schema is not None and schema[0] in _READ_ONLY_SCHEMAS:
-            layout = ", stages committed by directory renames" if schema[1] == "directories" else ""
-            raise SchemaVersionError(
-                f"{self.url} holds a run of store schema_version={schema[0]} (written by an "
-                f"older mkdist{layout}): mkdist {_mkdist_version()} reads it but does not write "
-                f"it, so {what} was refused. Re-create the run with RunStore.create(..., "
-                "overwrite=True) (`mkdist run --overwrite`), or use another location.")
-
-    def _locate(self, name: str) -> _Stage:
-        """Where stage ``name`` stands, from its pointer and marker alone (no verification)."""
-        if (legacy := self._legacy) is not None:
-            return _Stage(name, *legacy.locate(name))
-        stage = self._locate_group(name)
-        if stage.state == "missing" and self._writes_of(name):
-            stage.state = "incomplete"
-        return stage
-
-    def _locate_group(self, name: str) -> _Stage:
-        """Stage ``name`` if its pointer names a generation (complete, or damaged), else
-        "missing".  The pointer is read once: the stage is the generation it names."""
-        try:
-            pointer = self._read_json(name + _POINTER)
-        except ValueError as e:
-            return _Stage(name, "damaged", problems=[
-                f"its pointer {name}{_POINTER} is unreadable ({e})"])
-        if pointer is None:
-            return _Stage(name, "missing")
-        group = pointer.get("generation")
-        if not isinstance(group, str) or _write_of(group) != name:
-            return _Stage(name, "damaged", problems=[
-                f"its pointer {name}{_POINTER} names {group!r}, no generation of it"])
-        retired = []
-        for entry in pointer.get("retired") or []:
-            try:
-                gen, when = entry["generation"], float(entry["retired_unix"])
-            except (KeyError, TypeError, ValueError):
-                continue  # a malformed entry protects nothing: that generation is a leftover
-            if isinstance(gen, str) and _write_of(gen) == name and gen != group:
-                retired.append((gen, when))
-        try:
-            meta = self._meta(group)
-        except ValueError as e:
-            return _Stage(name, "damaged", group, retired=retired,
-                          problems=[f"its group metadata {group}/zarr.json is unreadable ({e})"])
-        if _verify.is_marked(meta):
-            return _Stage(name, "complete", group, meta["attributes"][_MARKER], retired=retired)
-        return _Stage(name, "damaged", group, retired=retired, problems=[
-            f"the generation its pointer names, {group}, is missing or has no marker"])
-
-    def _stage(self, name: str, verify: Verify) -> _Stage:
-        return self._check_stage(self._locate(_check_name(name)), verify)
-
-    def _check_stage(self, stage: _Stage, verify: Verify) -> _Stage:
+    def _check_stage(self, stage: Stage, verify: Verify) -> Stage:
         """Verify a complete stage (``verify`` as in stage_status); damaged if problems."""
         if stage.state != "complete" or verify is None:
             return stage
@@ -821,7 +701,7 @@ class RunStore:
             stage.state = "damaged"
         return stage
 
-    def _refuse_unfinished(self, stage: _Stage) -> None:
+    def _refuse_unfinished(self, stage: Stage) -> None:
         """Raise unless ``stage`` is complete or damaged (something was committed)."""
         if stage.state == "incomplete":
             raise IncompleteStageError(
@@ -829,12 +709,12 @@ class RunStore:
                 "(it crashed or is still running). Re-running the pipeline resumes the run and "
                 "rewrites this stage.")
         if stage.state == "missing":
-            found, _ = self._scan()
+            found, _ = self._generations.scan()
             listing = ", ".join(f"{n} ({s.state})" for n, s in sorted(found.items())) or "none"
             raise StoreNotFoundError(
                 f"stage {stage.name!r} does not exist in {self.url}; stages found: {listing}.")
 
-    def _open_verified(self, stage: _Stage) -> xr.Dataset:
+    def _open_verified(self, stage: Stage) -> xr.Dataset:
         """The Dataset of a quick-checked stage, its arrays read through checksum checks."""
         where = f"stage {stage.name!r} in {self.url}"
         try:
@@ -870,26 +750,10 @@ class RunStore:
     def _abs(self, rel: str) -> str:
         return posixpath.join(self._path, rel) if rel else self._path
 
-    def _read_json(self, rel: str) -> dict[str, Any] | None:
-        """The JSON object in file ``rel``; None if there is none, ValueError if unreadable."""
-        try:
-            raw = self._fs.cat_file(self._abs(rel))
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None
-        value = json.loads(raw)  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        if not isinstance(value, dict):
-            raise ValueError(f"it holds a JSON {type(value).__name__}, not an object")
-        return value
-
-    def _meta(self, rel: str) -> dict[str, Any] | None:
-        """The parsed ``zarr.json`` of node ``rel``; None if there is none, ValueError if
-        it is unreadable."""
-        return self._read_json(posixpath.join(rel, "zarr.json"))
-
     def _root_attrs(self) -> dict[str, Any] | None:
         """Root attributes if the location is an mkdist store (v3 group with schema_version)."""
         try:
-            meta = self._meta("")
+            meta = read_json(self._fs, self._abs("zarr.json"))
         except ValueError as e:
             raise DamagedStoreError(
                 f"{self.url}/zarr.json, the run store's root metadata, is unreadable ({e}): the "
@@ -931,15 +795,13 @@ class RunStore:
             if child.rstrip("/") != self._lease_path:
                 fs.rm(child, recursive=True)
 
-    def _check_writable(self, what: str | None) -> None:
-        """Refuse a write in mode "r", and ``what`` (unless None) on a read-only schema."""
+    def _check_writable(self) -> None:
+        """Refuse a write in mode "r"."""
         if self.mode == "r":
             raise StoreError(f"{self.url} was opened read-only; use RunStore.open(url, mode='r+') "
                              "to write to it.")
-        if what is not None:
-            self._check_schema_writable(what)
 
-    def _check_target(self, name: str, overwrite: bool) -> _Stage:
+    def _check_target(self, name: str, overwrite: bool) -> Stage:
         """Refuse replacing a complete stage (unless overwrite) or a group, or nesting in one.
 
         A damaged stage may be replaced: it holds nothing worth keeping.  Returns the stage
@@ -949,10 +811,11 @@ class RunStore:
         for i in range(1, len(parts)):
             parent = "/".join(parts[:i])
             try:
-                meta = self._meta(parent) or {}
+                meta = self._generations.meta(parent) or {}
             except ValueError:
                 meta = {}
-            if self._locate_group(parent).state != "missing" or meta.get("node_type") == "array":
+            if (self._generations.locate_pointer(parent).state != "missing"
+                    or meta.get("node_type") == "array"):
                 raise StoreExistsError(f"cannot write stage {name!r} inside stage {parent!r}.")
         stage = self._stage(name, "quick")
         if stage.state == "damaged":
@@ -968,204 +831,13 @@ class RunStore:
                                    "overwrite=True to replace it.")
         return stage
 
-    def _commit(self, partial: str, name: str, overwrite: bool) -> None:
-        """Mark the fully written ``partial`` complete, with its manifest, and put it in
-        place as stage ``name``."""
-        try:
-            manifest = self._read_json(posixpath.join(partial, _MANIFEST))
-        except ValueError:
-            manifest = None
-        if manifest is None:
-            raise StoreError(f"stage {name!r} cannot be finalized: its data was not written. "
-                             "Compute PendingStage.delayed (e.g. dask.compute(pending.delayed)) "
-                             "before calling finalize().")
-        self._fs.rm_file(self._abs(posixpath.join(partial, _MANIFEST)))
-        # The workers wrote the chunks through filesystems of their own: a listing this
-        # process cached (object stores cache them) would not show them.
-        self._fs.invalidate_cache(self._abs(partial))
-        marker = {"name": name, "complete": True, "completed": _now(),
-                  "writer": {"host": socket.gethostname(), "pid": os.getpid()}, **manifest}
-        # What the workers wrote must be what they checksummed: chunks lost on the way (a
-        # memory:// store written by worker processes, an object store that dropped a put)
-        # are caught here rather than by the next reader.
-        problems = _verify.quick_problems(self._fs, self._abs(partial), marker)
-        if problems:
-            raise DamagedStageError(
-                f"stage {name!r} was not stored as computed in {self.url}: {'; '.join(problems)}."
-                " Nothing was committed; write it again (a memory:// store must be written with "
-                "the threaded or synchronous scheduler, not by worker processes).")
-        group = zarr.open_group(self.url, path=partial, mode="r+", zarr_format=3, **self._zarr_kw)
-        group.attrs[_MARKER] = marker
+    def _commit(self, generation: str, name: str, overwrite: bool) -> None:
+        """Mark the fully written ``generation`` complete and make it stage ``name``."""
+        marker = self._generations.mark(generation, name)
         # Again: another writer may have taken the store, or finished this stage, meanwhile.
         self._check_writer(f"committing stage {name!r}")
         current = self._check_target(name, overwrite)
-        self._point(name, partial, marker, current)
-
-    def _point(self, name: str, generation: str, marker: Mapping[str, Any],
-               current: _Stage) -> None:
-        """Make the marked ``generation`` stage ``name`` with one put of its pointer; retire
-        the generation it replaces, and remove those retired longer than the grace period."""
-        now, grace = time.time(), generation_grace_s()
-        retired = [(current.group, now)] if current.group not in (None, generation) else []
-        retired += current.retired
-        kept = [(g, t) for g, t in retired if now - t < grace]
-        expired = [g for g, t in retired if now - t >= grace]
-        pointer = name + _POINTER
-        body = json.dumps({
-            "stage": name, "generation": generation, "digest": marker["digest"],
-            "committed": _now(),
-            "retired": [{"generation": g, "retired": _iso(t), "retired_unix": t} for g, t in kept],
-        }, indent=1).encode()
-        raced = (f"stage {name!r} was committed to {self.url} by another writer while this one "
-                 "wrote it; this write was discarded (run one writer per store: "
-                 "RunStore.lease).")
-        try:
-            # Conditional where the stage has no pointer yet: of two writers creating the
-            # stage, one wins and the other is told, instead of silently replacing the first.
-            self._put(pointer, body, create=current.state in ("missing", "incomplete"))
-        except FileExistsError:
-            raise StoreExistsError(raced) from None
-        try:
-            back = self._read_json(pointer)
-        except (OSError, ValueError):  # cannot tell: the put succeeded, so assume it stands
-            back = None
-        if back is not None and back.get("generation") != generation:
-            raise StoreExistsError(raced)
-        for group in expired:
-            try:
-                self._remove(group)
-            except Exception as e:  # the stage is committed; the generation is a leftover
-                logger.warning("%s: could not delete the replaced generation %s (%s); "
-                               "clean_partials() will.", self.url, group, e)
-
-    def _put(self, rel: str, body: bytes, *, create: bool) -> None:
-        """Write object ``rel`` so that readers find the old content or the new, whole.
-
-        Raises FileExistsError if ``create`` and the object exists (where the backend can
-        tell: a conditional put; on local disk a hard link, which fails if the name exists).
-        """
-        path = self._abs(rel)
-        if not self._local:
-            self._fs.pipe_file(path, body, mode="create" if create else "overwrite")
-            return
-        # A plain write truncates, then writes: a reader could find half a pointer.  The
-        # new content is written aside, then renamed (or linked) over the name: atomic.
-        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(body)
-        try:
-            if not create:
-                os.replace(tmp, path)
-                return
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise
-            except OSError:  # no hard links here: the read-back in _point catches a race
-                if os.path.exists(path):
-                    raise FileExistsError(path) from None
-                os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-
-    def _discard(self, name: str, group: str) -> None:
-        """Remove the group of a failed write of stage ``name``, unless it was committed.
-
-        Best effort: what cannot be removed (the store is unreachable) is a leftover for
-        clean_partials; the error that failed the write is the one worth raising.
-        """
-        try:
-            pointer = self._read_json(name + _POINTER)
-            if pointer is not None and pointer.get("generation") == group:
-                return  # the pointer was put before the failure: the stage is committed
-            self._remove(group)
-        except Exception as e:
-            logger.warning("%s: could not remove %s after a failed write (%s); clean_partials() "
-                           "will.", self.url, group, e)
-
-    def _remove(self, rel: str) -> None:
-        """Delete node (or object) ``rel`` if it exists, its zarr.json (and so any marker)
-        first."""
-        path = self._abs(rel)
-        try:
-            self._fs.rm_file(posixpath.join(path, "zarr.json"))
-        except (FileNotFoundError, NotADirectoryError):
-            pass
-        if self._fs.exists(path):
-            self._fs.rm(path, recursive=True)
-
-    def _writes_of(self, name: str) -> list[str]:
-        """The generations of stage ``name``: committed, retired, or of unfinished writes."""
-        parent = posixpath.dirname(name)
-        if not self._fs.isdir(self._abs(parent)):
-            return []
-        children = (posixpath.join(parent, posixpath.basename(p.rstrip("/")))
-                    for p in self._fs.ls(self._abs(parent), detail=False))
-        return [c for c in children if _write_of(c) == name]
-
-    def _scan(self) -> tuple[dict[str, _Stage], list[str]]:
-        """The stages in the store (not verified), and what unfinished writes left.
-
-        Leftovers are generations no pointer names (nor retired less than the grace period
-        ago), and anything else outside the stages: arrays, groups holding no stage,
-        unknown objects.  Walks with fsspec rather than zarr so that groups whose metadata
-        was never written (or was already deleted) are found too; never lists inside a
-        generation.
-        """
-        self._fs.invalidate_cache(self._path)  # zarr wrote through another fs instance
-        if (legacy := self._legacy) is not None:  # read-only: nothing of it is cleaned
-            return {n: _Stage(n, *found) for n, found in legacy.stages().items()}, []
-        stages: dict[str, _Stage] = {}
-        writes: dict[str, list[str]] = {}  # stage -> its generations
-        strays: list[str] = []
-
-        def visit(rel: str) -> bool:
-            """Walk group ``rel``: whether it holds anything to keep."""
-            keep = False
-            for entry in self._fs.ls(self._abs(rel), detail=True):
-                base = posixpath.basename(entry["name"].rstrip("/"))
-                child = posixpath.join(rel, base)
-                if entry["type"] != "directory":
-                    stage = child[:-len(_POINTER)] if child.endswith(_POINTER) else None
-                    if base == "zarr.json" or (not rel and base == LEASE_FILE):
-                        continue
-                    if stage and _valid_name(stage):
-                        stages[stage] = self._locate_group(stage)
-                        keep = True
-                    else:
-                        strays.append(child)
-                    continue
-                if stage := _write_of(child):
-                    writes.setdefault(stage, []).append(child)
-                    keep = True
-                    continue
-                try:
-                    is_array = (self._meta(child) or {}).get("node_type") == "array"
-                except ValueError:
-                    is_array = False
-                if is_array:
-                    strays.append(child)
-                    continue
-                n = len(strays)
-                if visit(child):
-                    keep = True
-                    continue
-                del strays[n:]  # nothing to keep below: the group goes as a whole
-                strays.append(child)
-            return keep
-
-        if self._fs.isdir(self._path):
-            visit("")
-        leftovers = strays
-        now, grace = time.time(), generation_grace_s()
-        for name, groups in writes.items():
-            stage = stages.setdefault(name, _Stage(name, "incomplete"))
-            if stage.state == "damaged" and stage.group is None:
-                continue  # its pointer is unreadable: which generations it names is unknown
-            held = {stage.group} | {g for g, t in stage.retired if now - t < grace}
-            leftovers += [g for g in groups if g not in held]
-        return stages, sorted(leftovers)
+        self._generations.point(name, generation, marker, current)
 
 
 @dataclass(frozen=True, eq=False)
@@ -1178,7 +850,7 @@ class PendingStage:
     name : str
         The stage's final name.
     partial : str
-        The group the data is written to.
+        The generation the data is written to, ``<name>.gen-<uuid>``.
     delayed : dask.delayed.Delayed
         Computing it writes the Dask-backed variables.
     overwrite : bool
@@ -1207,10 +879,11 @@ class PendingStage:
         self.finalize()
 
     def finalize(self) -> None:
-        """Mark the stage complete and move it into place (after ``delayed`` was computed).
+        """Mark the stage complete and commit it (after ``delayed`` was computed): its pointer
+        names the new generation.
 
         Only call it once the computation succeeded: the marker asserts every chunk is written.
-        On failure the partial group is removed and the error re-raised.
+        On failure the new generation is removed and the error re-raised.
         """
         try:
             self.store._commit(self.partial, self.name, self.overwrite)
@@ -1219,12 +892,12 @@ class PendingStage:
             raise
 
     def abort(self) -> None:
-        """Remove the group being written (the stage stays as it was).
+        """Remove the generation being written (the stage stays as it was).
 
-        Best effort: a group it cannot remove is a leftover for
-        :meth:`RunStore.clean_partials`; the group of a committed stage is never removed.
+        Best effort: a generation it cannot remove is a leftover for
+        :meth:`RunStore.clean_partials`; the generation of a committed stage is never removed.
         """
-        self.store._discard(self.name, self.partial)
+        self.store._generations.discard(self.name, self.partial)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -1237,63 +910,27 @@ def _mkdist_version() -> str:
         return "unknown"
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _valid_name(name: Any) -> bool:
-    return (isinstance(name, str) and all(_SEGMENT.fullmatch(s) for s in name.split("/"))
-            and ".partial-" not in name and ".gen-" not in name)
-
-
 def _check_name(name: str) -> str:
     """``name`` if it is a valid stage name, else ValueError."""
-    if not _valid_name(name):
+    if not valid_name(name):
         raise ValueError(f"invalid stage name {name!r}: use '/'-separated segments of letters, "
                          "digits and '_.=+-' (not starting with '.', '=', '+' or '-', and without "
-                         "'.partial-' or '.gen-'), e.g. 'assignments/batch-2026-11-22'.")
+                         "'.gen-'), e.g. 'assignments/batch-2026-11-22'.")
     return name
 
 
-def _write_of(rel: str) -> str | None:
-    """The stage whose generation ``rel`` is, or None."""
-    m = _GENERATION.fullmatch(rel)
-    return m["stage"] if m else None
-
-
-def generation_grace_s() -> float:
-    """Seconds a replaced generation is kept: ``MKDIST_GENERATION_GRACE_S``, else
-    :data:`GENERATION_GRACE_S`.  Read at each use, not once at import."""
-    raw = os.environ.get("MKDIST_GENERATION_GRACE_S")
-    if raw is None or not raw.strip():
-        return GENERATION_GRACE_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not value >= 0:  # NaN included
-        raise ValueError(f"MKDIST_GENERATION_GRACE_S={raw!r} is not a number of seconds >= 0 "
-                         f"(e.g. {GENERATION_GRACE_S:.0f}).")
-    return value
-
-
-def _iso(unix: float) -> str:
-    return datetime.fromtimestamp(unix, timezone.utc).isoformat(timespec="seconds")
-
-
 def _check_schema(attrs: Mapping[str, Any], url: str) -> None:
-    """Refuse a store whose schema this mkdist cannot read (too old, or newer)."""
+    """Refuse a store of another schema version than this mkdist's (older, or newer)."""
     version = attrs.get("schema_version")
-    if version in _READ_ONLY_SCHEMAS:
-        return
     if isinstance(version, int) and version < SCHEMA_VERSION:
-        # No migration: version 1 stages carry no checksums to verify them by.
+        # No reader or migration: no released mkdist wrote an older schema.  Version 1 kept no
+        # checksums to verify stages by; version 2 committed stages by directory renames,
+        # which a reader could see half done.
         raise SchemaVersionError(
             f"{url} has store schema_version={version}, written by an older mkdist; mkdist "
-            f"{_mkdist_version()} reads schema versions {min(_READ_ONLY_SCHEMAS)} to "
-            f"{SCHEMA_VERSION} only and cannot verify its stages: re-create the run with "
-            "RunStore.create(..., overwrite=True) (`mkdist run --overwrite`), or use another "
-            "location.")
+            f"{_mkdist_version()} reads schema version {SCHEMA_VERSION} only: re-create the run "
+            "with RunStore.create(..., overwrite=True) (`mkdist run --overwrite`), or use "
+            "another location.")
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"{url} has store schema_version={version!r}, but mkdist {_mkdist_version()} reads "
@@ -1346,7 +983,7 @@ def _writable(dataset: xr.Dataset) -> xr.Dataset:
     if not isinstance(dataset, xr.Dataset):
         raise TypeError(f"a stage is an xarray.Dataset, got {type(dataset).__name__}.")
     ds = dataset.copy(deep=False)
-    # A marker copied from another store's stage would make the partial group look
+    # A marker copied from another store's stage would make the new generation look
     # complete before its data is written.
     ds.attrs.pop(_MARKER, None)
     for var in ds.variables.values():
@@ -1365,17 +1002,6 @@ def _encoded(dataset: xr.Dataset) -> xr.Dataset:
                  for k, v in dataset.variables.items()}
     return xr.Dataset({k: variables[k] for k in dataset.data_vars},
                       coords={k: variables[k] for k in dataset.coords}, attrs=dataset.attrs)
-
-
-def _put_manifest(fs: Any, path: str, specs: Mapping[str, Any], crcs: Mapping[str, Any],
-                  lazy_crcs: Mapping[str, Any]) -> None:
-    """The last task of a stage's computation: store its manifest for ``finalize`` to read.
-
-    Runs after the writes (``lazy_crcs`` are computed by the tasks that write), on whichever
-    worker Dask chooses, so the checksums travel through the store rather than back to the
-    caller, who computes ``PendingStage.delayed`` for its side effects.
-    """
-    fs.pipe_file(path, json.dumps(_verify.manifest(specs, {**crcs, **lazy_crcs})).encode())
 
 
 def _damaged_fix(name: str) -> str:

@@ -229,14 +229,16 @@ def test_prefect_flow_path_when_a_server_is_configured(table, prefect_api, dask_
 
 
 def test_the_no_op_check_reads_the_store_layout_it_names(tmp_path):
-    """mkdist._pipeline._rerun answers without importing the store layer: the pointer name it checks is
-    the store's own, and a stage whose pointer is gone makes the run not finished."""
+    """mkdist._pipeline._rerun answers without importing the store layer: the schema and pointer name it
+    checks are the store's own, and a stage whose pointer is gone, or a store of another schema, makes
+    the run not finished."""
     import xarray as xr
+    import zarr
 
     from mkdist._pipeline import _rerun
-    from mkdist.storage import _store
+    from mkdist.storage import SCHEMA_VERSION, _generations
 
-    assert _rerun.POINTER_SUFFIX == _store._POINTER
+    assert (_rerun.SCHEMA_VERSION, _rerun.POINTER_SUFFIX) == (SCHEMA_VERSION, _generations.POINTER)
     url = tmp_path / "run.zarr"
     store = RunStore.create(str(url), fingerprint="sha256:0", params={"k": 1})
     store.write_stage("labels", xr.Dataset({"labels": ("sample", np.arange(3))}))
@@ -244,5 +246,8 @@ def test_the_no_op_check_reads_the_store_layout_it_names(tmp_path):
     store.update_attrs(summary={"N": 3}, finished={"request": key, "stages": ["labels"]})
     assert _rerun.finished_run(str(url), key)["N"] == 3
     assert _rerun.finished_run(str(url), _rerun.request_key("sha256:other", {"n_clusters": 1})) is None
-    (url / f"labels{_store._POINTER}").unlink()
+    zarr.open_group(str(url), mode="r+").attrs["schema_version"] = 2
+    assert _rerun.finished_run(str(url), key) is None
+    zarr.open_group(str(url), mode="r+").attrs["schema_version"] = SCHEMA_VERSION
+    (url / f"labels{_generations.POINTER}").unlink()
     assert _rerun.finished_run(str(url), key) is None

@@ -13,7 +13,7 @@ import xarray as xr
 
 import mkdist
 from mkdist import MultipleKernelClustering
-from mkdist.pipeline import assign, cluster, load_estimator
+from mkdist.pipeline import assign, cluster, inspect_store, load_estimator
 from mkdist.errors import InputValidationError, SchemaVersionError, StoreExistsError
 from mkdist.metrics import clustering_accuracy
 from mkdist.storage import RunStore
@@ -94,7 +94,7 @@ def test_different_run_is_refused_unless_overwrite(dask_client, data, tmp_path):
     assert res.model.cluster_centers_.shape[0] == 4
 
 
-def test_newer_schema_is_refused(dask_client, data, tmp_path):
+def test_store_of_another_schema_is_refused_unless_overwrite(dask_client, data, tmp_path):
     import zarr
 
     views, _ = data
@@ -102,10 +102,17 @@ def test_newer_schema_is_refused(dask_client, data, tmp_path):
     cluster(_dask(views), url, 3, n_landmarks=100, random_state=1)
     root = zarr.open_group(url, mode="r+")
     root.attrs["schema_version"] = 999
-    with pytest.raises(SchemaVersionError):
+    with pytest.raises(SchemaVersionError, match="upgrade mkdist"):
         cluster(_dask(views), url, 3, n_landmarks=100, random_state=1)
     with pytest.raises(SchemaVersionError):
         load_estimator(url)
+    root.attrs["schema_version"] = 2  # written by a development version: re-created, not read
+    with pytest.raises(SchemaVersionError, match="schema_version=2, written by an older mkdist.*overwrite"):
+        cluster(_dask(views), url, 3, n_landmarks=100, random_state=1)
+    with pytest.raises(SchemaVersionError):
+        inspect_store(url, clean=True)
+    res = cluster(_dask(views), url, 3, n_landmarks=100, random_state=1, overwrite=True)
+    assert res.skipped == [] and RunStore.open(url).attrs["schema_version"] == 3
 
 
 def _flaky_block(path: str, marker: str, start: int, stop: int) -> np.ndarray:

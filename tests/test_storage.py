@@ -309,7 +309,7 @@ class StoreSuite:
             "assignments/batch-2026-11-23"]
 
     @pytest.mark.parametrize("name", ["", "/labels", "labels/", "a//b", "..", "a/../b", ".hidden",
-                                      "with space", "labels.partial-x", 3])
+                                      "with space", "labels.gen-x", 3])
     def test_invalid_stage_names(self, store, name):
         with pytest.raises(ValueError, match="invalid stage name"):
             store.write_stage(name, _dataset())
@@ -524,12 +524,6 @@ class StoreSuite:
         fresh = RunStore.create(url, fingerprint=FP, params=PARAMS, overwrite=True)
         assert fresh.stage_status()["model"] == "missing"
 
-    def test_older_schema_is_refused(self, store, url):
-        zarr.open_group(store.url, mode="r+").attrs["schema_version"] = 1
-        with pytest.raises(SchemaVersionError, match=r"schema_version=1, written by an older "
-                                                     r"mkdist.*overwrite=True"):
-            RunStore.open(url)
-
     # ----------------------------------------------------------- snapshot reads
     def _overwriter(self, url, name, versions):
         """Start overwriting stage ``name`` with ``_version(v)`` for each v in ``versions``
@@ -601,38 +595,30 @@ class StoreSuite:
         raw = xr.open_zarr(store.url, group=group, consolidated=False)
         xr.testing.assert_equal(raw.drop_attrs().compute(), _dataset().drop_attrs())
 
-    # ------------------------------------------------------- schema version 2
-    def _as_schema_2(self, store):
-        """Turn ``store`` into what mkdist wrote with schema version 2 on this kind of location."""
-        raise NotImplementedError
-
-    def test_schema_2_store_is_read_not_written(self, store, url):
+    # ------------------------------------------------------- older schema versions
+    @pytest.mark.parametrize("version", [1, 2])
+    def test_older_schema_is_refused_and_left_untouched(self, store, url, version):
+        # Version 2 (stages committed by directory renames) and 1 were written only by
+        # development versions of mkdist: refused, never read, never migrated.
         store.write_stage("model", _dataset(chunks=4))
-        store.write_stage("assignments/b1", _dataset(seed=1))
-        self._as_schema_2(store)
-        before = self._files(store)
-        old = RunStore.open(url)
-        status = old.stage_status()
-        assert (status["model"], status["assignments/b1"]) == ("complete", "complete")
-        xr.testing.assert_identical(old.read_stage("model").compute(), _dataset())
-        xr.testing.assert_identical(old.read_stage("assignments/b1").compute(), _dataset(seed=1))
-        assert old.verify_stage("model", full=True) == [] and old.stage_token("model")
-        rw = RunStore.open(url, mode="r+")
-        for what, call in [
-            ("resuming it", lambda: RunStore.create(url, fingerprint=FP, params=PARAMS)),
-            (r"write_stage\('labels'\)", lambda: rw.write_stage("labels", _dataset())),
-            (r"delete_stage\('model'\)", lambda: rw.delete_stage("model")),
-            (r"clean_partials\(\)", lambda: rw.clean_partials()),
-            (r"update_attrs\(\)", lambda: rw.update_attrs(note="x")),
-        ]:
+        zarr.open_group(store.url, mode="r+").attrs["schema_version"] = version
+        fs, path = self._fs(store)
+
+        def contents():
+            return {f: fs.cat_file(f"{path}/{f}") for f in self._files(store)
+                    if fs.isfile(f"{path}/{f}")}
+
+        before = contents()
+        for call in (lambda: RunStore.open(url), lambda: RunStore.open(url, mode="r+"),
+                     lambda: RunStore.create(url, fingerprint=FP, params=PARAMS)):
             with pytest.raises(SchemaVersionError, match=(
-                    r"holds a run of store schema_version=2 \(written by an older mkdist.*\): "
-                    rf"mkdist \S+ reads it but does not write it, so {what} was refused\. "
-                    r"Re-create the run with RunStore\.create\(\.\.\., overwrite=True\)")) as e:
+                    rf"^{re.escape(store.url)} has store schema_version={version}, written by an "
+                    rf"older mkdist; mkdist \S+ reads schema version {SCHEMA_VERSION} only: "
+                    r"re-create the run with RunStore\.create\(\.\.\., overwrite=True\) "
+                    r"\(`mkdist run --overwrite`\), or use another location\.$")):
                 call()
-            assert "\n" not in str(e.value)
-        assert self._files(store) == before  # never touched, let alone deleted
-        with rw.lease(owner="re-create"):  # the way out: overwrite, under the lease
+        assert contents() == before  # nothing written, nothing deleted
+        with RunStore(url, mode="r+").lease(owner="re-create"):  # the way out, under the lease
             fresh = RunStore.create(url, fingerprint=FP, params=PARAMS, overwrite=True)
         assert fresh.attrs["schema_version"] == SCHEMA_VERSION
         assert fresh.stage_status()["model"] == "missing"
@@ -814,28 +800,6 @@ class TestLocalStore(StoreSuite):
             proc.wait()
             assert proc.returncode in (0, -signal.SIGKILL)
 
-    def _as_schema_2(self, store):
-        # Schema 2 on local disk: each stage the directory of its name, no pointer.
-        fs, path = self._fs(store)
-        for pointer in [f for f in fs.find(path) if f.endswith(".gen-current.json")]:
-            stage = pointer[:-len(".gen-current.json")]
-            os.rename(f"{path}/{json.loads(fs.cat_file(pointer))['generation']}", stage)
-            os.unlink(pointer)
-        zarr.open_group(store.url, mode="r+").attrs.update(schema_version=2, layout="directories")
-
-    def test_schema_2_local_store_with_an_unfinished_write(self, store, url):
-        store.write_stage("model", _dataset())
-        self._as_schema_2(store)
-        _dataset().to_zarr(store.url, group=f"labels.partial-{uuid.uuid4().hex}", mode="w",
-                           consolidated=False, zarr_format=3)
-        old = RunStore.open(url)
-        assert (old.stage_status()["model"], old.stage_status()["labels"]) == (
-            "complete", "incomplete")
-        with pytest.raises(IncompleteStageError, match="'labels' .* is incomplete"):
-            old.read_stage("labels")
-        with pytest.raises(SchemaVersionError, match="stages committed by directory renames"):
-            RunStore.open(url, mode="r+").write_stage("labels", _dataset(), overwrite=True)
-
     def test_a_removed_version_is_named_on_a_distributed_cluster(self, dask_client, store,
                                                                  monkeypatch):
         # The worker process that finds the version gone raises StoreNotFoundError; the
@@ -876,10 +840,6 @@ class TestMemoryStore(StoreSuite):
         writer = threading.Thread(target=write)
         writer.start()
         return writer.is_alive
-
-    def _as_schema_2(self, store):
-        # Schema 2 elsewhere had this layout already (without retired generations).
-        zarr.open_group(store.url, mode="r+").attrs["schema_version"] = 2
 
     @pytest.fixture
     def flaky_url(self):

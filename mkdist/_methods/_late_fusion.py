@@ -962,9 +962,8 @@ class LateFusionModel:
             graph_filter_order=int(attrs["graph_filter_order"]),
             neighbor_indices=get("neighbor_indices", np.int64), neighbor_weights=get("neighbor_weights"),
             cluster_centers=get("cluster_centers"), landmark_labels=get("landmark_labels", np.int64),
-            dtype=attrs.get("dtype", "float64"),
-            kernel_group=get("kernel_group", np.int64) if "kernel_group" in get else None,
-            normalize_embedding=bool(attrs.get("normalize_embedding", False)))
+            dtype=attrs["dtype"], kernel_group=get("kernel_group", np.int64),
+            normalize_embedding=bool(attrs["normalize_embedding"]))
 
 
 # ============================================================================ row functions
@@ -1558,7 +1557,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         self.converged_ = bool(attrs["converged"])
         self.embedding_dim_ = int(attrs["embedding_dim"])
         self.dropped_kernels_ = list(attrs["dropped_kernels"])
-        self.merged_kernels_ = list(attrs.get("merged_kernels", []))
+        self.merged_kernels_ = list(attrs["merged_kernels"])
 
     def _summary_fields(self) -> dict[str, Any]:
         model = self.model_

@@ -7,7 +7,7 @@ The same command again computes the same request from the input's metadata alone
 the store's root ``zarr.json``, and, when they match, has nothing to do -- without importing
 scikit-learn, Dask, xarray or Zarr (which take 3-5 s on a 2-core machine), so that a no-op
 re-run answers in about a second.  Anything else (a new input, other options, a store being
-written) goes the full way, where every stage is verified.
+written or of another schema version) goes the full way, where every stage is verified.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ __all__ = ["request_key", "finished_run", "FINISHED"]
 
 #: Root attribute of a run store recording the request a finished run answered.
 FINISHED = "finished"
-#: A committed stage's pointer object, ``<stage>.gen-current.json`` (mkdist.storage's layout,
-#: schema 3); named here so that this module needs no storage import.
+#: The store schema whose layout this module reads (``mkdist.storage.SCHEMA_VERSION``) and a
+#: committed stage's pointer object in it, ``<stage>.gen-current.json``; named here so that
+#: this module needs no storage import.
+SCHEMA_VERSION = 3
 POINTER_SUFFIX = ".gen-current.json"
 
 
@@ -51,6 +53,8 @@ def finished_run(store: Any, key: str) -> dict[str, Any] | None:
             return None
     except (OSError, ValueError):
         return None
+    if attrs.get("schema_version") != SCHEMA_VERSION:
+        return None  # the full path refuses the store, saying why and what to do
     finished = attrs.get(FINISHED) or {}
     if finished.get("request") != key or not attrs.get("summary"):
         return None

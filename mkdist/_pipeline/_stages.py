@@ -37,7 +37,7 @@ from .._core._kmeans import assign_with_distance
 from .._methods._registry import AUTO_METHOD, get_method
 from .._core._sampling import gather_rows
 from .._core._state import dataset_to_state, state_to_dataset, to_jsonable
-from ..errors import DamagedStoreError, InputValidationError, MkdistError
+from ..errors import DamagedStoreError, InputValidationError, MkdistError, SchemaVersionError
 from ..metrics import clustering_scores
 
 __all__ = [
@@ -215,7 +215,8 @@ def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool 
     """Every check of a run that reads no data, and writes nothing.
 
     The store must not overlap the input (when the input is a location); every parameter is
-    checked against the input's metadata (shapes, views); a store that holds another run is
+    checked against the input's metadata (shapes, views); a store that holds another run, or
+    that this mkdist cannot read (another schema version, unreadable root metadata), is
     refused unless ``overwrite``, as is a store another live run is writing (even with
     ``overwrite``).  ``config.random_state=None`` adopts the seed of a stored run of the same
     input (to resume it); ``config.method="auto"`` is resolved to a method here (in place).
@@ -225,7 +226,7 @@ def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool 
     views : dict of str to dask.array.Array
     fingerprint : str
     existing : RunStore or None
-        The store at the location, if there is one (opened read-only).
+        The store at the location, if there is one this mkdist reads (opened read-only).
 
     Raises
     ------
@@ -248,7 +249,7 @@ def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool 
         existing = RunStore.open(store_url, mode="r")
     except FileNotFoundError:
         pass
-    except DamagedStoreError:
+    except (DamagedStoreError, SchemaVersionError):  # unreadable here: what overwrite replaces
         if not overwrite:
             raise
     if existing is not None:
@@ -348,8 +349,8 @@ def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
     The output must not overlap the model store or the input; the model store must hold a
     finished run, and one that is not (or is gone) because a live run is writing it (a refit
     replacing the model) is refused with ``StoreLockedError``; the input's views and features
-    must match the model; an output store that holds another assignment (unless
-    ``overwrite``), or that another live run writes, is refused.
+    must match the model; an output store that holds another assignment or that this mkdist
+    cannot read (unless ``overwrite``), or that another live run writes, is refused.
 
     Returns
     -------
@@ -379,7 +380,7 @@ def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
         out = RunStore.open(output, mode="r")
     except FileNotFoundError:
         out = None
-    except DamagedStoreError:
+    except (DamagedStoreError, SchemaVersionError):  # unreadable here: what overwrite replaces
         if not overwrite:
             raise
         out = None
@@ -636,7 +637,6 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
 
 def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=None) -> dict[str, Any]:
     """Cluster sizes, the model's summary, timings (and scores when ``y_true`` is given), stored."""
-    import dask.array as da
     import xarray as xr
 
     import dask
@@ -648,9 +648,7 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
     # the client anyway to be scored (through a fresh cluster's workers the two reads took 9 s
     # of a 200k-row re-run on a busy 2-core machine).
     with dask.config.set(scheduler="threads"):
-        # Stored by the labels stage; a store written before it kept them: a bincount.
-        sizes = (labels["cluster_sizes"].values if "cluster_sizes" in labels
-                 else da.bincount(lab, minlength=load_estimator(store).n_clusters_).compute())
+        sizes = labels["cluster_sizes"].values
         scores = clustering_scores(np.asarray(y_true), np.asarray(lab.compute())) if y_true is not None else None
     kmeans = ({"inertia": labels.attrs["inertia"], "n_iter": labels.attrs["kmeans_n_iter"]}
               if "inertia" in labels.attrs else None)

@@ -130,10 +130,11 @@ def inspect_store(url: str, *, verify: str = "quick", clean: bool = False) -> di
 
     probe(url, what="store")  # a wrong key or an unreachable endpoint: one line, not a traceback
     info: dict[str, Any] = {"url": str(url)}
+    # Opened before the lease is taken: a store this mkdist refuses gets no lease object written.
+    store = as_store(url, mode="r")
     if clean:
         with writer_lease(url, owner="mkdist inspect --clean"):
             info["cleaned"] = as_store(url).clean_partials()
-    store = as_store(url, mode="r")
     info["attrs"] = {k: v for k, v in store.attrs.items() if k != "input_stats"}
     info["stages"] = store.stage_status(verify=verify)
     info["problems"] = [p for name, state in info["stages"].items() if state == "damaged"
@@ -276,7 +277,7 @@ def report_data(url: Any) -> dict:
         # "summary" stays the fitted run's (its N, sizes, timings, parameters: the page shows it
         # as "Fitted model run"); the batch's facts and parameters go in "assignment".
         data.update(kind="assignment", title=f"mkdist assignment {store.url}",
-                    summary={**fitted, "params": fitted.get("params") or dict(model_store.params)},
+                    summary=fitted,
                     embedding_sample=None,
                     assignment={"N": summary["N"], "cluster_sizes": summary["cluster_sizes"],
                                 "fitted_sizes": fitted["cluster_sizes"], "params": dict(store.params),
@@ -284,7 +285,6 @@ def report_data(url: Any) -> dict:
                                 "fit_p99": drift.get("fit_p99"), "drift": drift})
         return data
     summary = json.loads(store.read_stage("metrics").attrs["summary"])
-    summary.setdefault("params", dict(store.params))
     if summary.get("n_clusters_choice") is None:  # K given by hand: the rule's hint, computed now
         summary["n_clusters_choice"] = load_estimator(store, k_hint=True).summary()["n_clusters_choice"]
     data.update(kind="run", title=f"mkdist run {store.url}", summary=summary,
@@ -301,14 +301,9 @@ def _embedding_sample(labels) -> dict:
     # worker (0.2-0.3 s on a busy 2-core machine).
     with dask.config.set(scheduler="synchronous"):
         coords = np.asarray(labels["report_embedding"].values[:, :2], dtype=np.float64)
-        index = np.asarray(labels["report_index"].values)
-        report_labels = np.asarray(labels["report_labels"].values) if "report_labels" in labels else None
-    if report_labels is not None:
-        sample_labels = report_labels
-    else:  # a store written before the labels stage kept the sample's labels: one read of them all
-        sample_labels = np.asarray(labels["labels"].data[index].compute()) if index.size else np.zeros(0, dtype=int)
-    return {"coords": coords, "labels": np.asarray(sample_labels, dtype=np.int64),
-            "what": f"first two principal components of the embedding on {index.size:,} evenly spaced rows"}
+        sample_labels = np.asarray(labels["report_labels"].values, dtype=np.int64)
+    return {"coords": coords, "labels": sample_labels,
+            "what": f"first two principal components of the embedding on {coords.shape[0]:,} evenly spaced rows"}
 
 
 def write_report(url: Any, output: Any = None, *, format: str = "html", draft: ReportDraft | None = None) -> str:
@@ -499,12 +494,11 @@ class ReportDraft:
 
 
 def _model_report_data(store) -> dict:
-    """What the report draws from a run's model stage: the model's summary (stored with it;
-    a store written before it was, rebuilds the estimator), with the K rule's hint."""
-    attrs = store.read_stage("model").attrs
-    summary = json.loads(attrs["summary"]) if "summary" in attrs else None
-    if summary is None or summary.get("n_clusters_choice") is None:
-        summary = load_estimator(store, k_hint=True).summary()
+    """What the report draws from a run's model stage: the model's summary, stored with it,
+    with the K rule's hint."""
+    summary = json.loads(store.read_stage("model").attrs["summary"])
+    if summary.get("n_clusters_choice") is None:  # K given by hand: the rule's hint, computed now
+        summary["n_clusters_choice"] = load_estimator(store, k_hint=True).summary()["n_clusters_choice"]
     return {"summary": summary}
 
 
@@ -514,8 +508,6 @@ def _labels_report_data(store) -> dict:
     import dask
 
     labels = store.read_stage("labels")
-    if "cluster_sizes" not in labels:  # written before the stage kept its sizes: drawn at the end
-        return {"embedding_sample": _embedding_sample(labels)}
     with dask.config.set(scheduler="synchronous"):  # (see _embedding_sample)
         sizes = [int(s) for s in labels["cluster_sizes"].values]
     return {"summary": {"N": int(labels.sizes["sample"]), "cluster_sizes": sizes},
