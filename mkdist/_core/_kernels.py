@@ -54,6 +54,7 @@ __all__ = [
 
 KernelKind = Literal["rbf", "laplacian", "polynomial", "linear", "cosine"]
 KERNEL_KINDS = ("rbf", "laplacian", "polynomial", "linear", "cosine")
+#: The bandwidth heuristics of :func:`bandwidth_statistic` (a kernel spec's ``bandwidth_rule``):
 #: "mean": sigma^2 = mean squared pairwise distance (bipartite-spectral paper eq. 24, and the
 #: SimpleMKKM authors' large-scale code); "median": sigma = median pairwise distance;
 #: "max": sigma = largest pairwise distance (the D of the standard 12-kernel set).

@@ -793,7 +793,7 @@ class _RFFPowerKMeansBase(MkdistEstimator):
                 raise InputValidationError(
                     f"`bandwidth` has {len(bw)} values but the input has {n_views} view(s).")
             bw = [b.item() if isinstance(b, np.generic) else b for b in bw]  # np.str_ -> str
-            rule = [Options(*_params.BANDWIDTH_RULES), Interval(Real, 0, None, closed="neither")]
+            rule = [Options(*_params.POWER_BANDWIDTH_RULES), Interval(Real, 0, None, closed="neither")]
             validate_params({f"bandwidth[{i}]": rule for i in range(n_views)},
                             {f"bandwidth[{i}]": b for i, b in enumerate(bw)})
             bandwidths = [b if isinstance(b, str) else float(b) for b in bw]
