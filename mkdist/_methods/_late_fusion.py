@@ -55,7 +55,7 @@ from .._core._kernels import (
 from .._core._kmeans import KMeansResult
 from ._registry import register
 from ._mkc import default_embedding_dim
-from .._core._linalg import top_eigenpairs, top_eigenvalue_sum, unit_rows
+from .._core._linalg import largest_entry_signs, top_eigenpairs, top_eigenvalue_sum, unit_rows
 from .._core._pep import excess_pep, principal_eigenvalue_proportion
 from .._core._sampling import sample_landmark_indices
 from .._core._state import StateArrays
@@ -136,14 +136,6 @@ class _Base:
     embedding_dim: int
     min_pep_ratio: float
     timings: dict[str, float]
-
-
-def _fix_signs(V: np.ndarray) -> np.ndarray:
-    """Make the largest-magnitude entry of every column positive (reproducible signs)."""
-    idx = np.argmax(np.abs(V), axis=0)
-    s = np.sign(V[idx, np.arange(V.shape[1])])
-    s[s == 0] = 1.0
-    return V * s[None, :]
 
 
 def _check_constant_views(specs, landmark_views: Mapping[str, np.ndarray], center: bool, d: int) -> None:
@@ -320,7 +312,8 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
                 f"(largest {vals[0]:.3g}); the kernel carries nothing to cluster; drop it or its view."
             )
         keep = vals > _EIG_RTOL * vals[0]
-        H[p] = _fix_signs(vecs[:, keep])
+        V = vecs[:, keep]
+        H[p] = V * largest_entry_signs(V)[None, :]
         eigenvalues[p] = vals[keep]
         pep[p] = min(float(np.clip(vals[:k], 0.0, None).sum()) / trace, 1.0)
         pep_exact[p] = True

@@ -36,6 +36,7 @@ from ._base import MkdistEstimator
 from .._core._blocks import RowBlocks, cache_block_rows
 from .._core._kernels import bandwidth_statistic, check_bandwidth, sq_distances
 from .._core._kmeans import assign_labels, kmeans
+from .._core._linalg import largest_entry_signs
 from ._registry import register
 from .._core._sampling import gather_rows, sample_landmark_indices
 from .._core._state import StateArrays
@@ -173,17 +174,15 @@ def _spectral_projection(C: np.ndarray, lam: np.ndarray, U: np.ndarray, k: int):
     return s, B @ (V / s[None, :]), pep, spectrum
 
 
-def _fix_signs(M: np.ndarray, K: np.ndarray, q: np.ndarray, floor: float) -> np.ndarray:
-    """Flip columns of M so that, over the anchors, the largest |h_t| is positive.
+def _orient_by_anchor_embedding(M: np.ndarray, K: np.ndarray, q: np.ndarray, floor: float) -> np.ndarray:
+    """Flip columns of the projection M so that the anchors' embedding h = K M / (K q) has
+    its largest |h_t| positive in every column.
 
-    Singular vectors have arbitrary signs; this makes them a function of the data (NumPy
-    and Dask fits agree) and makes the first, constant column of H positive.
+    The signs are read on the embedding, not on M itself, because the embedding is what
+    k-means and ``transform`` see; it also makes the first, constant column of H positive.
     """
     H_anchors = (K @ M) / np.maximum(K @ q, floor)[:, None]
-    idx = np.argmax(np.abs(H_anchors), axis=0)
-    signs = np.sign(H_anchors[idx, np.arange(M.shape[1])])
-    signs[signs == 0] = 1.0
-    return M * signs[None, :]
+    return M * largest_entry_signs(H_anchors)[None, :]
 
 
 # ----------------------------------------------------------------------------- estimator
@@ -454,7 +453,7 @@ class NystromSpectralClustering(MkdistEstimator):
         flat = rows.reduce(_gram, stage, width=m * m + 1, name="nystrom-gram", check_finite=False)
         C, n_floored = flat[:-1].reshape(m, m), round(float(flat[-1]))
         s, M, pep_combined, spectrum = _spectral_projection(C, lam, U, k)
-        M = _fix_signs(M, K, q, floor)
+        M = _orient_by_anchor_embedding(M, K, q, floor)
         timings["gram_s"] = time.perf_counter() - t0
         if n_floored:
             warnings.warn(
