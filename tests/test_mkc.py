@@ -187,7 +187,7 @@ def test_scipy_sparse_views_are_densified_and_match_dense_input(blobs):
 def test_sparse_view_too_large_to_densify_is_refused(monkeypatch):
     import scipy.sparse
 
-    from mkdist import _validation
+    from mkdist._core import _validation
 
     monkeypatch.setattr(_validation, "SPARSE_DENSIFY_MAX_BYTES", 1000)
     X = scipy.sparse.random(100, 50, density=0.01, format="csr", random_state=0)
