@@ -26,6 +26,7 @@ from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from . import _params
+from .._core._cluster import persist_and_wait
 from .._core._kmeans import KMeansResult, assign_labels, assign_with_distance, kmeans
 from .._core._sampling import gather_rows
 from .._core._state import StateArrays, check_state_format, encode_params, to_jsonable
@@ -442,9 +443,7 @@ class LandmarkEmbeddingEstimator(MkdistEstimator):
         self.fit_landmarks(gather_rows(views, indices), indices, seed)
         H = self.transform(views)
         if is_dask_array(H):
-            import dask
-
-            H = dask.persist(H)[0]
+            H = persist_and_wait(H)
         self.fit_centroids(H, seed)
         self.labels_ = self.assign_embedding(H)
         return self

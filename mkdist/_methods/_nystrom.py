@@ -34,6 +34,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import _params
 from ._base import MkdistEstimator
 from .._core._blocks import RowBlocks, cache_block_rows
+from .._core._cluster import persist_and_wait
 from .._core._kernels import bandwidth_statistic, check_bandwidth, sq_distances
 from .._core._kmeans import assign_labels, kmeans
 from .._core._linalg import largest_entry_signs
@@ -480,10 +481,8 @@ class NystromSpectralClustering(MkdistEstimator):
         H = rows.map(_embed_rows, self._model_arrays(), n_cols=k, dtype=np.float64, name="nystrom-embed",
                      check_finite=False)
         if rows.is_dask and self.persist_embedding:
-            import dask
-
             logger.info("persisting the Nystrom embedding H: %d x %d float64 = %d bytes", N, k, H.nbytes)
-            H = dask.persist(H)[0]
+            H = persist_and_wait(H)
         timings["embed_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         km = kmeans(H, k, n_init=self.n_init, max_iter=self.kmeans_max_iter,
