@@ -65,7 +65,7 @@ COLUMNS = ("ours", "ours-learned", "sc-affinity", "sc-graphcut", "silhouette")
 def landmark_stack(views: list, seed: int):
     """(preprocessed kernel stack (m, n, n), landmark indices, seconds) as the MKC fit builds them."""
     from mkdist._core._kernels import fit_kernels, fit_preprocessing, landmark_kernels, resolve_kernel_specs
-    from mkdist._methods._mkc import default_n_landmarks
+    from mkdist._methods._base import default_n_landmarks
     from mkdist._core._sampling import sample_landmark_indices
 
     t0 = time.perf_counter()
