@@ -2,7 +2,8 @@
 
 :class:`MkdistEstimator` owns what all methods share: ``fit_predict``, the scikit-learn
 tags, the checks of fit and predict input (views, NaN/inf, fitted views and features), the
-declarative parameter constraints, the saved-state round trip (``model_state`` /
+declarative parameter constraints (checked once per fit entry point by the base class, see
+:func:`_fit_context`), the saved-state round trip (``model_state`` /
 ``from_model_state``, arrays + JSON, no pickle) and ``summary()``, one JSON schema for
 every method that reports, ``mkdist inspect`` and the flow artifacts read.
 
@@ -18,6 +19,8 @@ imports another.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
 import warnings
@@ -99,6 +102,42 @@ def default_embedding_dim(n_clusters: int, n_landmarks: int) -> int:
     return int(max(n_clusters, min(d, n_landmarks)))
 
 
+#: The methods that start a fit, from an estimator or from the pipeline's stages.  The base
+#: class checks the parameters on entering the outermost one (:func:`_fit_context`), so a
+#: method's own ``fit`` never calls the check.
+FIT_ENTRY_POINTS = ("fit", "fit_transform", "sample_landmarks", "fit_landmarks")
+
+
+def _fit_context(method):
+    """``method``, a fit entry point whose first argument is the input, with the parameters
+    checked against that input once before it runs (scikit-learn's ``_fit_context`` checks
+    once per fit in the same way).
+
+    The outermost entry point checks (:meth:`MkdistEstimator._check_params`) and calls
+    ``method`` with the input as named views, converted once, and with the values the check
+    resolved (``n_landmarks``, ``n_anchors``, ...) in ``self._fit_checks`` for the length of the
+    call.  An entry point called inside it (``fit`` -> ``sample_landmarks`` -> ``fit_landmarks``)
+    runs as written: the input it gets was checked by the outer one.
+    """
+    input_name = list(inspect.signature(method).parameters)[1]
+
+    @functools.wraps(method)
+    def checked(self, *args, **kwargs):
+        if "_fit_checks" in self.__dict__:
+            return method(self, *args, **kwargs)
+        X = args[0] if args else kwargs[input_name]
+        views, self._fit_checks = self._checked_input(X)
+        try:
+            if args:
+                return method(self, views, *args[1:], **kwargs)
+            return method(self, *args, **{**kwargs, input_name: views})
+        finally:
+            del self._fit_checks
+
+    checked._checks_parameters = True
+    return checked
+
+
 def resolve_seed(random_state: Any) -> int:
     """One integer seed per fit: an int is used as is; None or a RandomState draw one.
 
@@ -118,7 +157,9 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
     Subclasses set the registry metadata below, a ``_param_constraints`` table (merged with
     the bases'; a built-in method's table lives in ``mkdist._methods._params``, so that arguments are
     checked without importing scikit-learn), implement ``fit`` / ``transform`` / ``predict``
-    with the helpers here, and ``_state`` / ``_restore`` / ``_summary_fields``.
+    with the helpers here, and ``_state`` / ``_restore`` / ``_summary_fields``.  The parameters
+    are checked by this class before a subclass's ``fit`` (or any of ``FIT_ENTRY_POINTS``)
+    runs; the values the check resolved are in ``self._fit_checks`` during the fit.
     """
 
     #: Registry name (``mkdist.cluster(method=...)``, ``mkdist run --method``).
@@ -139,6 +180,15 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
     #: Fewest rows a fit accepts.
     _min_samples: ClassVar[int] = 2
     _param_constraints: ClassVar[dict[str, list]] = _params.ESTIMATOR
+
+    def __init_subclass__(cls, **kwargs):
+        # Wrapped before scikit-learn's own wrapping (set_output, in super()), so that it sees
+        # the caller's input rather than the views.
+        for name in FIT_ENTRY_POINTS:
+            method = cls.__dict__.get(name)
+            if callable(method) and not getattr(method, "_checks_parameters", False):
+                setattr(cls, name, _fit_context(method))
+        super().__init_subclass__(**kwargs)
 
     # ------------------------------------------------------------------ sklearn protocol
     def fit_predict(self, X, y=None, **kwargs):
@@ -170,9 +220,13 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         InputValidationError
             Naming the parameter or view, before any heavy work.
         """
+        return self._checked_input(X)[1]
+
+    def _checked_input(self, X) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The input as named views, and the values the parameter check resolved against it."""
         views = as_views(X)
         self._check_arity(views)
-        return self._check_params(int(next(iter(views.values())).shape[0]), views)
+        return views, self._check_params(int(next(iter(views.values())).shape[0]), views)
 
     def _check_params(self, n_samples: int, views: dict) -> dict[str, Any]:
         """The constraint table, then the data-dependent checks of ``_check_params_vs_input``."""
@@ -530,9 +584,9 @@ class LandmarkEmbeddingEstimator(MkdistEstimator):
 
     # ------------------------------------------------------------------ the pipeline's hooks
     def sample_landmarks(self, views: dict, seed: int) -> np.ndarray:
-        """Validate against the input, then draw the landmarks (sorted row indices, shape (n,))."""
-        n = self._check_params(int(next(iter(views.values())).shape[0]), views)["n_landmarks"]
-        return sample_landmark_indices(views, n, **self._landmark_sampling(seed))
+        """Draw the landmarks: sorted row indices, shape (n,) (the parameters are checked
+        against ``views`` first, by the fit context)."""
+        return sample_landmark_indices(views, self._fit_checks["n_landmarks"], **self._landmark_sampling(seed))
 
     def fit_landmarks(self, landmark_views: dict, landmark_indices: np.ndarray, seed: int):
         """Fit the model on in-memory landmark rows (sets the fitted attributes but the centroids)."""

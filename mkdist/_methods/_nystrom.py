@@ -394,7 +394,7 @@ class NystromSpectralClustering(MkdistEstimator):
     def _fit(self, X):
         views = self._fit_views(X)
         N = int(next(iter(views.values())).shape[0])
-        m = self._check_params(N, views)["n_anchors"]
+        m = self._fit_checks["n_anchors"]
         rows = RowBlocks(views, block_rows=min(BLOCK_ROWS, cache_block_rows(m, 8)))
         rng = check_random_state(self.random_state)
         timings: dict[str, float] = {}

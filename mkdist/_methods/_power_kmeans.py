@@ -795,7 +795,7 @@ class _RFFPowerKMeansBase(MkdistEstimator):
         t0 = time.perf_counter()
         views = self._fit_views(X)
         N = int(next(iter(views.values())).shape[0])
-        p = self._check_params(N, views)
+        p = self._fit_checks
         rows = RowBlocks(views, block_rows=int(self.chunk_size))
         L, k, D = len(views), int(self.n_clusters), p["D"]
         # One RandomState for the fit's draws, in this order (it fixes what a seed gives): the
