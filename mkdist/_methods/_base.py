@@ -523,7 +523,11 @@ class LandmarkEmbeddingEstimator(MkdistEstimator):
 
     ``fit`` runs the same hooks, in the same order and with the same seed, as the pipeline
     runs stage by stage (``LANDMARK_EMBEDDING``): ``sample_landmarks`` -> ``fit_landmarks``
-    -> ``transform`` -> ``fit_centroids`` -> ``assign_embedding``.
+    -> ``transform`` -> ``fit_centroids`` -> ``assign_embedding``.  The parameters are
+    checked on entering ``fit``, or, when the stages call the hooks one by one, on entering
+    ``sample_landmarks`` (against the input) and ``fit_landmarks`` (against the landmark rows).
+    A subclass has an ``n_landmarks`` parameter (None: :func:`default_n_landmarks` with the
+    class's ``max_default_landmarks``) and implements ``fit_landmarks`` and ``_kmeans_params``.
     """
 
     stage_plan: ClassVar[tuple[str, ...]] = LANDMARK_EMBEDDING
@@ -654,8 +658,9 @@ class KernelLandmarkEstimator(LandmarkEmbeddingEstimator):
         raise NotImplementedError
 
     def landmark_kernel(self) -> np.ndarray:
-        """The uniform combination of the preprocessed base kernels on the landmarks, (n, n),
-        rebuilt from the model (what ``n_clusters="auto"`` chooses K on)."""
+        """The uniform combination of the preprocessed base kernels on the landmarks (every
+        kernel of the model, dropped ones included), (n, n), rebuilt from the model (what
+        ``n_clusters="auto"`` chooses K on)."""
         from .._core._nclusters import average_landmark_kernel
 
         check_is_fitted(self, "model_")
