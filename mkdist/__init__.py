@@ -32,8 +32,8 @@ __getattr__, __dir__, _ = _lazy.attach(
     __name__,
     submodules=["pipeline", "errors", "datasets", "metrics", "storage", "flows"],
     submod_attrs={
-        "_methods._mkc": ["MKCModel", "MultipleKernelClustering", "default_n_landmarks", "embed",
-                          "spectral_diagnostics"],
+        "_methods._mkc": ["MKCModel", "MultipleKernelClustering", "embed", "spectral_diagnostics"],
+        "_methods._base": ["default_n_landmarks"],
         "_methods._nystrom": ["NystromSpectralClustering"],
         "_methods._power_kmeans": ["MultiViewRFFPowerKMeans", "RFFKernelPowerKMeans"],
         "_methods._late_fusion": ["LateFusionClustering"],

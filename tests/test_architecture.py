@@ -127,6 +127,16 @@ def test_imports_point_down_the_layers():
     assert cycle is None, " -> ".join(cycle)
 
 
+def test_no_method_module_imports_another():
+    """What two methods share lives in the base classes (mkdist._methods._base) or below, so a
+    method's module can change without touching another's."""
+    from mkdist._methods._registry import BUILTIN_PARAMETERS
+
+    method_modules = {module for module, _ in BUILTIN_PARAMETERS.values()}
+    graph = import_graph()
+    assert {m: sorted(graph[m] & method_modules) for m in method_modules} == {m: [] for m in method_modules}
+
+
 def test_layer_rule_finds_an_upward_import_and_a_module_outside_the_layers():
     graph = {"mkdist._core._kmeans": {"mkdist._methods._base"}, "mkdist._methods._base": {"mkdist._core._kmeans"},
              "mkdist._helpers": set()}

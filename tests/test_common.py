@@ -20,8 +20,10 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import mkdist
+from mkdist._core._sampling import gather_rows
+from mkdist._core._validation import as_views, collect_constraints
+from mkdist._methods._base import LANDMARK_EMBEDDING
 from mkdist._methods._registry import get_method, method_table_markdown
-from mkdist._core._validation import collect_constraints
 from mkdist.errors import DegenerateKernelWarning, EmbeddingStabilityWarning
 
 from .conftest import make_blobs_views, raise_if_dask_computes
@@ -117,6 +119,29 @@ def check_summary_schema(cls, views, new=None):
         assert s["spectrum"]["k"] == est.n_clusters and len(s["spectrum"]["values"]) >= 1
 
 
+def check_parameters_checked_by_the_base(cls, views, new=None):
+    """A bad parameter is refused by every fit entry point, and a fit checks the parameters
+    exactly once: the base class does it (mkdist._methods._base._fit_context), so no method
+    calls the check itself (the toy method's fit never mentions it)."""
+    X = method_views(cls, views)
+    for bad in ({"n_clusters": 0}, {"random_state": "seed"}):
+        with pytest.raises(mkdist.errors.InputValidationError, match=next(iter(bad))):
+            make_instance(cls, **bad).fit(X)
+    est = make_instance(cls)
+    calls = []
+    check = est._check_params
+    est._check_params = lambda *args: calls.append(args[0]) or check(*args)
+    _quiet(est.fit, X)
+    assert calls == [len(views[0])]
+    if cls.stage_plan == LANDMARK_EMBEDDING:  # the pipeline's stages call the hooks one by one
+        named = as_views(X)
+        idx = np.arange(0, len(views[0]), 3)
+        with pytest.raises(mkdist.errors.InputValidationError, match="n_clusters"):
+            make_instance(cls, n_clusters=0).sample_landmarks(named, 0)
+        with pytest.raises(mkdist.errors.InputValidationError, match="n_clusters"):
+            make_instance(cls, n_clusters=0).fit_landmarks(gather_rows(named, idx), idx, 0)
+
+
 def check_store_round_trip(cls, views, y, tmp_path):
     """A run through the store: labels as the stored estimator predicts them, assign likewise."""
     X = method_views(cls, views)
@@ -164,7 +189,8 @@ def test_sklearn_compatible(estimator, check):
 
 #: The in-memory checks every registered method passes (the toy method reuses them).
 CHECKS = {"numpy_dask_parity": check_numpy_dask_parity, "graph_building_computes_nothing": check_graph_is_lazy,
-          "state_round_trip": check_state_round_trip, "summary_schema": check_summary_schema}
+          "state_round_trip": check_state_round_trip, "summary_schema": check_summary_schema,
+          "parameters_checked_by_the_base": check_parameters_checked_by_the_base}
 
 
 @pytest.mark.parametrize("check", list(CHECKS))

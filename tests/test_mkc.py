@@ -141,7 +141,7 @@ def test_fused_embedding_equals_reference(blobs, center, normalize):
 
 
 def test_embedding_dim_widens_the_embedding(blobs):
-    from mkdist._methods._mkc import default_embedding_dim
+    from mkdist._methods._base import default_embedding_dim
 
     assert [default_embedding_dim(k, 1000) for k in (2, 10, 11, 40)] == [4, 20, 11, 40]
     assert default_embedding_dim(10, 15) == 15 and default_embedding_dim(3, 3) == 3  # at most n landmarks

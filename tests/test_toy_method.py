@@ -44,8 +44,7 @@ class ToyKMeans(MkdistEstimator):
         self.random_state = random_state
 
     def fit(self, X, y=None):
-        views = self._fit_views(X)
-        self._check_params(next(iter(views.values())).shape[0], views)
+        views = self._fit_views(X)  # the base class has checked the parameters against X
         self._set_fitted_views(views)
         km = kmeans(self._features(views), self.n_clusters, n_init=self.n_init, random_state=self.random_state)
         self.cluster_centers_, self.labels_ = km.centers, km.labels

@@ -27,7 +27,7 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse.linalg
 
-__all__ = ["top_eigenpairs", "top_eigenvalue_sum", "unit_rows", "blas_threads"]
+__all__ = ["top_eigenpairs", "top_eigenvalue_sum", "unit_rows", "largest_entry_signs", "blas_threads"]
 
 #: Below this size LAPACK's subset driver is as fast as Lanczos and has no start vector.
 LANCZOS_MIN_N = 64
@@ -101,6 +101,26 @@ def top_eigenvalue_sum(K: np.ndarray, t: int) -> float:
     if t >= K.shape[0]:
         return float(np.trace(K))
     return float(np.sum(top_eigenpairs(K, t, vectors=False)))
+
+
+def largest_entry_signs(V: np.ndarray) -> np.ndarray:
+    """The sign of the largest-magnitude entry of every column of V (+1 for a zero column).
+
+    Eigenvectors and singular vectors come with arbitrary signs; multiplying columns by these
+    signs makes them a function of the data (NumPy and Dask fits, and repeated fits, agree).
+
+    Parameters
+    ----------
+    V : ndarray of shape (n, d)
+
+    Returns
+    -------
+    ndarray of shape (d,), V's dtype, entries +1 or -1
+    """
+    idx = np.argmax(np.abs(V), axis=0)
+    signs = np.sign(V[idx, np.arange(V.shape[1])])
+    signs[signs == 0] = 1.0
+    return signs
 
 
 def unit_rows(Z: np.ndarray) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 :class:`MkdistEstimator` owns what all methods share: ``fit_predict``, the scikit-learn
 tags, the checks of fit and predict input (views, NaN/inf, fitted views and features), the
-declarative parameter constraints, the saved-state round trip (``model_state`` /
+declarative parameter constraints (checked once per fit entry point by the base class, see
+:func:`_fit_context`), the saved-state round trip (``model_state`` /
 ``from_model_state``, arrays + JSON, no pickle) and ``summary()``, one JSON schema for
 every method that reports, ``mkdist inspect`` and the flow artifacts read.
 
@@ -11,11 +12,15 @@ what the registry (:mod:`mkdist._methods._registry`) and the pipeline read; a me
 :class:`MkdistEstimator` (fit, then predict: stage plan ``("model", "labels")``) or
 :class:`LandmarkEmbeddingEstimator` (sample landmarks, fit on them, embed every row,
 k-means on the embedding: ``("landmarks", "model", "embedding", "labels")``), whose ``fit``
-runs exactly the hooks the pipeline runs stage by stage.
+runs exactly the hooks the pipeline runs stage by stage.  :class:`KernelLandmarkEstimator`
+holds what the two landmark methods with base kernels share, so that no method module
+imports another.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
 import warnings
@@ -26,8 +31,10 @@ from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from . import _params
+from .._core._cluster import persist_and_wait
+from .._core._kernel_specs import resolve_kernel_specs
 from .._core._kmeans import KMeansResult, assign_labels, assign_with_distance, kmeans
-from .._core._sampling import gather_rows
+from .._core._sampling import gather_rows, sample_landmark_indices
 from .._core._state import StateArrays, check_state_format, encode_params, to_jsonable
 from .._core._validation import (
     as_views, check_finite, collect_constraints, is_dask_array, n_clusters_range, validate_params,
@@ -36,8 +43,8 @@ from ..errors import AmbiguousNClustersWarning, InputValidationError
 
 logger = logging.getLogger("mkdist")
 
-__all__ = ["MkdistEstimator", "LandmarkEmbeddingEstimator", "FIT_PREDICT", "LANDMARK_EMBEDDING",
-           "STAGE_PLANS", "resolve_seed"]
+__all__ = ["MkdistEstimator", "LandmarkEmbeddingEstimator", "KernelLandmarkEstimator", "FIT_PREDICT",
+           "LANDMARK_EMBEDDING", "STAGE_PLANS", "resolve_seed", "default_n_landmarks", "default_embedding_dim"]
 
 #: Fit on the data, then label every row with ``predict``.
 FIT_PREDICT = ("model", "labels")
@@ -45,6 +52,90 @@ FIT_PREDICT = ("model", "labels")
 LANDMARK_EMBEDDING = ("landmarks", "model", "embedding", "labels")
 #: The stage plans the pipeline knows how to run.
 STAGE_PLANS = (FIT_PREDICT, LANDMARK_EMBEDDING)
+
+
+#: Landmarks when ``n_landmarks=None``: at most this many unless a method caps them otherwise
+#: (``LandmarkEmbeddingEstimator.max_default_landmarks``; see :func:`default_n_landmarks`).
+DEFAULT_MAX_LANDMARKS = 1000
+
+
+def default_n_landmarks(n_samples: int, max_landmarks: int = DEFAULT_MAX_LANDMARKS) -> int:
+    """Number of landmarks used when ``n_landmarks=None``: min(N, ``max_landmarks``).
+
+    The one rule of every landmark method; each caps it with its ``max_default_landmarks``
+    (MultipleKernelClustering 1000, the default here; LateFusionClustering 2000).  For 1000:
+    the MKC-AE paper uses 1000 landmarks on 30k-100k points; the bipartite-spectral paper
+    argues Theta(sqrt(N)), which is 1000 at N = 1M.  Measured on MNIST (60k points,
+    ``bench/bench_pipeline.py --part landmarks``): ACC stops improving at about 500
+    landmarks (0.511 at 250, 0.544 at 500, 0.538-0.542 from 1000 to 4000), so 1000 keeps a
+    2x margin over the knee at a fit cost of seconds.
+
+    Parameters
+    ----------
+    n_samples : int
+        N.
+    max_landmarks : int, default=1000
+        The method's cap.
+
+    Returns
+    -------
+    int
+    """
+    return int(min(n_samples, max_landmarks))
+
+
+#: The embedding has 2K columns for K up to this, K columns above (see
+#: :func:`default_embedding_dim`).
+WIDE_EMBEDDING_MAX_K = 10
+
+
+def default_embedding_dim(n_clusters: int, n_landmarks: int) -> int:
+    """Columns of the embedding when ``embedding_dim=None``: 2K for K <= 10, else K (<= n).
+
+    Measured on the 28 shared multi-view sets (bench/RESULTS.md, quality; 5 seeds): with 2K
+    columns the mean ACC rose on 14 of the 21 sets with K <= 10 and fell on 5 (UCI mfeat
+    0.913 -> 0.940, MSRC-v1 0.72 -> 0.92, ACM 0.80 -> 0.72); in the seed-0 exploration it fell
+    on 5 of the 7 sets with K > 10 (ORL, K = 40: 0.88 -> 0.76), where the extra eigenvectors
+    carry noise.  Late fusion's d = 2k is the same observation.
+    """
+    d = 2 * n_clusters if n_clusters <= WIDE_EMBEDDING_MAX_K else n_clusters
+    return int(max(n_clusters, min(d, n_landmarks)))
+
+
+#: The methods that start a fit, from an estimator or from the pipeline's stages.  The base
+#: class checks the parameters on entering the outermost one (:func:`_fit_context`), so a
+#: method's own ``fit`` never calls the check.
+FIT_ENTRY_POINTS = ("fit", "fit_transform", "sample_landmarks", "fit_landmarks")
+
+
+def _fit_context(method):
+    """``method``, a fit entry point whose first argument is the input, with the parameters
+    checked against that input once before it runs (scikit-learn's ``_fit_context`` checks
+    once per fit in the same way).
+
+    The outermost entry point checks (:meth:`MkdistEstimator._check_params`) and calls
+    ``method`` with the input as named views, converted once, and with the values the check
+    resolved (``n_landmarks``, ``n_anchors``, ...) in ``self._fit_checks`` for the length of the
+    call.  An entry point called inside it (``fit`` -> ``sample_landmarks`` -> ``fit_landmarks``)
+    runs as written: the input it gets was checked by the outer one.
+    """
+    input_name = list(inspect.signature(method).parameters)[1]
+
+    @functools.wraps(method)
+    def checked(self, *args, **kwargs):
+        if "_fit_checks" in self.__dict__:
+            return method(self, *args, **kwargs)
+        X = args[0] if args else kwargs[input_name]
+        views, self._fit_checks = self._checked_input(X)
+        try:
+            if args:
+                return method(self, views, *args[1:], **kwargs)
+            return method(self, *args, **{**kwargs, input_name: views})
+        finally:
+            del self._fit_checks
+
+    checked._checks_parameters = True
+    return checked
 
 
 def resolve_seed(random_state: Any) -> int:
@@ -66,7 +157,9 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
     Subclasses set the registry metadata below, a ``_param_constraints`` table (merged with
     the bases'; a built-in method's table lives in ``mkdist._methods._params``, so that arguments are
     checked without importing scikit-learn), implement ``fit`` / ``transform`` / ``predict``
-    with the helpers here, and ``_state`` / ``_restore`` / ``_summary_fields``.
+    with the helpers here, and ``_state`` / ``_restore`` / ``_summary_fields``.  The parameters
+    are checked by this class before a subclass's ``fit`` (or any of ``FIT_ENTRY_POINTS``)
+    runs; the values the check resolved are in ``self._fit_checks`` during the fit.
     """
 
     #: Registry name (``mkdist.cluster(method=...)``, ``mkdist run --method``).
@@ -87,6 +180,15 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
     #: Fewest rows a fit accepts.
     _min_samples: ClassVar[int] = 2
     _param_constraints: ClassVar[dict[str, list]] = _params.ESTIMATOR
+
+    def __init_subclass__(cls, **kwargs):
+        # Wrapped before scikit-learn's own wrapping (set_output, in super()), so that it sees
+        # the caller's input rather than the views.
+        for name in FIT_ENTRY_POINTS:
+            method = cls.__dict__.get(name)
+            if callable(method) and not getattr(method, "_checks_parameters", False):
+                setattr(cls, name, _fit_context(method))
+        super().__init_subclass__(**kwargs)
 
     # ------------------------------------------------------------------ sklearn protocol
     def fit_predict(self, X, y=None, **kwargs):
@@ -118,9 +220,13 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         InputValidationError
             Naming the parameter or view, before any heavy work.
         """
+        return self._checked_input(X)[1]
+
+    def _checked_input(self, X) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The input as named views, and the values the parameter check resolved against it."""
         views = as_views(X)
         self._check_arity(views)
-        return self._check_params(int(next(iter(views.values())).shape[0]), views)
+        return views, self._check_params(int(next(iter(views.values())).shape[0]), views)
 
     def _check_params(self, n_samples: int, views: dict) -> dict[str, Any]:
         """The constraint table, then the data-dependent checks of ``_check_params_vs_input``."""
@@ -417,10 +523,16 @@ class LandmarkEmbeddingEstimator(MkdistEstimator):
 
     ``fit`` runs the same hooks, in the same order and with the same seed, as the pipeline
     runs stage by stage (``LANDMARK_EMBEDDING``): ``sample_landmarks`` -> ``fit_landmarks``
-    -> ``transform`` -> ``fit_centroids`` -> ``assign_embedding``.
+    -> ``transform`` -> ``fit_centroids`` -> ``assign_embedding``.  The parameters are
+    checked on entering ``fit``, or, when the stages call the hooks one by one, on entering
+    ``sample_landmarks`` (against the input) and ``fit_landmarks`` (against the landmark rows).
+    A subclass has an ``n_landmarks`` parameter (None: :func:`default_n_landmarks` with the
+    class's ``max_default_landmarks``) and implements ``fit_landmarks`` and ``_kmeans_params``.
     """
 
     stage_plan: ClassVar[tuple[str, ...]] = LANDMARK_EMBEDDING
+    #: Landmarks when ``n_landmarks=None``: min(N, this) (:func:`default_n_landmarks`).
+    max_default_landmarks: ClassVar[int] = DEFAULT_MAX_LANDMARKS
 
     def fit(self, X, y=None):
         """Sample landmarks, fit on them, embed every row, k-means on the embedding.
@@ -442,17 +554,43 @@ class LandmarkEmbeddingEstimator(MkdistEstimator):
         self.fit_landmarks(gather_rows(views, indices), indices, seed)
         H = self.transform(views)
         if is_dask_array(H):
-            import dask
-
-            H = dask.persist(H)[0]
+            H = persist_and_wait(H)
         self.fit_centroids(H, seed)
         self.labels_ = self.assign_embedding(H)
         return self
 
+    # ------------------------------------------------------------------ landmarks
+    def _n_landmarks(self, n_samples: int) -> int:
+        """n: the ``n_landmarks`` parameter, or when None min(N, ``max_default_landmarks``)."""
+        if self.n_landmarks is None:
+            return default_n_landmarks(n_samples, self.max_default_landmarks)
+        return int(self.n_landmarks)
+
+    def _check_landmarks(self, n_samples: int) -> tuple[int, int]:
+        """n against N and the largest K the fit may use against n; returns (n, that K)."""
+        n = self._n_landmarks(n_samples)
+        if n > n_samples:
+            raise InputValidationError(f"n_landmarks={n} must be <= n_samples={n_samples}.")
+        k_range = self._check_k_range(n)
+        k = self._largest_k() if k_range is None else k_range[1]
+        if k > n:
+            raise InputValidationError(
+                f"n_clusters={k} must be <= the number of landmarks ({n}); raise n_landmarks or lower n_clusters.")
+        return n, k
+
+    def _check_params_vs_input(self, n_samples: int, views: dict) -> dict[str, Any]:
+        return {"n_landmarks": self._check_landmarks(n_samples)[0]}
+
+    def _landmark_sampling(self, seed: int) -> dict[str, Any]:
+        """How ``sample_landmarks`` draws from the fit's seed: the keywords of
+        ``mkdist._core._sampling.sample_landmark_indices`` (``method``, ``random_state``)."""
+        return {"random_state": seed}
+
     # ------------------------------------------------------------------ the pipeline's hooks
     def sample_landmarks(self, views: dict, seed: int) -> np.ndarray:
-        """Validate against the input, then the sorted row indices of the landmarks."""
-        raise NotImplementedError
+        """Draw the landmarks: sorted row indices, shape (n,) (the parameters are checked
+        against ``views`` first, by the fit context)."""
+        return sample_landmark_indices(views, self._fit_checks["n_landmarks"], **self._landmark_sampling(seed))
 
     def fit_landmarks(self, landmark_views: dict, landmark_indices: np.ndarray, seed: int):
         """Fit the model on in-memory landmark rows (sets the fitted attributes but the centroids)."""
@@ -477,3 +615,65 @@ class LandmarkEmbeddingEstimator(MkdistEstimator):
     def assign_embedding(self, embedding):
         """Nearest centroid of every embedded row, int64 (lazy for a Dask embedding)."""
         return assign_labels(embedding, self.cluster_centers_)
+
+
+class KernelLandmarkEstimator(LandmarkEmbeddingEstimator):
+    """A landmark-embedding estimator whose model is base kernels on the landmarks
+    (``MultipleKernelClustering``, ``LateFusionClustering``).
+
+    What those methods share lives here once: the checks of ``n_landmarks``,
+    ``embedding_dim`` and ``kernels`` against the input, the landmark kernel the K rule
+    reads, and the saved state around the fitted model.  A subclass has the parameters
+    ``n_landmarks``, ``embedding_dim``, ``kernels``, ``center`` and ``normalize``; it keeps its
+    model in ``model_`` (with ``landmarks``, ``kernels`` and ``state()``; ``_model_type`` is its
+    class, with ``from_state``), sets it with ``_set_model`` and sets the fit's
+    ``objective_history_``, ``n_iter_`` and ``converged_``.
+    """
+
+    _fitted_attr: ClassVar[str] = "model_"
+    #: The fitted model's class (``from_state(attrs, get)`` rebuilds ``model_``).
+    _model_type: ClassVar[type]
+
+    def _check_params_vs_input(self, n_samples: int, views: dict) -> dict[str, Any]:
+        n, k = self._check_landmarks(n_samples)
+        d = self._embedding_dim(n, k)
+        resolve_kernel_specs(self.kernels, list(views))  # unknown views / sets / bad specs fail here
+        return {"n_landmarks": n, "embedding_dim": d}
+
+    def _embedding_dim(self, n_landmarks: int, k: int | None = None) -> int:
+        """d, the embedding's columns: ``embedding_dim`` checked against K and n, or
+        :func:`default_embedding_dim` (2K for K <= 10, else K; at most n).  ``k``: the K of
+        the fit (None: ``n_clusters_``, once it is chosen)."""
+        k = self.n_clusters_ if k is None else k
+        if self.embedding_dim is None:
+            return default_embedding_dim(k, n_landmarks)
+        d = int(self.embedding_dim)
+        if not k <= d <= n_landmarks:
+            raise InputValidationError(
+                f"embedding_dim={d} must be >= n_clusters={k} and <= the number of landmarks ({n_landmarks}).")
+        return d
+
+    def _set_model(self, model: Any) -> None:
+        """Set ``model_`` and the fitted attributes read from it."""
+        raise NotImplementedError
+
+    def landmark_kernel(self) -> np.ndarray:
+        """The uniform combination of the preprocessed base kernels on the landmarks (every
+        kernel of the model, dropped ones included), (n, n), rebuilt from the model (what
+        ``n_clusters="auto"`` chooses K on)."""
+        from .._core._nclusters import average_landmark_kernel
+
+        check_is_fitted(self, "model_")
+        return average_landmark_kernel(self.model_.landmarks, self.model_.kernels, bool(self.center),
+                                       self.normalize)
+
+    def _state(self) -> tuple[dict, dict]:
+        attrs, arrays = self.model_.state()
+        arrays["objective_history"] = (("iteration",), np.asarray(self.objective_history_))
+        return {"model": attrs, "n_iter": int(self.n_iter_), "converged": bool(self.converged_)}, arrays
+
+    def _restore(self, attrs: dict, get: StateArrays) -> None:
+        self._set_model(self._model_type.from_state(attrs["model"], get))
+        self.objective_history_ = get("objective_history")
+        self.n_iter_ = int(attrs["n_iter"])
+        self.converged_ = bool(attrs["converged"])

@@ -44,7 +44,7 @@ import numpy as np
 import scipy.sparse
 
 from . import _params
-from ._base import LandmarkEmbeddingEstimator
+from ._base import KernelLandmarkEstimator
 from .._core._blocks import RowBlocks, cache_block_rows
 from .._core._graph import Graph, NeighborSpaces, adaptive_neighbor_weights, apply_filter, build_graph, filter_basis, simplex_qp
 from .._core._distances import nearest_center
@@ -56,19 +56,14 @@ from .._core._kernels import (
 from .._core._kmeans import KMeansResult
 from .._core._scaling import FeatureScaling
 from ._registry import register
-from ._mkc import default_embedding_dim
-from .._core._linalg import top_eigenpairs, top_eigenvalue_sum, unit_rows
+from .._core._linalg import largest_entry_signs, top_eigenpairs, top_eigenvalue_sum, unit_rows
 from .._core._pep import excess_pep, principal_eigenvalue_proportion
-from .._core._sampling import sample_landmark_indices
 from .._core._state import StateArrays
 from .._core._validation import check_finite, common_float_dtype
 from ..errors import DegenerateKernelWarning, InputValidationError
 
-__all__ = ["LateFusionClustering", "LateFusionModel", "adaptive_neighbor_weights", "default_n_landmarks"]
+__all__ = ["LateFusionClustering", "LateFusionModel", "adaptive_neighbor_weights"]
 
-#: Default landmark count: min(N, 2000).  The fit costs one dense n x n kernel and one
-#: partial eigensolve per base kernel (O(m n^2) memory traffic), a few seconds at n = 2000.
-DEFAULT_MAX_LANDMARKS = 2000
 #: Landmarks used to decide the order in which base kernels are processed (see _fit_base).
 _PILOT_SIZE = 256
 #: Kernel q shares the base partition of an earlier kernel p of its view when the relative
@@ -97,11 +92,6 @@ DEFAULT_N_NEIGHBORS = 10
 #: near-constant view (ACC 0.38); "mkkm12"'s near-identity Gaussians stay below 0.02 (UCI
 #: mfeat pix: excess ratio ~0.01), so they are still dropped (bench/RESULTS.md, late-fusion grid).
 DEFAULT_MIN_PEP_RATIO = 0.02
-
-
-def default_n_landmarks(n_samples: int) -> int:
-    """Landmarks used when ``n_landmarks=None``: min(N, 2000)."""
-    return int(min(n_samples, DEFAULT_MAX_LANDMARKS))
 
 
 def _fit_seeds(seed: int) -> tuple[int, int, int]:
@@ -138,14 +128,6 @@ class _Base:
     embedding_dim: int
     min_pep_ratio: float
     timings: dict[str, float]
-
-
-def _fix_signs(V: np.ndarray) -> np.ndarray:
-    """Make the largest-magnitude entry of every column positive (reproducible signs)."""
-    idx = np.argmax(np.abs(V), axis=0)
-    s = np.sign(V[idx, np.arange(V.shape[1])])
-    s[s == 0] = 1.0
-    return V * s[None, :]
 
 
 def _check_constant_views(specs, landmark_views: Mapping[str, np.ndarray], center: bool, d: int) -> None:
@@ -322,7 +304,8 @@ def _fit_base(landmark_views: Mapping[str, np.ndarray], *, n_clusters: int, embe
                 f"(largest {vals[0]:.3g}); the kernel carries nothing to cluster; drop it or its view."
             )
         keep = vals > _EIG_RTOL * vals[0]
-        H[p] = _fix_signs(vecs[:, keep])
+        V = vecs[:, keep]
+        H[p] = V * largest_entry_signs(V)[None, :]
         eigenvalues[p] = vals[keep]
         pep[p] = min(float(np.clip(vals[:k], 0.0, None).sum()) / trace, 1.0)
         pep_exact[p] = True
@@ -978,7 +961,7 @@ def _label_rows(blocks: list, model: LateFusionModel) -> np.ndarray:
 
 
 # ============================================================================ estimator
-class LateFusionClustering(LandmarkEmbeddingEstimator):
+class LateFusionClustering(KernelLandmarkEstimator):
     """Graph-filtered late-fusion multiple kernel clustering (GMLKM) with out-of-sample assignment.
 
     Fits GMLKM (Du et al., Algorithm 1) on ``n_landmarks`` sampled points and assigns every
@@ -1017,7 +1000,7 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         (5 seeds, bench/RESULTS.md, late-fusion grid).
     embedding_dim : int, default=None
         d, eigenvectors per base partition, n_clusters <= d <= n_landmarks.  None: 2k for
-        k <= 10, else k (:func:`mkdist._methods._mkc.default_embedding_dim`; the paper picks d from
+        k <= 10, else k (:func:`mkdist._methods._base.default_embedding_dim`; the paper picks d from
         {k, 2k, 3k, 4k}).  With d = 2k for every k, ORL (k = 40) scored 0.66 and Yale (k = 15)
         0.60, with d = k 0.82 / 0.72 (5 seeds, bench/RESULTS.md).  Eigenpairs with
         lambda <= 1e-8 lambda_1 (numerical null space of a low-rank kernel) are left out of H_p.
@@ -1253,7 +1236,11 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
     method: ClassVar[str] = "late-fusion"
     multi_view: ClassVar[bool] = True
     state_format: ClassVar[str] = "mkdist.LateFusionClustering/2"
-    _fitted_attr: ClassVar[str] = "model_"
+    #: Landmarks when ``n_landmarks=None``: min(N, 2000).  The fit costs one dense n x n kernel
+    #: and one partial eigensolve per base kernel (O(m n^2) memory traffic), a few seconds at
+    #: n = 2000.
+    max_default_landmarks: ClassVar[int] = 2000
+    _model_type: ClassVar[type] = LateFusionModel
     #: The adaptive-neighbour graphs need n_neighbors + 1 <= n - 1 other landmarks, n_neighbors >= 1.
     _min_samples: ClassVar[int] = 4
     _param_constraints: ClassVar[dict[str, list]] = _params.LATE_FUSION
@@ -1287,22 +1274,14 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
 
     # ------------------------------------------------------------------ validation
     def _check_params_vs_input(self, n_samples: int, views: dict) -> dict[str, Any]:
-        n = default_n_landmarks(n_samples) if self.n_landmarks is None else int(self.n_landmarks)
-        if n > n_samples:
-            raise InputValidationError(f"n_landmarks={n} must be <= n_samples={n_samples}.")
-        k_range = self._check_k_range(n)
-        k = self._largest_k() if k_range is None else k_range[1]
-        if k > n:
-            raise InputValidationError(
-                f"n_clusters={k} must be <= the number of landmarks ({n}); raise n_landmarks or lower n_clusters.")
-        d = self._embedding_dim(n, k)
+        checks = super()._check_params_vs_input(n_samples, views)
+        n = checks["n_landmarks"]
         nb = self._n_neighbors(n)
         if nb > n - 2:
             raise InputValidationError(
                 f"`n_neighbors`={nb} must be >= 1 and < n_landmarks - 1 = {n - 1} (the adaptive-neighbour "
                 f"weights need the (k+1)-th nearest of the {n - 1} other landmarks).")
-        resolve_kernel_specs(self.kernels, list(views))  # unknown views / sets / bad specs fail here
-        return {"n_landmarks": n, "embedding_dim": d}
+        return checks
 
     def _n_neighbors(self, n_landmarks: int) -> int:
         """k of the adaptive-neighbour graphs: ``n_neighbors``, or when None
@@ -1312,24 +1291,9 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
             return int(max(1, min(DEFAULT_N_NEIGHBORS, n_landmarks - 2)))
         return int(self.n_neighbors)
 
-    def _embedding_dim(self, n_landmarks: int, k: int | None = None) -> int:
-        """d, eigenvectors per base partition: ``embedding_dim`` checked against n, or
-        :func:`default_embedding_dim` (2k for k <= 10, else k; at most n).  ``k``: the K of
-        the fit (None: ``n_clusters_``, once it is chosen)."""
-        k = self.n_clusters_ if k is None else k
-        if self.embedding_dim is None:
-            return default_embedding_dim(k, n_landmarks)
-        d = int(self.embedding_dim)
-        if not k <= d <= n_landmarks:
-            raise InputValidationError(
-                f"embedding_dim={d} must be >= n_clusters={k} and <= the number of landmarks ({n_landmarks}).")
-        return d
-
     # ------------------------------------------------------------------ the pipeline's hooks
-    def sample_landmarks(self, views: dict, seed: int) -> np.ndarray:
-        """Validate against the input, then draw the landmarks (sorted row indices, shape (n,))."""
-        n = self._check_params(int(next(iter(views.values())).shape[0]), views)["n_landmarks"]
-        return sample_landmark_indices(views, n, random_state=_fit_seeds(seed)[0])
+    def _landmark_sampling(self, seed: int) -> dict[str, Any]:
+        return {"random_state": _fit_seeds(seed)[0]}
 
     def fit_landmarks(self, landmark_views: dict, landmark_indices: np.ndarray, seed: int):
         """Base partitions, graphs and Algorithm 1 on the in-memory landmark rows.
@@ -1368,17 +1332,6 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
         rng = np.random.RandomState(seed_base)  # _fit_base's first draw seeds its kernels' bandwidths
         fitted = fit_kernels(specs, lv, random_state=int(rng.randint(np.iinfo(np.int32).max)))
         return average_landmark_kernel(lv, fitted, bool(self.center), self.normalize)
-
-    def landmark_kernel(self) -> np.ndarray:
-        """The uniform combination of the preprocessed base kernels (dropped ones included) on
-        the landmarks, (n, n), rebuilt from the model (what ``n_clusters="auto"`` reads)."""
-        from sklearn.utils.validation import check_is_fitted
-
-        from .._core._nclusters import average_landmark_kernel
-
-        check_is_fitted(self, "model_")
-        return average_landmark_kernel(self.model_.landmarks, self.model_.kernels, bool(self.center),
-                                       self.normalize)
 
     def _fit_from_base(self, base: _Base, landmark_indices: np.ndarray, seed: int,
                        landmark_views: Mapping[str, np.ndarray] | None = None,
@@ -1544,17 +1497,13 @@ class LateFusionClustering(LandmarkEmbeddingEstimator):
 
     # ------------------------------------------------------------------ state and summary
     def _state(self) -> tuple[dict, dict]:
-        attrs, arrays = self.model_.state()
-        arrays["objective_history"] = (("iteration",), np.asarray(self.objective_history_))
-        return {"model": attrs, "n_iter": int(self.n_iter_), "converged": bool(self.converged_),
-                "embedding_dim": int(self.embedding_dim_), "dropped_kernels": list(self.dropped_kernels_),
-                "merged_kernels": list(self.merged_kernels_)}, arrays
+        attrs, arrays = super()._state()
+        attrs.update(embedding_dim=int(self.embedding_dim_), dropped_kernels=list(self.dropped_kernels_),
+                     merged_kernels=list(self.merged_kernels_))
+        return attrs, arrays
 
     def _restore(self, attrs: dict, get: StateArrays) -> None:
-        self._set_model(LateFusionModel.from_state(attrs["model"], get))
-        self.objective_history_ = get("objective_history")
-        self.n_iter_ = int(attrs["n_iter"])
-        self.converged_ = bool(attrs["converged"])
+        super()._restore(attrs, get)
         self.embedding_dim_ = int(attrs["embedding_dim"])
         self.dropped_kernels_ = list(attrs["dropped_kernels"])
         self.merged_kernels_ = list(attrs["merged_kernels"])

@@ -2,7 +2,7 @@
 
 Fit (one node): base kernels on n landmarks, centred and normalised, SimpleMKKM learns the
 kernel weights gamma; H_n holds the top eigenvectors of K_gamma = sum_p gamma_p^2 K_p (2K of
-them for K <= 10 by default, see :func:`default_embedding_dim`).
+them for K <= 10 by default, see :func:`mkdist._methods._base.default_embedding_dim`).
 Embed (every row, NumPy or Dask through the row engine): H_N = (sum_p gamma_p^2 P_p) H_n D_n^-1,
 linear in N and never an N x n x m array.  k-means on the rows of H_N gives the labels.
 The fitted :class:`MKCModel` is plain arrays + JSON (the estimator's ``model_state``).
@@ -20,7 +20,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from . import _params
-from ._base import LandmarkEmbeddingEstimator
+from ._base import DEFAULT_MAX_LANDMARKS, KernelLandmarkEstimator, default_embedding_dim
 from .._core._blocks import RowBlocks, cache_block_rows
 from .._core._kernel_specs import FittedKernel, resolve_kernel_specs
 from .._core._kernels import (
@@ -32,49 +32,14 @@ from .._core._kmeans import KMeansResult, assign_labels, kmeans
 from .._core._linalg import blas_threads, top_eigenpairs, unit_rows
 from ._registry import register
 from .._core._pep import DEGENERATE_PEP_RATIO, excess_pep, principal_eigenvalue_proportion
-from .._core._sampling import sample_landmark_indices
 from .._core._simplemkkm import average_kernel_kmeans, combine_kernels, simple_mkkm
 from .._core._state import StateArrays
 from .._core._validation import check_finite, common_float_dtype
 from ..errors import DegenerateKernelWarning, EmbeddingStabilityWarning, InputValidationError
 from ..metrics import ari
 
-__all__ = ["MultipleKernelClustering", "MKCModel", "embed", "embed_chunk", "fit_landmark_model", "default_embedding_dim",
-           "spectral_diagnostics", "default_n_landmarks"]
-
-#: The embedding has 2K columns for K up to this, K columns above (see
-#: :func:`default_embedding_dim`).
-WIDE_EMBEDDING_MAX_K = 10
-
-
-def default_embedding_dim(n_clusters: int, n_landmarks: int) -> int:
-    """Columns of the embedding when ``embedding_dim=None``: 2K for K <= 10, else K (<= n).
-
-    Measured on the 28 shared multi-view sets (bench/RESULTS.md, quality; 5 seeds): with 2K
-    columns the mean ACC rose on 14 of the 21 sets with K <= 10 and fell on 5 (UCI mfeat
-    0.913 -> 0.940, MSRC-v1 0.72 -> 0.92, ACM 0.80 -> 0.72); in the seed-0 exploration it fell
-    on 5 of the 7 sets with K > 10 (ORL, K = 40: 0.88 -> 0.76), where the extra eigenvectors
-    carry noise.  Late fusion's d = 2k is the same observation.
-    """
-    d = 2 * n_clusters if n_clusters <= WIDE_EMBEDDING_MAX_K else n_clusters
-    return int(max(n_clusters, min(d, n_landmarks)))
-
-
-#: Default landmark count (see :func:`default_n_landmarks`).
-DEFAULT_MAX_LANDMARKS = 1000
-
-
-def default_n_landmarks(n_samples: int) -> int:
-    """Number of landmarks used when ``n_landmarks=None``: min(N, 1000).
-
-    The MKC-AE paper uses 1000 landmarks on 30k-100k points; the bipartite-spectral paper
-    argues Theta(sqrt(N)), which is 1000 at N = 1M.  Measured on MNIST (60k points,
-    ``bench/bench_pipeline.py --part landmarks``): ACC stops improving at about 500
-    landmarks (0.511 at 250, 0.544 at 500, 0.538-0.542 from 1000 to 4000), so 1000 keeps a
-    2x margin over the knee at a fit cost of seconds.
-    """
-    return int(min(n_samples, DEFAULT_MAX_LANDMARKS))
-
+__all__ = ["MultipleKernelClustering", "MKCModel", "embed", "embed_chunk", "fit_landmark_model",
+           "spectral_diagnostics"]
 
 # ============================================================================ the fitted model
 @dataclasses.dataclass
@@ -399,7 +364,7 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
         Seed of the bandwidth-heuristic subsample.
     embedding_dim : int, optional
         Eigenvectors of the combined kernel in the embedding (>= n_clusters); None:
-        :func:`default_embedding_dim`.
+        :func:`mkdist._methods._base.default_embedding_dim`.
 
     Returns
     -------
@@ -494,7 +459,7 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
 
 
 # ============================================================================ estimator
-class MultipleKernelClustering(LandmarkEmbeddingEstimator):
+class MultipleKernelClustering(KernelLandmarkEstimator):
     """Multiple kernel clustering on landmarks with out-of-sample embedding (SimpleMKKM + MKC-AE).
 
     Fits SimpleMKKM on ``n_landmarks`` sampled points: kernel weights gamma on the simplex and
@@ -520,13 +485,13 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
         sets (bench/RESULTS.md, quality): the cosine kernel on sparse views lifts the mean ACC
         of the default fit from 0.598 to 0.636 and changes nothing on dense views.
     n_landmarks : int, default=None
-        Landmarks n (<= N).  None: ``min(N, 1000)`` (see :func:`default_n_landmarks`).
+        Landmarks n (<= N).  None: ``min(N, 1000)`` (see :func:`mkdist.default_n_landmarks`).
     embedding_dim : int, default=None
         Columns of the embedding H_N: the top ``embedding_dim`` eigenvectors of the combined
         kernel (n_clusters <= embedding_dim <= n_landmarks); the weights are SimpleMKKM's,
         learned with n_clusters eigenvectors.  None: 2 x n_clusters for n_clusters <= 10,
-        n_clusters above (:func:`default_embedding_dim`; measured on the shared multi-view
-        sets, bench/RESULTS.md).
+        n_clusters above (:func:`mkdist._methods._base.default_embedding_dim`; measured on the
+        shared multi-view sets, bench/RESULTS.md).
     landmark_method : {"uniform", "kmeans++"}, default="uniform"
         How landmarks are drawn (see ``mkdist._core._sampling.sample_landmark_indices``).
     weights : {"simplemkkm", "uniform"}, default="simplemkkm"
@@ -608,7 +573,8 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
     state_format: ClassVar[str] = "mkdist.MultipleKernelClustering/2"
     run_defaults: ClassVar[dict[str, Any]] = {"n_init": 3, "kmeans_max_iter": 100}
     optional_stages: ClassVar[tuple[str, ...]] = ("kernel_blocks",)
-    _fitted_attr: ClassVar[str] = "model_"
+    max_default_landmarks: ClassVar[int] = DEFAULT_MAX_LANDMARKS
+    _model_type: ClassVar[type] = MKCModel
     _param_constraints: ClassVar[dict[str, list]] = _params.MKC
 
     def __init__(self, n_clusters: int = 8, *, kernels: Any = None, n_landmarks: int | None = None,
@@ -634,29 +600,9 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
         self.dtype = dtype
         self.random_state = random_state
 
-    # ------------------------------------------------------------------ validation
-    def _check_params_vs_input(self, n_samples: int, views: dict) -> dict[str, Any]:
-        n = default_n_landmarks(n_samples) if self.n_landmarks is None else int(self.n_landmarks)
-        if n > n_samples:
-            raise InputValidationError(f"n_landmarks={n} must be <= n_samples={n_samples}.")
-        k_range = self._check_k_range(n)
-        k = self._largest_k() if k_range is None else k_range[1]
-        if k > n:
-            raise InputValidationError(
-                f"n_clusters={self.n_clusters} must be <= the number of landmarks ({n}); "
-                "raise n_landmarks or lower n_clusters.")
-        if self.embedding_dim is not None and not k <= self.embedding_dim <= n:
-            raise InputValidationError(
-                f"embedding_dim={self.embedding_dim} must be >= n_clusters={k} and <= the number "
-                f"of landmarks ({n}).")
-        resolve_kernel_specs(self.kernels, list(views))  # unknown views / sets / bad specs fail here
-        return {"n_landmarks": n}
-
     # ------------------------------------------------------------------ the pipeline's hooks
-    def sample_landmarks(self, views: dict, seed: int) -> np.ndarray:
-        """Validate against the input, then draw the landmarks (sorted row indices, shape (n,))."""
-        n = self._check_params(int(next(iter(views.values())).shape[0]), views)["n_landmarks"]
-        return sample_landmark_indices(views, n, method=self.landmark_method, random_state=seed)
+    def _landmark_sampling(self, seed: int) -> dict[str, Any]:
+        return {"method": self.landmark_method, "random_state": seed}
 
     def fit_landmarks(self, landmark_views: dict, landmark_indices: np.ndarray, seed: int):
         """SimpleMKKM on the in-memory landmark rows; sets every fitted attribute but the centroids."""
@@ -692,14 +638,6 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
 
     def _kmeans_params(self) -> dict[str, Any]:
         return {"n_init": self.n_init, "max_iter": self.kmeans_max_iter, "tol": self.kmeans_tol}
-
-    def landmark_kernel(self) -> np.ndarray:
-        """The uniform combination of the preprocessed base kernels on the landmarks, (n, n),
-        rebuilt from the model (what ``n_clusters="auto"`` chooses K on)."""
-        from .._core._nclusters import average_landmark_kernel
-
-        check_is_fitted(self, "model_")
-        return average_landmark_kernel(self.model_.landmarks, self.model_.kernels, self.center, self.normalize)
 
     def fit_centroids(self, embedding, seed: int) -> KMeansResult:
         km = super().fit_centroids(embedding, seed)
@@ -749,17 +687,6 @@ class MultipleKernelClustering(LandmarkEmbeddingEstimator):
         return flat.reshape(flat.shape[0], m, n).transpose(1, 0, 2), [k.name for k in model.kernels]
 
     # ------------------------------------------------------------------ state and summary
-    def _state(self) -> tuple[dict, dict]:
-        attrs, arrays = self.model_.state()
-        arrays["objective_history"] = (("iteration",), np.asarray(self.objective_history_))
-        return {"model": attrs, "n_iter": int(self.n_iter_), "converged": bool(self.converged_)}, arrays
-
-    def _restore(self, attrs: dict, get: StateArrays) -> None:
-        self._set_model(MKCModel.from_state(attrs["model"], get))
-        self.objective_history_ = get("objective_history")
-        self.n_iter_ = int(attrs["n_iter"])
-        self.converged_ = bool(attrs["converged"])
-
     def _summary_fields(self) -> dict[str, Any]:
         names = [k.name for k in self.kernels_]
         diag = self.diagnostics_

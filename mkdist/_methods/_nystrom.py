@@ -34,8 +34,10 @@ from sklearn.utils.validation import check_is_fitted
 from . import _params
 from ._base import MkdistEstimator
 from .._core._blocks import RowBlocks, cache_block_rows
+from .._core._cluster import persist_and_wait
 from .._core._distances import bandwidth_statistic, check_bandwidth, sq_distances
 from .._core._kmeans import assign_labels, kmeans
+from .._core._linalg import largest_entry_signs
 from ._registry import register
 from .._core._sampling import gather_rows, sample_landmark_indices
 from .._core._state import StateArrays
@@ -173,17 +175,15 @@ def _spectral_projection(C: np.ndarray, lam: np.ndarray, U: np.ndarray, k: int):
     return s, B @ (V / s[None, :]), pep, spectrum
 
 
-def _fix_signs(M: np.ndarray, K: np.ndarray, q: np.ndarray, floor: float) -> np.ndarray:
-    """Flip columns of M so that, over the anchors, the largest |h_t| is positive.
+def _orient_by_anchor_embedding(M: np.ndarray, K: np.ndarray, q: np.ndarray, floor: float) -> np.ndarray:
+    """Flip columns of the projection M so that the anchors' embedding h = K M / (K q) has
+    its largest |h_t| positive in every column.
 
-    Singular vectors have arbitrary signs; this makes them a function of the data (NumPy
-    and Dask fits agree) and makes the first, constant column of H positive.
+    The signs are read on the embedding, not on M itself, because the embedding is what
+    k-means and ``transform`` see; it also makes the first, constant column of H positive.
     """
     H_anchors = (K @ M) / np.maximum(K @ q, floor)[:, None]
-    idx = np.argmax(np.abs(H_anchors), axis=0)
-    signs = np.sign(H_anchors[idx, np.arange(M.shape[1])])
-    signs[signs == 0] = 1.0
-    return M * signs[None, :]
+    return M * largest_entry_signs(H_anchors)[None, :]
 
 
 # ----------------------------------------------------------------------------- estimator
@@ -394,7 +394,7 @@ class NystromSpectralClustering(MkdistEstimator):
     def _fit(self, X):
         views = self._fit_views(X)
         N = int(next(iter(views.values())).shape[0])
-        m = self._check_params(N, views)["n_anchors"]
+        m = self._fit_checks["n_anchors"]
         rows = RowBlocks(views, block_rows=min(BLOCK_ROWS, cache_block_rows(m, 8)))
         rng = check_random_state(self.random_state)
         timings: dict[str, float] = {}
@@ -454,7 +454,7 @@ class NystromSpectralClustering(MkdistEstimator):
         flat = rows.reduce(_gram, stage, width=m * m + 1, name="nystrom-gram", check_finite=False)
         C, n_floored = flat[:-1].reshape(m, m), round(float(flat[-1]))
         s, M, pep_combined, spectrum = _spectral_projection(C, lam, U, k)
-        M = _fix_signs(M, K, q, floor)
+        M = _orient_by_anchor_embedding(M, K, q, floor)
         timings["gram_s"] = time.perf_counter() - t0
         if n_floored:
             warnings.warn(
@@ -481,10 +481,8 @@ class NystromSpectralClustering(MkdistEstimator):
         H = rows.map(_embed_rows, self._model_arrays(), n_cols=k, dtype=np.float64, name="nystrom-embed",
                      check_finite=False)
         if rows.is_dask and self.persist_embedding:
-            import dask
-
             logger.info("persisting the Nystrom embedding H: %d x %d float64 = %d bytes", N, k, H.nbytes)
-            H = dask.persist(H)[0]
+            H = persist_and_wait(H)
         timings["embed_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         km = kmeans(H, k, n_init=self.n_init, max_iter=self.kmeans_max_iter,

@@ -24,11 +24,13 @@ from .._core._sampling import LANDMARK_METHODS
 from .._core._scaling import SCALE_AUTO, SCALINGS
 from .._core._validation import Boolean, Interval, NClusters, Options, RandomStateLike, Types
 
-__all__ = ["AUTO_N_CLUSTERS_METHODS", "LANDMARK_METHODS", "BANDWIDTH_RULES", "D_RULES", "RESTART_RULES", "ESTIMATOR", "MKC", "NYSTROM",
+__all__ = ["AUTO_N_CLUSTERS_METHODS", "LANDMARK_METHODS", "POWER_BANDWIDTH_RULES", "D_RULES", "RESTART_RULES", "ESTIMATOR", "MKC", "NYSTROM",
            "RFF_POWER_KMEANS", "MV_RFF_POWER_KMEANS", "LATE_FUSION", "BUILTIN_PARAMETERS"]
 
-#: The bandwidth rules of power k-means' ``bandwidth`` (``mkdist._core._distances.bandwidth_statistic``).
-BANDWIDTH_RULES = ("median", "mean")
+#: The bandwidth heuristics power k-means' ``bandwidth`` accepts by name: a subset of the rules
+#: of ``mkdist._core._distances.bandwidth_statistic`` (``mkdist._core._kernel_specs.BANDWIDTH_RULES``,
+#: which also holds "max", the rule of the kernel specs' ``bandwidth_rule``).
+POWER_BANDWIDTH_RULES = ("median", "mean")
 #: The rules for D, power k-means' random frequencies per view (``default_n_components``).
 D_RULES = ("main", "appendix")
 #: The rules of power k-means' ``restart_selection`` (``mkdist._methods._power_kmeans._select_restart``).
@@ -84,7 +86,7 @@ RFF_POWER_KMEANS: dict[str, list] = {
         "candidate. Give an integer, or use a method that chooses K from its landmarks: "
         + ", ".join(AUTO_N_CLUSTERS_METHODS) + "."))],
     "n_components": [Interval(Integral, 1, None), Options(None, *D_RULES)],
-    "bandwidth": [Options(*BANDWIDTH_RULES), Interval(Real, 0, None, closed="neither"),
+    "bandwidth": [Options(*POWER_BANDWIDTH_RULES), Interval(Real, 0, None, closed="neither"),
                   Types(list, tuple, np.ndarray, noun="one rule or positive number per view")],
     "s0": [Options("auto"), Interval(
         Real, None, 0, closed="neither",

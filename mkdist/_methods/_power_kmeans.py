@@ -43,6 +43,7 @@ from sklearn.exceptions import ConvergenceWarning
 from . import _params
 from ._base import MkdistEstimator, resolve_seed
 from .._core._blocks import RowBlocks
+from .._core._cluster import active_client, persist_and_wait
 from .._core._distances import bandwidth_statistic, check_bandwidth, sq_distances
 from .._core._scaling import FeatureScaling
 from ._registry import register
@@ -372,18 +373,6 @@ def _view_features(rows: RowBlocks, features: _FeatureMap) -> list:
             for v, name in enumerate(rows.names)]
 
 
-def _distributed_client():
-    """The distributed ``Client`` that is the current Dask scheduler, else None."""
-    from dask.base import get_scheduler
-
-    client = getattr(get_scheduler(), "__self__", None)
-    try:
-        from distributed import Client
-    except ImportError:  # pragma: no cover - distributed is a dependency
-        return None
-    return client if isinstance(client, Client) else None
-
-
 def _feature_budget(client) -> float:
     """Bytes of RFF features a fit may keep between passes (see ``FEATURE_PERSIST_FRACTION``).
 
@@ -410,41 +399,26 @@ def _feature_rows(rows: RowBlocks, features: _FeatureMap) -> RowBlocks | None:
     array of features per view (a ``RowBlocks`` map, which also checks the raw chunks for
     NaN/inf), persisted for the first row chunks that fit ``_feature_budget``; later chunks
     stay lazy, so every pass recomputes them from the raw rows, in the same tasks' arithmetic.
-    On a distributed cluster the persisted chunks are computed in the background (see
-    ``_wait_persisted``); an error in them is raised there.
+    The persisted chunks are computed before this returns; an error in them (e.g. NaN in a
+    chunk) is raised here.
     """
     row_bytes = sum(features.width(v) for v in range(len(rows.names))) * np.dtype(features.dtype).itemsize
     if not rows.is_dask:
         if rows.n_samples * row_bytes > FEATURE_CACHE_BYTES:
             return None
         return RowBlocks(dict(zip(rows.names, _view_features(rows, features))), block_rows=rows.block_rows)
-    import dask
     import dask.array as da
 
-    client = _distributed_client()
     chunks = rows.row_chunks
-    n_kept = int(np.searchsorted(np.cumsum(chunks) * row_bytes, _feature_budget(client), side="right"))
+    n_kept = int(np.searchsorted(np.cumsum(chunks) * row_bytes, _feature_budget(active_client()), side="right"))
     if n_kept == 0:
         return None
     phis = _view_features(rows, features)
     stop = int(sum(chunks[:n_kept]))
-    kept = dask.persist(*[phi[:stop] for phi in phis])
+    kept = persist_and_wait([phi[:stop] for phi in phis])
     if n_kept < len(chunks):
         kept = [da.concatenate([k, phi[stop:]]) for k, phi in zip(kept, phis)]
     return RowBlocks(dict(zip(rows.names, kept)), block_rows=rows.block_rows)
-
-
-def _wait_persisted(rows: RowBlocks) -> None:
-    """Wait until the persisted chunks of ``rows`` are on the workers (distributed only);
-    raises a task's error (e.g. NaN in a chunk) here."""
-    if rows.is_dask and _distributed_client() is not None:
-        from distributed import futures_of, wait
-
-        futures = [f for a in rows.arrays for f in futures_of(a)]
-        wait(futures)
-        for f in futures:
-            if f.status == "error":
-                f.result()
 
 
 def _log_gap(costs: np.ndarray) -> float:
@@ -747,7 +721,7 @@ def _run_restarts(restart: _Restarter, seeds: Sequence[int], *, on_cluster: bool
     restart is seconds of in-memory work), else one after the other in this process.  The same
     function either way.  NumPy input stays in this process, as it does for every mkdist
     estimator, whether or not a Client happens to be the default scheduler."""
-    client = _distributed_client() if on_cluster else None
+    client = active_client() if on_cluster else None
     if client is None or len(seeds) < 2:
         return [restart(seed) for seed in seeds]
     remote = client.scatter(dataclasses.replace(restart, loop={**restart.loop, "trace": None}),
@@ -794,7 +768,7 @@ class _RFFPowerKMeansBase(MkdistEstimator):
                 raise InputValidationError(
                     f"`bandwidth` has {len(bw)} values but the input has {n_views} view(s).")
             bw = [b.item() if isinstance(b, np.generic) else b for b in bw]  # np.str_ -> str
-            rule = [Options(*_params.BANDWIDTH_RULES), Interval(Real, 0, None, closed="neither")]
+            rule = [Options(*_params.POWER_BANDWIDTH_RULES), Interval(Real, 0, None, closed="neither")]
             validate_params({f"bandwidth[{i}]": rule for i in range(n_views)},
                             {f"bandwidth[{i}]": b for i, b in enumerate(bw)})
             bandwidths = [b if isinstance(b, str) else float(b) for b in bw]
@@ -822,7 +796,7 @@ class _RFFPowerKMeansBase(MkdistEstimator):
         t0 = time.perf_counter()
         views = self._fit_views(X)
         N = int(next(iter(views.values())).shape[0])
-        p = self._check_params(N, views)
+        p = self._fit_checks
         rows = RowBlocks(views, block_rows=int(self.chunk_size))
         L, k, D = len(views), int(self.n_clusters), p["D"]
         # One RandomState for the fit's draws, in this order (it fixes what a seed gives): the
@@ -906,7 +880,6 @@ class _RFFPowerKMeansBase(MkdistEstimator):
             cached = _feature_rows(rows, features)
             model = dataclasses.replace(run["model"], features=features)
             if cached is not None:
-                _wait_persisted(cached)
                 rows, model = cached, dataclasses.replace(model, features=None)
             timings["features_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .._core._blocks import report_passes
+from .._core._cluster import active_client, persist_and_wait
 from ._config import RunConfig
 from ._drift import check_thresholds, drift_statistics
 from ._io import InputSource, OpenedInput, check_labels_out, refuse_overlap, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
@@ -98,41 +99,16 @@ def _pass_progress(stage: str, enabled: bool, n_rows: int | None = None):
 
 
 def _persist(x, progress: bool = False, stage: str = "compute", n_rows: int = 0):
-    """Persist on the active scheduler and wait (with a progress line for ``stage`` if asked)."""
-    import dask
+    """:func:`mkdist._core._cluster.persist_and_wait`, with a progress line for ``stage`` if asked
+    (on a cluster it follows the futures; on a local scheduler Dask's local callbacks draw it)."""
+    if not progress:
+        return persist_and_wait(x)
+    from ._progress import LocalRowsBar, track
 
-    try:
-        from distributed import get_client, wait
-
-        client = get_client()
-    except (ImportError, ValueError):
-        client = None
-    if client is not None:
-        from distributed import futures_of
-
-        x = client.persist(x)
-        futures = futures_of(x)
-        try:
-            if progress:
-                from ._progress import track
-
-                track(x, stage, n_rows)
-            wait(futures)
-            failed = [f for f in futures if f.status == "error"]
-            if failed:
-                failed[0].result()  # raises the task's own exception
-        except BaseException:
-            # Release the failed keys: the scheduler would otherwise hand the same error to a
-            # re-run (same input, same deterministic keys) instead of recomputing.
-            client.cancel(futures, force=True)
-            raise
-        return x
-    if progress:
-        from ._progress import LocalRowsBar
-
-        with LocalRowsBar(stage, n_rows):
-            return dask.persist(x)[0]
-    return dask.persist(x)[0]
+    if active_client() is not None:
+        return persist_and_wait(x, watch=lambda persisted: track(persisted, stage, n_rows))
+    with LocalRowsBar(stage, n_rows):
+        return persist_and_wait(x)
 
 
 def persist_progress(stage: str, n_rows: int, progress: bool):
