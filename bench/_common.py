@@ -154,7 +154,7 @@ def local_cluster(n_workers: int = 2, cluster: str = "tuned"):
     import dask
     from distributed import Client, LocalCluster
 
-    from mkdist.pipeline import worker_malloc_settings
+    from mkdist._core._worker_env import worker_malloc_settings
 
     if cluster == "dask-worker":
         procs = _Processes(n_workers)

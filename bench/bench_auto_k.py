@@ -66,8 +66,8 @@ def landmark_stack(views: list, seed: int):
     """(preprocessed kernel stack (m, n, n), landmark indices, seconds) as the MKC fit builds them."""
     from mkdist._core._kernel_specs import resolve_kernel_specs
     from mkdist._core._kernels import fit_kernels, fit_preprocessing, landmark_kernels
-    from mkdist._methods._base import default_n_landmarks
     from mkdist._core._sampling import sample_landmark_indices
+    from mkdist._methods._base import default_n_landmarks
 
     t0 = time.perf_counter()
     named = {f"view{i}": v for i, v in enumerate(views)}

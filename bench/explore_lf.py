@@ -29,8 +29,8 @@ from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
 from mkdist._core._graph import build_graph
-from mkdist._methods._base import default_embedding_dim
 from mkdist._core._sampling import sample_landmark_indices
+from mkdist._methods._base import default_embedding_dim
 from mkdist._methods._late_fusion import _fit_base, _fit_fusion, _fit_seeds, _partition_copies
 from mkdist.metrics import clustering_accuracy
 

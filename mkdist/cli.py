@@ -741,7 +741,7 @@ def inspect(store, as_json, verify, clean, debug):
 @click.option("--markdown", is_flag=True, help="The README's markdown table.")
 def methods(markdown):
     """List the registered methods: name, estimator, views, stages."""
-    from mkdist.pipeline import method_table, method_table_markdown
+    from mkdist._methods._registry import method_table, method_table_markdown
 
     if markdown:
         click.echo(method_table_markdown(), nl=False)

@@ -167,8 +167,7 @@ def _filesystem(url: str, options: dict[str, Any]):
 
 def _unreachable(exc: BaseException) -> bool:
     try:
-        from botocore.exceptions import ConnectionError as BotoConnectionError
-        from botocore.exceptions import HTTPClientError
+        from botocore.exceptions import ConnectionError as BotoConnectionError, HTTPClientError
     except ImportError:  # no botocore: only the built-in connection errors
         BotoConnectionError = HTTPClientError = ConnectionError
     return isinstance(exc, (ConnectionError, TimeoutError, BotoConnectionError, HTTPClientError))

@@ -24,6 +24,7 @@ import numpy as np
 import xarray as xr
 import zarr
 from fsspec.implementations.local import LocalFileSystem
+
 # The function xarray's Zarr backend encodes each variable with (CF conventions, dtype
 # encoding): applied before writing so that the checksums cover exactly the stored values.
 from xarray.backends.zarr import encode_zarr_variable
@@ -39,17 +40,8 @@ from mkdist.errors import (
 )
 
 from . import _verify
-from ._generations import (
-    Generations,
-    Stage,
-    StageState,
-    generation_grace_s,
-    now_iso,
-    read_json,
-    valid_name,
-)
-from ._lease import DEFAULT_TTL, LEASE_FILE, LeaseInfo, StoreLease, check_writer, held_here, \
-    read_lease
+from ._generations import Generations, Stage, StageState, generation_grace_s, now_iso, read_json, valid_name
+from ._lease import DEFAULT_TTL, LEASE_FILE, LeaseInfo, StoreLease, check_writer, held_here, read_lease
 
 if TYPE_CHECKING:
     from dask.delayed import Delayed

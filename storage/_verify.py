@@ -258,7 +258,8 @@ def full_problems(group: Any, marker: Mapping[str, Any]) -> list[str]:
         except Exception as e:  # the codec configuration itself is unusable
             problems.append(f"array {name!r}: cannot be opened ({type(e).__name__}: {e})")
             continue
-        def check(idx: tuple[int, ...], expected: int) -> str | None:
+
+        def check(idx: tuple[int, ...], expected: int, array=array, spec=spec) -> str | None:
             try:
                 crc = chunk_crc(array[chunk_slices(idx, spec["shape"], spec["chunk_shape"])])
             except Exception as e:

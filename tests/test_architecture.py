@@ -221,3 +221,13 @@ def test_register_refuses_a_table_that_misses_a_parameter():
     with pytest.raises(ValueError, match=r"missing \['n_init'\]"):
         register(Undeclared)
     assert "undeclared" not in mkdist.available_methods()
+
+
+def test_the_code_is_lint_clean():
+    """ruff with the project's rules (pyflakes, pycodestyle, isort, bugbear; [tool.ruff] in pyproject.toml)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", str(ROOT)], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]

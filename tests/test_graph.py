@@ -5,7 +5,14 @@ import pytest
 import scipy.sparse
 
 from mkdist._core._graph import (
-    Graph, NeighborSpaces, adaptive_neighbor_weights, apply_filter, build_graph, filter_basis, knn, simplex_qp,
+    Graph,
+    NeighborSpaces,
+    adaptive_neighbor_weights,
+    apply_filter,
+    build_graph,
+    filter_basis,
+    knn,
+    simplex_qp,
     smallest_k,
 )
 

@@ -8,9 +8,9 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from mkdist._core._distances import nearest_center
 from mkdist._core._graph import apply_filter, build_graph
+from mkdist._core._state import StateArrays
 from mkdist._methods._late_fusion import LateFusionClustering, LateFusionModel, _FilterMoments, _fit_fusion, _fit_seeds
 from mkdist._methods._registry import get_method
-from mkdist._core._state import StateArrays
 from mkdist.errors import DegenerateKernelWarning, InputValidationError
 from mkdist.metrics import clustering_accuracy
 
@@ -287,8 +287,8 @@ def test_fit_seeds_follow_the_integer_seed(blobs_views):
 def test_stage_by_stage_through_a_saved_model_equals_fit(blobs_views, n_landmarks):
     """The pipeline's stages (landmarks -> model -> embedding -> labels), with the model reloaded
     from its state between stages, give fit's labels."""
-    from mkdist._methods._base import LANDMARK_EMBEDDING
     from mkdist._core._sampling import gather_rows
+    from mkdist._methods._base import LANDMARK_EMBEDDING
 
     views, _ = blobs_views
     kw = dict(n_clusters=3, n_landmarks=n_landmarks, random_state=4, **FAST)

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import mkdist
-from mkdist._pipeline._config import RunConfig
 from mkdist._core._nclusters import NClustersChoice
+from mkdist._pipeline._config import RunConfig
 from mkdist._report._figures import build_figures
 from mkdist.errors import AmbiguousNClustersWarning, InputValidationError
 from mkdist.metrics import clustering_accuracy
@@ -123,8 +123,8 @@ def test_bad_n_clusters_are_refused_before_any_work(n_clusters, match):
 
 
 def test_set_of_methods_that_choose_k_is_the_tables():
-    from mkdist._methods._registry import method_parameters
     from mkdist._methods._params import AUTO_N_CLUSTERS_METHODS
+    from mkdist._methods._registry import method_parameters
 
     chooses = {m for m in mkdist.available_methods() if method_parameters(m)["n_clusters"][0].auto}
     assert chooses == set(AUTO_N_CLUSTERS_METHODS) == set(AUTO_METHODS)

@@ -10,9 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from mkdist._core._nclusters import (
-    RULE, NClustersChoice, choose_n_clusters, default_k_max, default_n_neighbors,
-)
+from mkdist._core._nclusters import RULE, NClustersChoice, choose_n_clusters, default_k_max, default_n_neighbors
 from mkdist.errors import InputValidationError
 
 

@@ -12,6 +12,7 @@ import xarray as xr
 
 import mkdist
 from mkdist._pipeline._drift import DEFAULT_THRESHOLDS, drift_statistics
+from mkdist._pipeline._io import load_ids
 from mkdist.errors import InputValidationError, StoreExistsError
 from mkdist.storage import RunStore
 
@@ -39,10 +40,10 @@ def test_coordinates_are_never_views(tmp_path):
     got = mkdist.load_views(str(path))
     assert sorted(got) == ["fac", "pix"]
     np.testing.assert_array_equal(got["pix"].compute(), views[0])
-    ids = mkdist.pipeline.load_ids(str(path), "sample", got)  # one lazy block per row chunk
+    ids = load_ids(str(path), "sample", got)  # one lazy block per row chunk
     np.testing.assert_array_equal(np.concatenate(dask.compute(*ids)), np.arange(1000, 1060))
     with pytest.raises(InputValidationError, match="'shop' is not a column"):
-        mkdist.pipeline.load_ids(str(path), "shop", got)
+        load_ids(str(path), "shop", got)
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,7 @@
 import numpy as np
 import pytest
 
-from mkdist._core._pep import principal_eigenvalue_proportion as pep
-from mkdist._core._pep import top_eigenvalue_sum
+from mkdist._core._pep import principal_eigenvalue_proportion as pep, top_eigenvalue_sum
 from mkdist.errors import InputValidationError
 
 

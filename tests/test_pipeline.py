@@ -13,9 +13,9 @@ import xarray as xr
 
 import mkdist
 from mkdist import MultipleKernelClustering
-from mkdist.pipeline import assign, cluster, inspect_store, load_estimator
 from mkdist.errors import InputValidationError, SchemaVersionError, StoreExistsError
 from mkdist.metrics import clustering_accuracy
+from mkdist.pipeline import assign, cluster, inspect_store, load_estimator
 from mkdist.storage import RunStore
 
 from .conftest import make_blobs_views, raise_if_dask_computes

@@ -492,7 +492,7 @@ class StoreSuite:
         np.testing.assert_array_equal(back["embedding"][:8].values, ds["embedding"][:8].values)
         with pytest.raises(DamagedStageError, match=r"stage 'embedding' in .*: array 'embedding'"
                                                     r", chunk \(2, 0\): "):
-            back["embedding"].values
+            _ = back["embedding"].values
 
     def test_missing_array_metadata(self, store):
         store.write_stage("model", _dataset())
@@ -556,7 +556,7 @@ class StoreSuite:
         with pytest.raises(StoreNotFoundError, match=(
                 r"stage 'model' in .*: array 'a', chunk \(\d+, 0\): the version of the stage this "
                 r"read opened was replaced by a writer and removed after its grace period")):
-            opened["a"].values
+            _ = opened["a"].values
         assert (store.read_stage("model")["a"].values == 2).all()
 
     def test_commits_remove_generations_retired_past_the_grace_period(self, store, monkeypatch):
@@ -811,7 +811,7 @@ class TestLocalStore(StoreSuite):
         monkeypatch.setenv("MKDIST_GENERATION_GRACE_S", "0")
         store.clean_partials()
         with pytest.raises(StoreNotFoundError, match="replaced by a writer and removed"):
-            opened["b"].values
+            _ = opened["b"].values
 
     def test_write_on_distributed_cluster(self, dask_client, store):
         ds = _dataset(n=40, chunks=10)

@@ -16,12 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 import mkdist
-from mkdist.cli import main
-from mkdist._methods._base import MkdistEstimator
 from mkdist._core._blocks import RowBlocks
 from mkdist._core._kmeans import assign_labels, kmeans
-from mkdist._methods._registry import registered
 from mkdist._core._validation import Interval
+from mkdist._methods._base import MkdistEstimator
+from mkdist._methods._registry import registered
+from mkdist.cli import main
 
 from . import test_common as common
 from .conftest import make_blobs_views

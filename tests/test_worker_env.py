@@ -10,7 +10,11 @@ import pytest
 
 import mkdist
 from mkdist._core._worker_env import (
-    _explicit_mmap_threshold, _temporary_reused, _worker_malloc_state, check_worker_malloc, tune_malloc,
+    _explicit_mmap_threshold,
+    _temporary_reused,
+    _worker_malloc_state,
+    check_worker_malloc,
+    tune_malloc,
 )
 
 from .conftest import make_blobs_views

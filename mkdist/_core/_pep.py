@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputValidationError
 from ._linalg import top_eigenvalue_sum
 from ._validation import is_dask_array
-from ..errors import InputValidationError
 
 __all__ = ["principal_eigenvalue_proportion"]
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._validation import is_dask_array
 from ..errors import InputValidationError
+from ._validation import is_dask_array
 
 __all__ = ["sample_landmark_indices", "gather_rows", "LANDMARK_METHODS"]
 

@@ -14,8 +14,8 @@ import warnings
 
 import numpy as np
 
-from ._linalg import top_eigenpairs
 from ..errors import InputValidationError
+from ._linalg import top_eigenpairs
 
 __all__ = ["SimpleMKKMResult", "simple_mkkm", "average_kernel_kmeans", "top_eigenpairs", "combine_kernels"]
 

@@ -30,16 +30,21 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from . import _params
 from .._core._cluster import persist_and_wait
 from .._core._kernel_specs import resolve_kernel_specs
 from .._core._kmeans import KMeansResult, assign_labels, assign_with_distance, kmeans
 from .._core._sampling import gather_rows, sample_landmark_indices
 from .._core._state import StateArrays, check_state_format, encode_params, to_jsonable
 from .._core._validation import (
-    as_views, check_finite, collect_constraints, is_dask_array, n_clusters_range, validate_params,
+    as_views,
+    check_finite,
+    collect_constraints,
+    is_dask_array,
+    n_clusters_range,
+    validate_params,
 )
 from ..errors import AmbiguousNClustersWarning, InputValidationError
+from . import _params
 
 logger = logging.getLogger("mkdist")
 

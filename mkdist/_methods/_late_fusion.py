@@ -43,24 +43,37 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse
 
-from . import _params
-from ._base import KernelLandmarkEstimator
 from .._core._blocks import RowBlocks, cache_block_rows
-from .._core._graph import Graph, NeighborSpaces, adaptive_neighbor_weights, apply_filter, build_graph, filter_basis, simplex_qp
 from .._core._distances import nearest_center
+from .._core._graph import (
+    Graph,
+    NeighborSpaces,
+    adaptive_neighbor_weights,
+    apply_filter,
+    build_graph,
+    filter_basis,
+    simplex_qp,
+)
 from .._core._kernel_specs import FittedKernel, resolve_kernel_specs
 from .._core._kernels import (
-    KernelPreprocessing, ProjectedKernels, fit_kernels, fit_preprocessing, kernel_blocks,
-    kernel_model_from_state, kernel_model_state,
+    KernelPreprocessing,
+    ProjectedKernels,
+    fit_kernels,
+    fit_preprocessing,
+    kernel_blocks,
+    kernel_model_from_state,
+    kernel_model_state,
 )
 from .._core._kmeans import KMeansResult
-from .._core._scaling import FeatureScaling
-from ._registry import register
 from .._core._linalg import largest_entry_signs, top_eigenpairs, top_eigenvalue_sum, unit_rows
 from .._core._pep import excess_pep, principal_eigenvalue_proportion
+from .._core._scaling import FeatureScaling
 from .._core._state import StateArrays
 from .._core._validation import check_finite, common_float_dtype
 from ..errors import DegenerateKernelWarning, InputValidationError
+from . import _params
+from ._base import KernelLandmarkEstimator
+from ._registry import register
 
 __all__ = ["LateFusionClustering", "LateFusionModel", "adaptive_neighbor_weights"]
 
@@ -1399,8 +1412,9 @@ class LateFusionClustering(KernelLandmarkEstimator):
             "pep_chance": k / n,
             "pep_kernels": base.pep.tolist(),
             "pep_kernels_exact": base.pep_exact.tolist(),
-            "pep_threshold_excess": float(base.min_pep_ratio * max(excess_pep(base.pep[base.pep_exact], k / n).max(), 0))
-            if base.pep_exact.any() else None,
+            "pep_threshold_excess":
+                float(base.min_pep_ratio * max(excess_pep(base.pep[base.pep_exact], k / n).max(), 0))
+                if base.pep_exact.any() else None,
             "kernel_names": [kk.name for kk in base.kernels],
             "kept_kernels": [base.kernels[p].name for p in kept],
             "pep_partitions_unfiltered": [k / c.size for c in model.column_slices],

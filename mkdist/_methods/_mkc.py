@@ -19,24 +19,32 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from . import _params
-from ._base import DEFAULT_MAX_LANDMARKS, KernelLandmarkEstimator, default_embedding_dim
 from .._core._blocks import RowBlocks, cache_block_rows
 from .._core._kernel_specs import FittedKernel, resolve_kernel_specs
 from .._core._kernels import (
-    KernelPreprocessing, ProjectedKernels, fit_kernels, fit_preprocessing, kernel_blocks,
-    kernel_model_from_state, kernel_model_state, landmark_kernels, preprocess_block, self_kernel,
+    KernelPreprocessing,
+    ProjectedKernels,
+    fit_kernels,
+    fit_preprocessing,
+    kernel_blocks,
+    kernel_model_from_state,
+    kernel_model_state,
+    landmark_kernels,
+    preprocess_block,
+    self_kernel,
 )
-from .._core._scaling import FeatureScaling
 from .._core._kmeans import KMeansResult, assign_labels, kmeans
 from .._core._linalg import blas_threads, top_eigenpairs, unit_rows
-from ._registry import register
 from .._core._pep import DEGENERATE_PEP_RATIO, excess_pep, principal_eigenvalue_proportion
+from .._core._scaling import FeatureScaling
 from .._core._simplemkkm import average_kernel_kmeans, combine_kernels, simple_mkkm
 from .._core._state import StateArrays
 from .._core._validation import check_finite, common_float_dtype
 from ..errors import DegenerateKernelWarning, EmbeddingStabilityWarning, InputValidationError
 from ..metrics import ari
+from . import _params
+from ._base import DEFAULT_MAX_LANDMARKS, KernelLandmarkEstimator, default_embedding_dim
+from ._registry import register
 
 __all__ = ["MultipleKernelClustering", "MKCModel", "embed", "embed_chunk", "fit_landmark_model",
            "spectral_diagnostics"]
@@ -228,7 +236,8 @@ def spectral_diagnostics(eigenvalues: np.ndarray, n_landmarks: int, n_clusters: 
     threshold = 4.0 / np.sqrt(n_landmarks)
     gaps = (lam[:-1] - lam[1:])[:n_clusters]
     lam_K = float(lam[n_clusters - 1])
-    rel = float(lam[n_clusters - 1] / lam[n_clusters]) if lam.size > n_clusters and lam[n_clusters] > 0 else float("inf")
+    rel = (float(lam[n_clusters - 1] / lam[n_clusters]) if lam.size > n_clusters and lam[n_clusters] > 0
+           else float("inf"))
     return {
         "lambda_K": lam_K,
         "eigenvalues": lam.tolist(),
@@ -578,7 +587,8 @@ class MultipleKernelClustering(KernelLandmarkEstimator):
     _param_constraints: ClassVar[dict[str, list]] = _params.MKC
 
     def __init__(self, n_clusters: int = 8, *, kernels: Any = None, n_landmarks: int | None = None,
-                 embedding_dim: int | None = None, landmark_method: str = "uniform", weights: str = "simplemkkm", center: bool = True,
+                 embedding_dim: int | None = None, landmark_method: str = "uniform", weights: str = "simplemkkm",
+                 center: bool = True,
                  normalize: str | None = "diagonal", normalize_embedding: bool = True, scale: str | None = None,
                  max_iter: int = 200, tol: float = 1e-4, n_init: int = 10, kmeans_max_iter: int = 300,
                  kmeans_tol: float = 1e-4, dtype: str | None = None, random_state=None):

@@ -31,18 +31,18 @@ import numpy as np
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from . import _params
-from ._base import MkdistEstimator
 from .._core._blocks import RowBlocks, cache_block_rows
 from .._core._cluster import persist_and_wait
 from .._core._distances import bandwidth_statistic, check_bandwidth, sq_distances
 from .._core._kmeans import assign_labels, kmeans
 from .._core._linalg import largest_entry_signs
-from ._registry import register
 from .._core._sampling import gather_rows, sample_landmark_indices
 from .._core._state import StateArrays
 from .._core._validation import check_finite, common_float_dtype
 from ..errors import EmbeddingStabilityWarning, InputValidationError
+from . import _params
+from ._base import MkdistEstimator
+from ._registry import register
 
 __all__ = ["NystromSpectralClustering", "default_n_anchors"]
 

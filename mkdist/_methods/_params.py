@@ -24,8 +24,9 @@ from .._core._sampling import LANDMARK_METHODS
 from .._core._scaling import SCALE_AUTO, SCALINGS
 from .._core._validation import Boolean, Interval, NClusters, Options, RandomStateLike, Types
 
-__all__ = ["AUTO_N_CLUSTERS_METHODS", "LANDMARK_METHODS", "POWER_BANDWIDTH_RULES", "D_RULES", "RESTART_RULES", "ESTIMATOR", "MKC", "NYSTROM",
-           "RFF_POWER_KMEANS", "MV_RFF_POWER_KMEANS", "LATE_FUSION", "BUILTIN_PARAMETERS"]
+__all__ = ["AUTO_N_CLUSTERS_METHODS", "LANDMARK_METHODS", "POWER_BANDWIDTH_RULES", "D_RULES", "RESTART_RULES",
+           "ESTIMATOR", "MKC", "NYSTROM", "RFF_POWER_KMEANS", "MV_RFF_POWER_KMEANS", "LATE_FUSION",
+           "BUILTIN_PARAMETERS"]
 
 #: The bandwidth heuristics power k-means' ``bandwidth`` accepts by name: a subset of the rules
 #: of ``mkdist._core._distances.bandwidth_statistic`` (``mkdist._core._kernel_specs.BANDWIDTH_RULES``,

@@ -40,18 +40,18 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from . import _params
-from ._base import MkdistEstimator, resolve_seed
 from .._core._blocks import RowBlocks
 from .._core._cluster import active_client, persist_and_wait
 from .._core._distances import bandwidth_statistic, check_bandwidth, sq_distances
-from .._core._scaling import FeatureScaling
-from ._registry import register
 from .._core._pep import principal_eigenvalue_proportion
 from .._core._sampling import gather_rows
+from .._core._scaling import FeatureScaling
 from .._core._state import StateArrays
 from .._core._validation import Interval, Options, is_dask_array, validate_params
 from ..errors import InputValidationError
+from . import _params
+from ._base import MkdistEstimator, resolve_seed
+from ._registry import register
 
 __all__ = ["RFFKernelPowerKMeans", "MultiViewRFFPowerKMeans", "default_n_components"]
 
@@ -533,7 +533,8 @@ def _fit_loop(rows: RowBlocks, model: _Model, *, s0: float, annealing: float, an
             converged = True
             break
     return {"model": model, "s_next": s, "s_history": np.asarray(s_hist),
-            "objective_history": np.asarray(obj_hist), "n_iter": n_iter, "n_merged_iterations": n_merged, "merged_at_end": bool(merged),
+            "objective_history": np.asarray(obj_hist), "n_iter": n_iter, "n_merged_iterations": n_merged,
+            "merged_at_end": bool(merged),
             "n_reseeded": n_reseeded, "converged": converged}
 
 

@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from .._core._kernel_specs import SPARSE_DENSITY, view_density
-from ._params import BUILTIN_PARAMETERS
 from .._core._validation import as_views, collect_constraints, is_dask_array
 from ..errors import InputValidationError
+from ._params import BUILTIN_PARAMETERS
 
 __all__ = ["DEFAULT_METHOD", "AUTO_METHOD", "register", "unregister", "registered", "get_method",
            "available_methods", "method_parameters", "method_table", "MethodChoice", "data_facts", "choose_method"]

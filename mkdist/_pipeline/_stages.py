@@ -22,7 +22,6 @@ import dataclasses
 import json
 import logging
 import os
-import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -31,18 +30,29 @@ import numpy as np
 
 from .._core._blocks import report_passes
 from .._core._cluster import active_client, persist_and_wait
-from ._config import RunConfig
-from ._drift import check_thresholds, drift_statistics
-from ._io import InputSource, OpenedInput, check_labels_out, refuse_overlap, load_ids, load_views, scan_views, views_fingerprint, write_labels_parquet
 from .._core._kmeans import assign_with_distance
-from .._methods._registry import AUTO_METHOD, get_method
 from .._core._sampling import gather_rows
 from .._core._state import dataset_to_state, state_to_dataset, to_jsonable
+from .._methods._registry import AUTO_METHOD, get_method
 from ..errors import DamagedStoreError, InputValidationError, MkdistError, SchemaVersionError
 from ..metrics import clustering_scores
+from ._config import RunConfig
+from ._drift import check_thresholds, drift_statistics
+from ._io import (
+    InputSource,
+    OpenedInput,
+    check_labels_out,
+    load_ids,
+    load_views,
+    refuse_overlap,
+    scan_views,
+    views_fingerprint,
+    write_labels_parquet,
+)
 
 __all__ = [
-    "check_run", "check_assign", "open_run", "writer_lease", "prepare_resume", "stage_plan", "run_stage", "merge_timings", "stage_landmarks", "stage_model", "stage_embedding", "stage_labels",
+    "check_run", "check_assign", "open_run", "writer_lease", "prepare_resume", "stage_plan", "run_stage",
+    "merge_timings", "stage_landmarks", "stage_model", "stage_embedding", "stage_labels",
     "stage_metrics", "load_estimator", "assign", "refuse_overlap", "persist_progress", "input_record", "like_model",
 ]
 
@@ -613,9 +623,8 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
 
 def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=None) -> dict[str, Any]:
     """Cluster sizes, the model's summary, timings (and scores when ``y_true`` is given), stored."""
-    import xarray as xr
-
     import dask
+    import xarray as xr
 
     store = as_store(store)
     labels = store.read_stage("labels")

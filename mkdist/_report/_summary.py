@@ -243,7 +243,8 @@ def assignment_summary(store) -> dict:
                f"| cluster proportions, total variation | {drift['cluster_tv']:.4f} | "
                f"{drift['thresholds']['cluster_tv']:g} |",
                f"| cluster proportions, PSI | {drift['cluster_psi']:.4f} | {drift['thresholds']['cluster_psi']:g} |"]
-        md += [f"| view {v}: mean shift (fitted sd) / scale ratio | {d['mean_shift_sd']:.3f} / {d['scale_ratio']:.3f} | "
+        md += [f"| view {v}: mean shift (fitted sd) / scale ratio | "
+               f"{d['mean_shift_sd']:.3f} / {d['scale_ratio']:.3f} | "
                f"{drift['thresholds']['mean_shift_sd']:g} / {drift['thresholds']['scale_ratio_max']:g} |"
                for v, d in drift["views"].items()]
         md.append("")
@@ -324,8 +325,8 @@ def write_report(url: Any, output: Any = None, *, format: str = "html", draft: R
     str
         Where the report was written.
     """
-    from ._files import render_png, write_html
     from ._figures import build_figures
+    from ._files import render_png, write_html
 
     if format not in ("html", "png"):
         raise InputValidationError(f"report format {format!r}; choose 'html' or 'png'.")

@@ -457,7 +457,7 @@ def drive_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
     Returns
     -------
     dict
-        :func:`mkdist.pipeline.assignment_summary` of the output, with ``report`` and
+        :func:`mkdist._report._summary.assignment_summary` of the output, with ``report`` and
         ``labels_out`` (where they were written).
     """
     out = step(STEP_NAMES["assign"], assign, model_store, source, output, overwrite=overwrite, progress=progress,
