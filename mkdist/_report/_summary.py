@@ -286,8 +286,7 @@ def report_data(url: Any) -> dict:
                                 "fit_p99": drift.get("fit_p99"), "drift": drift})
         return data
     summary = json.loads(store.read_stage("metrics").attrs["summary"])
-    if summary.get("n_clusters_choice") is None:  # K given by hand: the rule's hint, computed now
-        summary["n_clusters_choice"] = load_estimator(store, k_hint=True).summary()["n_clusters_choice"]
+    _with_k_hint(summary, store)
     data.update(kind="run", title=f"mkdist run {store.url}", summary=summary,
                 embedding_sample=_embedding_sample(labels), assignment=None)
     return data
@@ -497,10 +496,16 @@ class ReportDraft:
 def _model_report_data(store) -> dict:
     """What the report draws from a run's model stage: the model's summary, stored with it,
     with the K rule's hint."""
-    summary = json.loads(store.read_stage("model").attrs["summary"])
-    if summary.get("n_clusters_choice") is None:  # K given by hand: the rule's hint, computed now
+    return {"summary": _with_k_hint(json.loads(store.read_stage("model").attrs["summary"]), store)}
+
+
+def _with_k_hint(summary: dict, store) -> dict:
+    """``summary`` (a run's stored summary, changed in place) with the K rule's verdict: a run
+    stores it only when the fit chose K; on a K given by hand the rule runs now, once per
+    stored model in this process (``load_estimator``'s ``k_hint``)."""
+    if summary.get("n_clusters_choice") is None:
         summary["n_clusters_choice"] = load_estimator(store, k_hint=True).summary()["n_clusters_choice"]
-    return {"summary": summary}
+    return summary
 
 
 def _labels_report_data(store) -> dict:
