@@ -560,7 +560,8 @@ class RunStore:
                                     f"{'; '.join(stage.problems)}. {_damaged_fix(name)}")
         return self._open_verified(stage)
 
-    def write_stage(self, name: str, dataset: xr.Dataset, *, overwrite: bool = False) -> None:
+    def write_stage(self, name: str, dataset: xr.Dataset, *, overwrite: bool = False,
+                    compute: Callable[[Any], Any] | None = None) -> None:
         """Write a Dataset as stage ``name``, atomically, with its checksums.
 
         Dask-backed variables are computed on the active scheduler (the distributed client,
@@ -576,6 +577,9 @@ class RunStore:
         overwrite : bool, default=False
             Replace a complete stage of that name.  A damaged stage is replaced without it
             (it holds nothing worth keeping), with a warning in the log.
+        compute : callable, optional
+            Computes the writing tasks (a ``Delayed``) instead of ``Delayed.compute()``
+            (see :meth:`PendingStage.commit`).
 
         Raises
         ------
@@ -601,7 +605,7 @@ class RunStore:
         after that cleanup; such leftovers are never read as a stage and are removed by
         :meth:`clean_partials`.
         """
-        self.write_stage_lazy(name, dataset, overwrite=overwrite).commit()
+        self.write_stage_lazy(name, dataset, overwrite=overwrite).commit(compute)
 
     def write_stage_lazy(self, name: str, dataset: xr.Dataset, *,
                          overwrite: bool = False) -> PendingStage:

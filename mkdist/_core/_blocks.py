@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputValidationError
+from ._cluster import compute
 from ._validation import is_dask_array
 from ._worker_env import tune_malloc
 
@@ -327,7 +328,6 @@ class RowBlocks:
         if not self.is_dask:
             total = _reduce_rows(self.arrays, state, fn, self.block_rows)
             return total if take is None else (total, [np.asarray(a[take]) for a in self.arrays])
-        import dask
         import dask.array as da
         from dask.base import tokenize
 
@@ -356,9 +356,9 @@ class RowBlocks:
                              dtype=np.float64, split_every=split_every, name=layer.rsplit("-", 1)[0])
         t0 = time.perf_counter()
         if take is None:
-            out = np.asarray(total.compute())
+            out = np.asarray(compute(total)[0])
         else:
-            out, rows = dask.compute(total, taken)
+            out, rows = compute(total, taken)
             out = (np.asarray(out), [np.asarray(r) for r in rows])
         reporter = _PASS_REPORTER.get()
         if reporter is not None:

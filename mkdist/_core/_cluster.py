@@ -1,9 +1,17 @@
-"""Keeping intermediate results on the Dask cluster: which client computes, and persisting.
+"""Computing on the Dask cluster: which client computes, graphs its scheduler can read, persisting.
 
 Fits and stages keep a few results between passes (an embedding before the k-means passes,
 power k-means' features, a stage's labels before they are written).  They all ask Dask the
-same way which distributed client, if any, computes (:func:`active_client`) and persist the
-same way (:func:`persist_and_wait`).
+same way which distributed client, if any, computes (:func:`active_client`), persist the same
+way (:func:`persist_and_wait`) and compute the same way (:func:`compute`).
+
+Graphs go to a distributed scheduler *opaque* (:func:`opaque_graph_dict`): every task is pickled on
+the client and unpickled only by the worker that runs it.  Left to itself, the scheduler
+unpickles and materializes every graph, so the first graph of a run makes a fresh ``dask
+scheduler`` process import what the tasks reference - scikit-learn, SciPy, xarray, zarr,
+pandas, about 1,400 modules: 1.5 s before the first task and 0.9 s before the embedding's on a
+1M-row run, with the workers idle (``bench/RESULTS.md``, "Plain clusters").  This module
+imports only the standard library at the top, so the scheduler's only import is this light one.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["active_client", "persist_and_wait"]
+__all__ = ["active_client", "compute", "compute_here", "opaque_graph_dict", "persist_and_wait"]
 
 
 def active_client():
@@ -38,10 +46,11 @@ def active_client():
 def persist_and_wait(x: Any, *, watch: Callable[[Any], None] | None = None) -> Any:
     """Persist Dask collections on the active scheduler and return once they are computed.
 
-    On a distributed cluster the results stay on the workers as futures; a failed task's own
-    exception is raised here, after every key of ``x`` is released: the scheduler would
-    otherwise hand the same error to a re-run (same input, same deterministic keys) instead
-    of recomputing.  On a local scheduler ``dask.persist`` computes in this process.
+    On a distributed cluster the graph goes to the scheduler opaque (:func:`opaque_graph`)
+    and the results stay on the workers as futures; a failed task's own exception is raised
+    here, after every key of ``x`` is released: the scheduler would otherwise hand the same
+    error to a re-run (same input, same deterministic keys) instead of recomputing.  On a
+    local scheduler ``dask.persist`` computes in this process.
 
     Parameters
     ----------
@@ -62,16 +71,149 @@ def persist_and_wait(x: Any, *, watch: Callable[[Any], None] | None = None) -> A
         return dask.persist(x)[0]
     from distributed import futures_of, wait
 
-    x = client.persist(x)
+    many = isinstance(x, (list, tuple))
+    x = _submit_opaque(client, list(x) if many else [x])
     futures = futures_of(x)
     try:
         if watch is not None:
-            watch(x)
+            watch(x if many else x[0])
         wait(futures)
         failed = [f for f in futures if f.status == "error"]
         if failed:
             failed[0].result()  # raises the task's own exception
     except BaseException:
-        client.cancel(futures, force=True)
+        # Released, not cancelled: a release goes to the scheduler on the same stream as the
+        # next graph, so a re-run of the same keys right after is a new computation; a
+        # cancel's report comes back later and cancelled the re-run's futures too.
+        for f in futures:
+            f.release()
         raise
-    return x
+    return x if many else x[0]
+
+
+def compute(*args: Any) -> tuple:
+    """``dask.compute(*args)``; on a distributed cluster through :func:`persist_and_wait`
+    (the graph sent opaque, a failed task's keys released) and the chunks gathered here.
+
+    Arguments are traversed as ``dask.compute`` does (collections inside lists, tuples and
+    dicts are computed); anything else passes through.
+    """
+    import dask
+
+    client = active_client()
+    if client is None:
+        return dask.compute(*args)
+    from dask.base import unpack_collections
+    from distributed import futures_of
+
+    collections, repack = unpack_collections(*args, traverse=True)
+    if not collections:
+        return args
+    persisted = persist_and_wait(list(collections))
+    futures = {f.key: f for f in futures_of(persisted)}
+    data = dict(zip(futures, client.gather(list(futures.values()))))
+    results = []
+    for c in collections:
+        finalize, extra = c.__dask_postcompute__()
+        results.append(finalize(_nested(c.__dask_keys__(), data), *extra))
+    return repack(results)
+
+
+def compute_here(*arrays: Any) -> list:
+    """Small stored arrays (a model, landmark rows, centroids) read into memory in this process.
+
+    Read with threads here, not through the cluster: each would be a round trip to the
+    workers (a run's model stage holds a dozen arrays; read through a fresh cluster they
+    took 0.5 s of a 1M-row run, two reads of a 200k-row re-run 9 s on a busy machine).
+    The process reading a run store can read it: it opened the store.
+
+    Parameters
+    ----------
+    *arrays : NumPy or Dask arrays (or xarray variables' ``.data``)
+
+    Returns
+    -------
+    list of ndarray, one per argument
+    """
+    import dask
+    import numpy as np
+
+    return [np.asarray(a) for a in dask.compute(*arrays, scheduler="threads")]
+
+
+def _nested(keys: Any, data: dict) -> Any:
+    """The values of ``keys`` (a key or nested lists of keys, as ``__dask_keys__`` gives)."""
+    return [_nested(k, data) for k in keys] if isinstance(keys, list) else data[keys]
+
+
+def _submit_opaque(client, collections: list) -> list:
+    """The collections computed on ``client`` from an opaque graph, rebuilt on their futures.
+
+    Sent as a low-level graph (``Client.get``): a collection would travel with its own
+    objects (a Dask array's finalize step imports ``dask.array``, which imports xarray and
+    pandas on the scheduler), a plain dict of opaque tasks with nothing but this module.
+    """
+    from dask.core import flatten
+    from distributed import futures_of
+
+    graph = opaque_graph_dict(collections)
+    keys = [list(flatten(c.__dask_keys__())) for c in collections]
+    held = {f.key: f for f in futures_of(collections)}  # already on the cluster (persisted earlier)
+    wanted = list(dict.fromkeys(k for ks in keys for k in ks if k in graph or k not in held))
+    futures = dict(zip(wanted, client.get(graph, wanted, sync=False))) if wanted else {}
+    futures = {**held, **futures}
+    rebuilt = []
+    for c, ks in zip(collections, keys):
+        rebuild, extra = c.__dask_postpersist__()
+        rebuilt.append(rebuild({k: futures[k] for k in ks}, *extra))
+    return rebuilt
+
+
+def opaque_graph_dict(collections: list) -> dict:
+    """The low-level graph of ``collections``, materialized and optimized here, every task opaque.
+
+    Materialized and optimized together, as ``Client.persist`` would have the scheduler do it
+    (shared upstream tasks stay shared, fused tasks keep their output keys).  Each task
+    becomes a call of :func:`run_opaque` on its pickled self, with the same key and the same
+    dependencies, so the scheduler orders and places nothing differently but never unpickles
+    what a task calls or holds (why: see the module docstring).  Data nodes holding NumPy
+    arrays or plain Python values stay as they are: the scheduler reads those without imports.
+    Dask annotations (``dask.annotate``) are not carried over; mkdist sets none.
+
+    Parameters
+    ----------
+    collections : list of Dask collections
+
+    Returns
+    -------
+    dict
+        Key -> ``dask._task_spec.GraphNode``, for ``Client.get``.
+    """
+    from dask._task_spec import convert_legacy_graph
+    from dask.base import collections_to_expr
+
+    graph = collections_to_expr(list(collections), optimize_graph=True).__dask_graph__()
+    return {key: _opaque_node(node) for key, node in convert_legacy_graph(dict(graph)).items()}
+
+
+#: Values the scheduler unpickles without importing anything beyond NumPy.
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, slice, range)
+
+
+def _opaque_node(node):
+    import numpy as np
+    from dask._task_spec import Alias, DataNode, Task, TaskRef
+    from distributed.protocol.pickle import dumps
+
+    if isinstance(node, Alias) or (isinstance(node, DataNode) and isinstance(node.value, (np.ndarray, *_PLAIN))):
+        return node
+    deps = tuple(node.dependencies)
+    return Task(node.key, run_opaque, dumps(deps), dumps(node), *(TaskRef(k) for k in deps),
+                _data_producer=node.data_producer)
+
+
+def run_opaque(dependency_keys: bytes, node: bytes, *values: Any) -> Any:
+    """Run a task pickled by :func:`opaque_graph_dict` on its dependencies' values (on a worker)."""
+    from distributed.protocol.pickle import loads
+
+    return loads(node)(dict(zip(loads(dependency_keys), values)))

@@ -22,8 +22,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from ._blocks import RowBlocks
+from ._cluster import compute
 from ._distances import nearest_center
-from ._validation import is_dask_array
 
 __all__ = ["KMeansResult", "kmeans", "assign_labels", "assign_with_distance"]
 
@@ -97,10 +97,10 @@ def assign_with_distance(H, centers: np.ndarray):
 def _sample_rows(H, size: int, rng: np.random.RandomState) -> np.ndarray:
     N = H.shape[0]
     if N <= size:
-        return np.asarray(H.compute() if is_dask_array(H) else H, dtype=np.float64)
+        return np.asarray(compute(H)[0], dtype=np.float64)
     idx = np.sort(rng.choice(N, size=size, replace=False))
     sample = H[idx]
-    return np.asarray(sample.compute() if is_dask_array(sample) else sample, dtype=np.float64)
+    return np.asarray(compute(sample)[0], dtype=np.float64)
 
 
 def kmeans(H, n_clusters: int, *, n_init: int = 3, max_iter: int = 100, tol: float = 1e-4,

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..errors import InputValidationError
+from ._cluster import compute
 from ._validation import is_dask_array
 
 __all__ = ["sample_landmark_indices", "gather_rows", "LANDMARK_METHODS"]
@@ -23,9 +24,7 @@ def gather_rows(views: Mapping, indices: np.ndarray) -> dict[str, np.ndarray]:
     out = {name: v[indices] for name, v in views.items()}
     lazy = {k: v for k, v in out.items() if is_dask_array(v)}
     if lazy:
-        import dask
-
-        computed = dask.compute(lazy)[0]
+        computed = compute(lazy)[0]
         out.update(computed)
     return {k: np.asarray(v) for k, v in out.items()}
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputValidationError
+from ._cluster import compute_here
 
 __all__ = ["encode_param", "encode_params", "check_state_format", "StateArrays", "state_to_dataset",
            "dataset_to_state", "to_jsonable"]
@@ -100,5 +101,7 @@ def dataset_to_state(ds) -> dict[str, Any]:
         raise InputValidationError(
             "the model stage holds no mkdist model state (attribute 'mkdist_state' missing); it was "
             "written by another version of mkdist: re-run the pipeline into a new store.")
+    names = list(ds.data_vars)
+    values = compute_here(*(ds[k].data for k in names))
     return {"attrs": json.loads(ds.attrs["mkdist_state"]),
-            "arrays": {k: (tuple(ds[k].dims), np.asarray(ds[k].values)) for k in ds.data_vars}}
+            "arrays": {k: (tuple(ds[k].dims), v) for k, v in zip(names, values)}}

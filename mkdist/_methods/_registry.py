@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from .._core._cluster import compute
 from .._core._kernel_specs import SPARSE_DENSITY, view_density
-from .._core._validation import as_views, collect_constraints, is_dask_array
+from .._core._validation import as_views, collect_constraints
 from ..errors import InputValidationError
 from ._params import BUILTIN_PARAMETERS
 
@@ -211,7 +212,7 @@ def data_facts(views: Any) -> dict[str, Any]:
     density = []
     for v in views.values():
         head = v[:rows]
-        head = head.compute() if is_dask_array(head) else np.asarray(head)
+        head = np.asarray(compute(head)[0])
         density.append(round(view_density(head), 4))
     return {"n_samples": n, "n_views": len(views), "dims": [int(v.shape[1]) for v in views.values()],
             "density": density,

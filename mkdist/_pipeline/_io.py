@@ -15,6 +15,7 @@ import numpy as np
 from mkdist.storage._remote import options_for
 
 from .._core._blocks import RowBlocks, align_row_chunks
+from .._core._cluster import compute
 from .._core._validation import as_views, is_dask_array
 from ..errors import InputValidationError, StoreExistsError
 from ._tables import is_table_source
@@ -507,7 +508,7 @@ def _refuse_non_finite(rows: RowBlocks, counts: dict[str, np.ndarray], feature_n
     view, j, n = bad[0]
     mask = RowBlocks({view: rows.arrays[rows.names.index(view)]}).map(_bad_rows, j, n_cols=None, dtype=bool,
                                                                       check_finite=False)
-    first = int(mask.argmax().compute()) if hasattr(mask, "compute") else int(np.argmax(mask))
+    first = int(compute(mask.argmax())[0])
     where = describe_row(first) if describe_row is not None else f"row {first}"
     others = "; also " + ", ".join(f"{column(v, k).removeprefix('column ')} ({c})" for v, k, c in bad[1:4]) \
         + (f" and {len(bad) - 4} more columns" if len(bad) > 4 else "") if len(bad) > 1 else ""
@@ -587,7 +588,7 @@ def scan_views(views: Mapping[str, Any], gather: np.ndarray | None = None, *,
 
 def _first_rows(rows: RowBlocks) -> list[np.ndarray]:
     """The first row of every view, float64 (one small read)."""
-    return [np.asarray(a[:1].compute() if hasattr(a, "compute") else a[:1], dtype=np.float64)[0]
+    return [np.asarray(compute(a[:1])[0], dtype=np.float64)[0]
             for a in rows.arrays]
 
 

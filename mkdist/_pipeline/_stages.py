@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .._core._blocks import report_passes
-from .._core._cluster import active_client, persist_and_wait
+from .._core._cluster import active_client, compute, compute_here, persist_and_wait
 from .._core._kmeans import assign_with_distance
 from .._core._sampling import gather_rows
 from .._core._state import dataset_to_state, state_to_dataset, to_jsonable
@@ -407,7 +407,7 @@ def stage_landmarks(store, views: Any) -> float:
         ds[f"X__{name}"] = (("landmark", f"feature__{name}"), r)
     ds.attrs["view_names"] = list(rows)
     ds.attrs["elapsed_s"] = time.perf_counter() - t0  # provenance: what this stage cost when it ran
-    store.write_stage("landmarks", ds)
+    store.write_stage("landmarks", ds, compute=compute)
     return time.perf_counter() - t0
 
 
@@ -422,8 +422,9 @@ def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
     est = config.make_estimator()
     if "landmarks" in stage_plan(config):
         ds = store.read_stage("landmarks")
-        rows = {n: np.asarray(ds[f"X__{n}"].values) for n in ds.attrs["view_names"]}
-        est.fit_landmarks(rows, np.asarray(ds["landmark_index"].values), config.random_state)
+        names = list(ds.attrs["view_names"])
+        *values, index = compute_here(*(ds[f"X__{n}"].data for n in names), ds["landmark_index"].data)
+        est.fit_landmarks(dict(zip(names, values)), index, config.random_state)
     else:
         views = load_views(views)
         with _pass_progress("model", progress, int(next(iter(views.values())).shape[0])):
@@ -442,7 +443,7 @@ def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
     timings = dict(getattr(est, "diagnostics_", {}).get("timings", {}))
     ds.attrs["timings"] = to_jsonable(timings)
     ds.attrs["elapsed_s"] = time.perf_counter() - t0
-    store.write_stage("model", ds)
+    store.write_stage("model", ds, compute=compute)
     return time.perf_counter() - t0
 
 
@@ -475,7 +476,7 @@ def load_estimator(store, *, k_hint: bool = False):
         if "embedding" in get_method(method).stage_plan and key[2] is not None:
             labels = store.read_stage("labels")
             state["arrays"]["cluster_centers"] = (("cluster", "component"),
-                                                  np.asarray(labels["cluster_centers"].values))
+                                                  compute_here(labels["cluster_centers"].data)[0])
         # A hint computed on this model before its labels stage was stored holds after it.
         hint = next((st["attrs"]["n_clusters_hint"] for k, (_, st) in _MODEL_STATES.items()
                      if k[:2] == key[:2] and st["attrs"].get("n_clusters_hint")), None)
@@ -524,7 +525,7 @@ def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, f
         t0 = time.perf_counter()
         P, names = est.kernel_blocks(views)
         store.write_stage("kernel_blocks", xr.Dataset({"P": (("kernel", "sample", "landmark"), P)},
-                                                      attrs={"kernel_names": names}))
+                                                      attrs={"kernel_names": names}), compute=compute)
         t_write += time.perf_counter() - t0
     return {"embed_s": t_embed, "write_s": t_write}
 
@@ -567,7 +568,6 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
 
     Returns ``{"kmeans_s", "write_s"}`` (zeros if resumed).
     """
-    import dask
     import dask.array as da
     import xarray as xr
 
@@ -599,7 +599,7 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
         # The report rows of the stored embedding in a read of their own (cheap, it is stored
         # uncompressed): gathered in the labels' pass, every embedding chunk read from the
         # store had a second consumer and stayed in memory until the gather ran.
-        sample = np.asarray(H[idx].compute())
+        sample = np.asarray(compute(H[idx])[0])
         labels, distance = _persist((_int32(labels), distance.astype(np.float32)), progress, "labels",
                                     int(labels.shape[0]))
     else:
@@ -607,7 +607,7 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
         labels, distance, sample = _persist((_int32(labels), distance.astype(np.float32), shown[idx]), progress,
                                             "labels", int(labels.shape[0]))
     # The sizes too: the labels are in memory now, and the metrics and the report need them.
-    sample, sample_distance, sample_labels, sizes = dask.compute(
+    sample, sample_distance, sample_labels, sizes = compute(
         sample, distance[idx], labels[idx], da.bincount(labels, minlength=int(est.n_clusters_)))
     t_labels = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -617,7 +617,7 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
                       "report_labels": (("report_row",), np.asarray(sample_labels)),
                       "report_embedding": (("report_row", "report_component"), principal_components(sample))})
     attrs["distance_p99"] = float(np.quantile(np.asarray(sample_distance, dtype=np.float64), 0.99))
-    store.write_stage("labels", xr.Dataset(variables, attrs={**attrs, "elapsed_s": t_labels}))
+    store.write_stage("labels", xr.Dataset(variables, attrs={**attrs, "elapsed_s": t_labels}), compute=compute)
     return {"kmeans_s": t_labels, "write_s": time.perf_counter() - t0}
 
 
@@ -649,7 +649,7 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
     summary = to_jsonable(summary)
     ds = xr.Dataset({"cluster_sizes": (("cluster",), np.asarray(sizes, dtype=np.int64))})
     ds.attrs["summary"] = json.dumps(summary)
-    store.write_stage("metrics", ds, overwrite=True)
+    store.write_stage("metrics", ds, overwrite=True, compute=compute)
     store.update_attrs(summary=summary)
     return summary
 
@@ -707,7 +707,6 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
     RunStore
         The output store.
     """
-    import dask
     import dask.array as da
     import xarray as xr
 
@@ -738,15 +737,14 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
             labels, distance = est.assign_with_distance(vs)
             labels, distance = _persist((_int32(labels), distance.astype(np.float32)), progress, "assign",
                                         int(labels.shape[0]))
-            sizes, beyond = dask.compute(da.bincount(labels, minlength=int(est.n_clusters_)),
-                                         (distance > fit_p99).mean())
+            sizes, beyond = compute(da.bincount(labels, minlength=int(est.n_clusters_)), (distance > fit_p99).mean())
             drift = drift_statistics(fit_stats=src.attrs.get("input_stats") or {}, batch_stats=batch_stats,
                                      fitted_sizes=fitted_sizes, batch_sizes=sizes,
                                      share_beyond_fit_p99=float(beyond), thresholds=thresholds)
             drift["fit_p99"] = fit_p99
             out.write_stage("labels", xr.Dataset({"labels": (("sample",), labels),
                                                   "distance": (("sample",), distance)},
-                                                 attrs={"drift": json.dumps(drift)}))
+                                                 attrs={"drift": json.dumps(drift)}), compute=compute)
             out.update_attrs(drift=drift, input_stats=batch_stats)
         if labels_out is not None:
             stored = out.read_stage("labels")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .._core._cluster import compute
 from .._pipeline._stages import REPORT_ROWS, as_store, load_estimator, refuse_overlap, writer_lease
 from ..errors import InputValidationError
 from ._tables import _fmt
@@ -232,7 +233,7 @@ def assignment_summary(store) -> dict:
     import dask.array as da
 
     labels = store.read_stage("labels")["labels"].data
-    sizes = da.bincount(labels).compute()
+    sizes = compute(da.bincount(labels))[0]
     drift = store.attrs.get("drift")
     md = ["# mkdist assignment", "", f"output: `{store.url}`; model: `{store.params.get('model_store')}`", ""]
     if drift:
