@@ -138,10 +138,23 @@ def _descendants() -> list[int]:
     return out
 
 
+def _is_resource_tracker(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"resource_tracker" in f.read()
+    except OSError:
+        return False
+
+
 def _stop_now() -> None:
     """End this command at once: its child processes (cluster workers, the report drawer, a
     temporary Prefect server) first, then itself, with the interrupted exit code."""
-    killed = _descendants()[::-1]  # deepest first: a parent killed first leaves its children to clean up noisily
+    # Deepest first: a parent killed first leaves its children to clean up noisily.  Resource
+    # trackers (multiprocessing's, loky's) are left to end by themselves once the processes
+    # they serve are gone, unlinking what those left: killed, they were relaunched by a dying
+    # worker ("process died unexpectedly, relaunching") and the new one printed a KeyError
+    # traceback for every semaphore it had never seen.
+    killed = [pid for pid in _descendants()[::-1] if not _is_resource_tracker(pid)]
     for pid in killed:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -181,6 +194,28 @@ def _handle_interrupts() -> None:
     if threading.current_thread() is threading.main_thread():
         _on_interrupt.seen = False
         signal.signal(signal.SIGINT, _on_interrupt)
+        _start_quiet_resource_tracker()
+
+
+def _start_quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (shared by the cluster's worker processes)
+    with its stderr on /dev/null.
+
+    After an interrupt cuts the workers short (:func:`_stop_now`), the tracker unlinks the
+    semaphores they held and warns about each "leaked" one on its stderr: the cleanup is
+    wanted, the warning after "interrupted; re-run the same command to resume" is not.
+    """
+    from multiprocessing import resource_tracker
+
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        resource_tracker.ensure_running()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _guard(fn, debug: bool) -> Any:
