@@ -158,7 +158,11 @@ def _submit_opaque(client, collections: list) -> list:
 
     graph = opaque_graph_dict(collections)
     keys = [list(flatten(c.__dask_keys__())) for c in collections]
-    held = {f.key: f for f in futures_of(collections)}  # already on the cluster (persisted earlier)
+    # Output keys missing from the optimized graph are already on the cluster (a collection
+    # persisted earlier): their futures are taken as they are.  Looked up only then, since
+    # futures_of walks (and materializes) every graph.
+    missing = any(k not in graph for ks in keys for k in ks)
+    held = {f.key: f for f in futures_of(collections)} if missing else {}
     wanted = list(dict.fromkeys(k for ks in keys for k in ks if k in graph or k not in held))
     futures = dict(zip(wanted, client.get(graph, wanted, sync=False))) if wanted else {}
     futures = {**held, **futures}
