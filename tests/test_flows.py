@@ -29,13 +29,21 @@ def source(tmp_path_factory):
     return str(path), views, y
 
 
-def test_cluster_flow_on_dask_processes(prefect_api, dask_address, source, tmp_path):
+@pytest.fixture(scope="module")
+def fitted(prefect_api, dask_address, source, tmp_path_factory):
+    """One cluster_flow run whose model store the assign tests read (they only read it)."""
     from mkdist.flows import cluster_flow
 
-    path, views, y = source
-    store = str(tmp_path / "run.zarr")
+    path, _, _ = source
+    store = str(tmp_path_factory.mktemp("fitted") / "run.zarr")
     summary = cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, random_state=0,
                            dask_address=dask_address, label_key="y")
+    return store, summary
+
+
+def test_cluster_flow_on_dask_processes(fitted, source):
+    store, summary = fitted
+    _, _, y = source
     assert summary["scores"]["acc"] >= 0.99
     assert sum(summary["cluster_sizes"]) == 900
     status = RunStore.open(store).stage_status()
@@ -74,12 +82,10 @@ def test_failed_kmeans_resumes_without_refit(prefect_api, dask_address, source, 
     assert summary["scores"]["acc"] >= 0.99
 
 
-def test_assign_flow_matches_model_predict(prefect_api, dask_address, source, tmp_path):
-    from mkdist.flows import assign_flow, cluster_flow
+def test_assign_flow_matches_model_predict(prefect_api, dask_address, fitted, tmp_path):
+    from mkdist.flows import assign_flow
 
-    path, _, _ = source
-    store = str(tmp_path / "run.zarr")
-    cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, random_state=0, dask_address=dask_address)
+    store, _ = fitted
     new, _ = make_blobs_views(n_per_cluster=40, n_clusters=3, seed=5, dtype=np.float32)
     new_path = str(tmp_path / "new.npz")
     np.savez(new_path, a=new[0], b=new[1])
@@ -99,6 +105,8 @@ def _cli(*args, api=None, timeout=300):
 
 
 def test_cli_run_inspect_assign_and_exit_codes(prefect_api, dask_address, source, tmp_path):
+    from mkdist.pipeline import inspect_markdown, inspect_store
+
     path, _, _ = source
     store = str(tmp_path / "cli.zarr")
     # The run takes the CLI's default path (no server configured; the flow path of `run` is
@@ -113,7 +121,9 @@ def test_cli_run_inspect_assign_and_exit_codes(prefect_api, dask_address, source
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     assert info["stages"]["labels"] == "complete" and info["model"]["has_centroids"]
-    assert "kernel weights" in _cli("inspect", store).stdout
+    # The text form (the CLI prints inspect_markdown of that dict; its text output is checked
+    # through the CLI in tests/test_n_clusters_auto.py and tests/test_robustness.py).
+    assert "kernel weights" in inspect_markdown(inspect_store(store))
     r = _cli("assign", "--model-store", store, "--input", path, "--output", str(tmp_path / "a.zarr"),
              "--dask-address", dask_address, "--quiet", "--json", api=prefect_api)
     assert r.returncode == 0, r.stderr
@@ -127,8 +137,6 @@ def test_cli_run_inspect_assign_and_exit_codes(prefect_api, dask_address, source
     r = _cli("run", "--input", path, "--store", str(tmp_path / "bad2.zarr"), "--config", str(cfg),
              "--dask-address", dask_address, "--quiet", api=prefect_api)
     assert r.returncode == 2 and "does not take `bogus_option`" in r.stderr
-    r = _cli("inspect", str(tmp_path / "nowhere.zarr"))
-    assert r.returncode == 2 and "no mkdist" in r.stderr
     # A store holding another run is refused (exit 2), the stored run is untouched.
     r = _cli("run", "--input", path, "--store", store, "--n-clusters", "4", "--dask-address", dask_address,
              "--quiet", api=prefect_api)
@@ -155,17 +163,16 @@ def test_cluster_flow_other_method_publishes_pep_artifact(prefect_api, dask_addr
     assert "Principal eigenvalue proportion" in mine[0].data and "after the graph filter" in mine[0].data
 
 
-def test_assign_flow_waits_out_a_live_lease(prefect_api, dask_address, source, tmp_path):
+def test_assign_flow_waits_out_a_live_lease(prefect_api, dask_address, source, fitted, tmp_path):
     """lease_wait: a store another live process holds is tried again until it is free; without
     it the run fails at once with StoreLockedError."""
     import time
 
     from mkdist.errors import StoreLockedError
-    from mkdist.flows import assign_flow, cluster_flow
+    from mkdist.flows import assign_flow
 
     path, _, _ = source
-    store = str(tmp_path / "run.zarr")
-    cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, random_state=0, dask_address=dask_address)
+    store, _ = fitted
     out = tmp_path / "assigned.zarr"
     # Another process (a live run: same host, so not taken over) holds the output for 12 s.
     holder = subprocess.Popen(

