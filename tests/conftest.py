@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -100,30 +101,49 @@ def wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float =
             time.sleep(0.2)
 
 
-@pytest.fixture(scope="session")
-def dask_address():
-    """`dask scheduler` + two `dask worker` processes, as a data engineer would start them."""
-    from distributed import Client
+@contextlib.contextmanager
+def dask_processes(n_workers: int, env: dict | None = None, worker_home=None):
+    """`dask scheduler` + ``n_workers`` `dask worker` processes on 127.0.0.1 (one thread each);
+    yields the scheduler address once it accepts connections (not waiting for the workers).
 
+    ``env``: the processes' environment (default: this one), with ``OMP_NUM_THREADS=1``.
+    ``worker_home(i)``: a directory for worker ``i``, then its cwd, its Dask local directory
+    (``dask/``) and its TMPDIR (``tmp/``) - workers that share no local directory.
+    """
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**(os.environ if env is None else env), "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
                                str(port), "--no-dashboard"], env=env, stderr=subprocess.DEVNULL)]
     try:
         wait_for_port(port, procs[0], "dask scheduler")
-        for _ in range(2):
-            procs.append(subprocess.Popen([sys.executable, "-m", "dask", "worker", address, "--nthreads", "1",
-                                           "--no-dashboard", "--memory-limit", "2GiB", "--host", "127.0.0.1"],
-                                          env=env, stderr=subprocess.DEVNULL))
-        with Client(address) as client:
-            client.wait_for_workers(2, timeout=60)
+        for i in range(n_workers):
+            args = [sys.executable, "-m", "dask", "worker", address, "--nthreads", "1", "--no-dashboard",
+                    "--memory-limit", "2GiB", "--host", "127.0.0.1"]
+            worker_env, cwd = env, None
+            if worker_home is not None:
+                cwd = Path(worker_home(i))
+                (cwd / "tmp").mkdir()
+                args += ["--local-directory", str(cwd / "dask")]
+                worker_env = {**env, "TMPDIR": str(cwd / "tmp")}
+            procs.append(subprocess.Popen(args, env=worker_env, cwd=cwd, stderr=subprocess.DEVNULL))
         yield address
     finally:
         for p in procs[::-1]:
             p.terminate()
         for p in procs:
             p.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def dask_address():
+    """`dask scheduler` + two `dask worker` processes, as a data engineer would start them."""
+    from distributed import Client
+
+    with dask_processes(2) as address:
+        with Client(address) as client:
+            client.wait_for_workers(2, timeout=60)
+        yield address
 
 
 @pytest.fixture(scope="session")

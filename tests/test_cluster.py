@@ -1,9 +1,5 @@
 """Computing on a distributed cluster: opaque graphs, compute/persist semantics, a light scheduler."""
 
-import os
-import subprocess
-import sys
-
 import dask
 import dask.array as da
 import numpy as np
@@ -13,7 +9,7 @@ import xarray as xr
 import mkdist
 from mkdist._core._cluster import compute, compute_here, opaque_graph_dict, persist_and_wait, run_opaque
 
-from .conftest import _free_port, make_blobs_views, wait_for_port
+from .conftest import dask_processes, make_blobs_views
 
 
 def _data():
@@ -83,22 +79,8 @@ def test_compute_here_reads_in_this_process_even_with_a_cluster(dask_client, tmp
 @pytest.fixture
 def fresh_dask_scheduler():
     """A `dask scheduler` process that has run nothing yet, and one `dask worker`."""
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
-                               str(port), "--no-dashboard"], env=env, stderr=subprocess.DEVNULL)]
-    try:
-        wait_for_port(port, procs[0], "dask scheduler")
-        procs.append(subprocess.Popen([sys.executable, "-m", "dask", "worker", address, "--nthreads", "1",
-                                       "--no-dashboard", "--memory-limit", "2GiB", "--host", "127.0.0.1"],
-                                      env=env, stderr=subprocess.DEVNULL))
+    with dask_processes(1) as address:
         yield address
-    finally:
-        for p in procs[::-1]:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=30)
 
 
 HEAVY = ("sklearn", "scipy", "xarray", "pandas", "zarr", "pyarrow", "dask.array")

@@ -20,7 +20,7 @@ import pytest
 
 from mkdist.metrics import clustering_accuracy
 
-from .conftest import _free_port, wait_for_port
+from .conftest import _free_port, dask_processes, wait_for_port
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
@@ -73,30 +73,13 @@ def cluster(tmp_path_factory):
     directory with its own TMPDIR, and without AWS credentials or fsspec configuration."""
     from distributed import Client
 
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    env = {**_without_credentials(os.environ), "OMP_NUM_THREADS": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
-                               str(port), "--no-dashboard"], env=env, stderr=subprocess.DEVNULL)]
-    try:
-        wait_for_port(port, procs[0], "dask scheduler")
-        for i in range(2):
-            home = tmp_path_factory.mktemp(f"worker{i}")
-            (home / "tmp").mkdir()
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "dask", "worker", address, "--nthreads", "1", "--no-dashboard",
-                 "--memory-limit", "2GiB", "--host", "127.0.0.1", "--local-directory", str(home / "dask")],
-                env={**env, "TMPDIR": str(home / "tmp")}, cwd=home, stderr=subprocess.DEVNULL))
+    env = {**_without_credentials(os.environ), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    with dask_processes(2, env, worker_home=lambda i: tmp_path_factory.mktemp(f"worker{i}")) as address:
         with Client(address) as client:
             client.wait_for_workers(2, timeout=60)
             # The workers really have no credentials of their own.
             assert not any(client.run(lambda: any(k.startswith("AWS_") for k in os.environ)).values())
         yield address
-    finally:
-        for p in procs[::-1]:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=30)
 
 
 def _cli(*args, env=None, timeout=900):

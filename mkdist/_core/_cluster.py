@@ -46,7 +46,7 @@ def active_client():
 def persist_and_wait(x: Any, *, watch: Callable[[Any], None] | None = None) -> Any:
     """Persist Dask collections on the active scheduler and return once they are computed.
 
-    On a distributed cluster the graph goes to the scheduler opaque (:func:`opaque_graph`)
+    On a distributed cluster the graph goes to the scheduler opaque (:func:`opaque_graph_dict`)
     and the results stay on the workers as futures; a failed task's own exception is raised
     here, after every key of ``x`` is released: the scheduler would otherwise hand the same
     error to a re-run (same input, same deterministic keys) instead of recomputing.  On a
