@@ -25,6 +25,7 @@ removes generations.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -42,6 +43,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import dask
 import numpy as np
 import zarr
+import zarr.storage
+from zarr.abc.store import Store as ZarrStore
+from zarr.storage import StorePath, WrapperStore
 
 from mkdist.errors import DamagedStageError, StoreError, StoreExistsError
 
@@ -85,6 +89,9 @@ class Stage:
     problems: list[str] = field(default_factory=list)
     #: Generations the pointer retired, with the Unix time each was replaced.
     retired: list[tuple[str, float]] = field(default_factory=list)
+    #: The group's ``zarr.json`` documents as its verification read them (see
+    #: ``_verify.list_stage``), so that opening it reads no metadata again; None until then.
+    metadata: Mapping[str, bytes | Exception] | None = field(default=None, repr=False, compare=False)
 
 
 class Generations:
@@ -108,6 +115,8 @@ class Generations:
                  zarr_kw: Mapping[str, Any]) -> None:
         self._fs, self._path, self._url, self._local = fs, path, url, local
         self._zarr_kw = dict(zarr_kw)
+        # generation -> its zarr.json documents as start() wrote them, for mark()'s check
+        self._documents: dict[str, dict[str, bytes]] = {}
 
     # ----------------------------------------------------------------- finding
     def read_json(self, rel: str) -> dict[str, Any] | None:
@@ -248,20 +257,27 @@ class Generations:
         """
         generation = f"{name}.gen-{uuid.uuid4().hex}"
         try:
+            root = zarr_root_store(self._path, self._url, local=self._local, zarr_kw=self._zarr_kw)
+            writer = _NewGroupWriter(root, generation)
             # xarray writes the metadata and the numpy-backed variables now; its Delayed for
             # the Dask-backed ones is dropped: they are written below, with their checksums.
-            ds.to_zarr(self._url, group=generation, mode="w", consolidated=False, zarr_format=3,
+            ds.to_zarr(writer, group=generation, mode="w", consolidated=False, zarr_format=3,
                        compute=False,
                        # Every chunk is stored, even one equal to the fill value, so that a
                        # missing chunk object always means a lost chunk.
-                       write_empty_chunks=True, **self._zarr_kw)
-            group = zarr.open_group(self._url, path=generation, mode="r+", zarr_format=3,
-                                    **self._zarr_kw)
+                       write_empty_chunks=True)
+            writer.flush()
+            self._documents[generation] = writer.documents()
             specs, crcs, lazy_crcs = {}, {}, {}
             for var_name, var in ds.variables.items():
-                specs[var_name] = spec = _verify.array_spec(self.meta(f"{generation}/{var_name}"))
+                meta = writer.written_json(f"{generation}/{var_name}/zarr.json")
+                specs[var_name] = spec = _verify.array_spec(meta)
                 if dask.is_dask_collection(var.data):
-                    array = group[var_name].with_config({"write_empty_chunks": True})
+                    # The workers write through the plain store: the arrays they get carry
+                    # the metadata just written, so opening them reads nothing.
+                    array = zarr.Array(zarr.AsyncArray(
+                        metadata=meta, store_path=StorePath(root, f"{generation}/{var_name}")))
+                    array = array.with_config({"write_empty_chunks": True})
                     lazy_crcs[var_name] = _verify.store_with_crcs(var.data, array, spec, label=f"{name}-{var_name}")
                 else:
                     crcs[var_name] = _verify.numpy_crcs(np.asarray(var.values), spec)
@@ -300,7 +316,11 @@ class Generations:
         # What the workers wrote must be what they checksummed: chunks lost on the way (a
         # memory:// store written by worker processes, an object store that dropped a put)
         # are caught here rather than by the next reader.
-        problems = _verify.quick_problems(self._fs, self._abs(generation), marker)
+        # The metadata documents are the ones start() wrote into this new group a moment ago:
+        # the listing is checked against them rather than read back one by one.
+        root = self._abs(generation)
+        listing = _verify.list_stage(self._fs, root, known=self._documents.pop(generation, None))
+        problems = _verify.quick_problems(self._fs, root, marker, listing)
         if problems:
             raise DamagedStageError(
                 f"stage {name!r} was not stored as computed in {self._url}: {'; '.join(problems)}."
@@ -362,6 +382,7 @@ class Generations:
         Best effort: what cannot be removed (the store is unreachable) is a leftover for
         clean_partials; the error that failed the write is the one worth raising.
         """
+        self._documents.pop(generation, None)
         try:
             pointer = self.read_json(name + POINTER)
             if pointer is not None and pointer.get("generation") == generation:
@@ -427,6 +448,147 @@ class Generations:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+def zarr_root_store(path: str, url: str, *, local: bool, zarr_kw: Mapping[str, Any],
+                    read_only: bool = False) -> ZarrStore:
+    """The zarr store at a run store's root, as ``zarr.open_group(url, ...)`` makes it: a
+    LocalStore for a local path, an FsspecStore with the storage options for a URL."""
+    if local:
+        return zarr.storage.LocalStore(path, read_only=read_only)
+    return zarr.storage.FsspecStore.from_url(url, storage_options=dict(zarr_kw.get("storage_options") or {}) or None,
+                                             read_only=read_only)
+
+
+class _NewGroupWriter(WrapperStore):
+    """The store as xarray's ``to_zarr`` sees it while it creates a new generation group.
+
+    The group is new (its name holds a fresh UUID), so everything inside it is what was
+    written through this view: existence checks, listings and re-reads of the metadata just
+    written are answered from memory, and nodes outside it (the store root) are read once.
+    Written by hand because zarr checks each node and its parents before and after creating
+    it: on an object store that is several requests per array (a HEAD, a listing, a re-read
+    of each ``zarr.json``), where only the writes are needed.
+    """
+
+    def __init__(self, store: ZarrStore, group: str, *, _state: tuple[dict, dict, set] | None = None) -> None:
+        super().__init__(store)
+        self._group = group.strip("/")
+        # key -> bytes (metadata documents) or None (chunks: only their presence is kept)
+        self._written: dict[str, bytes | None]
+        # key outside the group -> its bytes, or None when it does not exist
+        self._outside: dict[str, bytes | None]
+        self._written, self._outside, self._unflushed = _state if _state is not None else ({}, {}, set())
+
+    def _with_store(self, store: ZarrStore) -> _NewGroupWriter:
+        return type(self)(store, self._group, _state=(self._written, self._outside, self._unflushed))
+
+    def _inside(self, key: str) -> bool:
+        return key == self._group or key.startswith(self._group + "/")
+
+    def written_json(self, key: str) -> dict[str, Any]:
+        """The JSON document written at ``key`` through this view."""
+        raw = self._written.get(key)
+        if raw is None:
+            raise StoreError(f"{key} was not written while creating {self._group}")
+        return json.loads(raw)
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        if self._inside(key):
+            if key not in self._written:
+                return None
+            raw = self._written[key]
+            if raw is None or byte_range is not None:
+                return await self._store.get(key, prototype, byte_range)
+            return prototype.buffer.from_bytes(raw)
+        if byte_range is None and key in self._outside:
+            raw = self._outside[key]
+            return None if raw is None else prototype.buffer.from_bytes(raw)
+        value = await self._store.get(key, prototype, byte_range)
+        if byte_range is None:
+            self._outside[key] = None if value is None else value.to_bytes()
+        return value
+
+    async def exists(self, key: str) -> bool:
+        if self._inside(key):
+            return key in self._written
+        if key in self._outside:
+            return self._outside[key] is not None
+        return await self._store.exists(key)
+
+    async def set(self, key: str, value: Any) -> None:
+        if self._inside(key) and key.endswith("zarr.json"):
+            # xarray writes each node's metadata, then rewrites it with the attributes:
+            # kept here and put once by flush().
+            self._written[key] = value.to_bytes()
+            self._unflushed.add(key)
+            return
+        await self._store.set(key, value)
+        if self._inside(key):
+            self._written[key] = value.to_bytes() if key.endswith(".json") else None
+        else:
+            self._outside[key] = value.to_bytes()
+
+    def documents(self) -> dict[str, bytes]:
+        """The group's ``zarr.json`` documents written through this view, by key relative to it."""
+        return {k[len(self._group) + 1:]: raw for k, raw in self._written.items()
+                if raw is not None and k.endswith("zarr.json") and k not in self._unflushed}
+
+    def flush(self) -> None:
+        """Put the metadata documents held back by :meth:`set` (concurrently)."""
+        keys, self._unflushed = sorted(self._unflushed), set()
+        if not keys:
+            return
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        buffer = default_buffer_prototype().buffer
+
+        async def put_all() -> None:
+            await asyncio.gather(*(self._store.set(k, buffer.from_bytes(self._written[k])) for k in keys))
+
+        sync(put_all())
+
+    async def set_if_not_exists(self, key: str, value: Any) -> None:
+        if await self.exists(key):
+            return
+        await self.set(key, value)
+
+    async def delete(self, key: str) -> None:
+        if key not in self._unflushed:
+            await self._store.delete(key)
+        self._unflushed.discard(key)
+        (self._written if self._inside(key) else self._outside).pop(key, None)
+
+    async def delete_dir(self, prefix: str) -> None:
+        prefix = prefix.rstrip("/")
+        if not self._inside(prefix):
+            await self._store.delete_dir(prefix)
+            return
+        gone = [k for k in self._written if k == prefix or k.startswith(prefix + "/")]
+        if any(k not in self._unflushed for k in gone):  # only what this view wrote can be there
+            await self._store.delete_dir(prefix)
+        for k in gone:
+            del self._written[k]
+            self._unflushed.discard(k)
+
+    async def list_dir(self, prefix: str):  # type: ignore[override]
+        prefix = prefix.rstrip("/")
+        if not self._inside(prefix):
+            async for child in self._store.list_dir(prefix):
+                yield child
+            return
+        children = {k[len(prefix) + 1:].split("/")[0] for k in self._written if k.startswith(prefix + "/")}
+        for child in sorted(children):
+            yield child
+
+    async def list_prefix(self, prefix: str):  # type: ignore[override]
+        if not self._inside(prefix.rstrip("/")):
+            async for key in self._store.list_prefix(prefix):
+                yield key
+            return
+        for key in sorted(k for k in self._written if k.startswith(prefix)):
+            yield key
 
 
 def read_json(fs: Any, path: str) -> dict[str, Any] | None:

@@ -104,6 +104,11 @@ def _environment(proto: str) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     if proto in _S3:
+        # One request per object read: s3fs (2026.x) sizes every whole-object read first (a
+        # HEAD, or a listing when the key is missing) to split large objects into concurrent
+        # ranges (fsspec/s3fs#1027, whose workaround this is); a run reads many small
+        # metadata documents and chunks, and the extra round trip doubled their cost.
+        out["max_concurrency"] = 1
         env = os.environ
         for option, names in (("key", ("AWS_ACCESS_KEY_ID",)), ("secret", ("AWS_SECRET_ACCESS_KEY",)),
                               ("token", ("AWS_SESSION_TOKEN",)),

@@ -28,6 +28,8 @@ from fsspec.implementations.local import LocalFileSystem
 # The function xarray's Zarr backend encodes each variable with (CF conventions, dtype
 # encoding): applied before writing so that the checksums cover exactly the stored values.
 from xarray.backends.zarr import encode_zarr_variable
+from zarr.abc.store import Store as ZarrStore
+from zarr.storage import StorePath, WrapperStore
 
 from mkdist.errors import (
     DamagedStageError,
@@ -40,7 +42,16 @@ from mkdist.errors import (
 )
 
 from . import _verify
-from ._generations import Generations, Stage, StageState, generation_grace_s, now_iso, read_json, valid_name
+from ._generations import (
+    Generations,
+    Stage,
+    StageState,
+    generation_grace_s,
+    now_iso,
+    read_json,
+    valid_name,
+    zarr_root_store,
+)
 from ._lease import DEFAULT_TTL, LEASE_FILE, LeaseInfo, StoreLease, check_writer, held_here, read_lease
 
 if TYPE_CHECKING:
@@ -203,6 +214,7 @@ class RunStore:
         # The commit mechanics; this class decides what may be written and verifies stages.
         self._generations = Generations(fs, self._path, self.url, local=self._local,
                                         zarr_kw=self._zarr_kw)
+        self._zarr_store: ZarrStore | None = None
 
     def __repr__(self) -> str:
         return f"RunStore({self.url!r}, mode={self.mode!r})"
@@ -684,7 +696,9 @@ class RunStore:
         if stage.state != "complete" or verify is None:
             return stage
         self._fs.invalidate_cache(self._path)  # zarr wrote through another fs instance
-        stage.problems = _verify.quick_problems(self._fs, self._abs(stage.group), stage.marker)
+        listing = _verify.list_stage(self._fs, self._abs(stage.group))
+        stage.problems = _verify.quick_problems(self._fs, self._abs(stage.group), stage.marker, listing)
+        stage.metadata = listing.metadata
         if not stage.problems and verify == "full":
             try:
                 group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3,
@@ -714,14 +728,27 @@ class RunStore:
         """The Dataset of a quick-checked stage, its arrays read through checksum checks."""
         where = f"stage {stage.name!r} in {self.url}"
         try:
-            # Opened without CF decoding, so that its variables hold the stored values the
-            # checksums cover; decoded (lazily) once the checked arrays replace them.
-            raw = xr.open_zarr(self.url, group=stage.group, consolidated=False, zarr_format=3,
-                               chunks=None, decode_cf=False, create_default_indexes=False,
-                               **self._zarr_kw)
-            group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3,
+            known = _known_metadata(stage)
+            if known is None:
+                raw = xr.open_zarr(self.url, group=stage.group, consolidated=False, zarr_format=3,
+                                   chunks=None, decode_cf=False, create_default_indexes=False,
+                                   **self._zarr_kw)
+                group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3,
                                         **self._zarr_kw)
-            arrays = {n: group[n] for n in raw.variables}
+                arrays = {n: group[n] for n in raw.variables}
+            else:
+                # The verification just read every zarr.json of the group: xarray and zarr are
+                # handed those documents instead of reading each one again (on an object
+                # store, a request or two per array, per read of the stage).
+                root = self._zarr_root()
+                # Opened without CF decoding, so that its variables hold the stored values the
+                # checksums cover; decoded (lazily) once the checked arrays replace them.
+                raw = xr.open_zarr(_KnownMetadataStore(root, stage.group, known), group=stage.group,
+                                   consolidated=False, zarr_format=3, chunks=None, decode_cf=False,
+                                   create_default_indexes=False)
+                arrays = {n: zarr.Array(zarr.AsyncArray(
+                    metadata=json.loads(known[f"{n}/zarr.json"]),
+                    store_path=StorePath(root, f"{stage.group}/{n}"))) for n in raw.variables}
         except Exception as e:
             raise DamagedStageError(f"{where} cannot be opened ({type(e).__name__}: {e}). "
                                     f"{_damaged_fix(stage.name)}") from e
@@ -745,6 +772,13 @@ class RunStore:
 
     def _abs(self, rel: str) -> str:
         return posixpath.join(self._path, rel) if rel else self._path
+
+    def _zarr_root(self) -> ZarrStore:
+        """A read-only zarr store at the store's root, made once."""
+        if self._zarr_store is None:
+            self._zarr_store = zarr_root_store(self._path, self.url, local=self._local, zarr_kw=self._zarr_kw,
+                                               read_only=True)
+        return self._zarr_store
 
     def _root_attrs(self) -> dict[str, Any] | None:
         """Root attributes if the location is an mkdist store (v3 group with schema_version)."""
@@ -998,6 +1032,56 @@ def _encoded(dataset: xr.Dataset) -> xr.Dataset:
                  for k, v in dataset.variables.items()}
     return xr.Dataset({k: variables[k] for k in dataset.data_vars},
                       coords={k: variables[k] for k in dataset.coords}, attrs=dataset.attrs)
+
+
+def _known_metadata(stage: Stage) -> dict[str, bytes] | None:
+    """The group's and its arrays' ``zarr.json`` as the stage's verification read them, or
+    None when that read is not at hand (the stage was not verified) or was incomplete."""
+    docs = stage.metadata
+    if not docs or not isinstance(docs.get("zarr.json"), bytes) or not stage.marker:
+        return None
+    wanted = ["zarr.json", *(f"{n}/zarr.json" for n in stage.marker.get("arrays", {}))]
+    if not all(isinstance(docs.get(rel), bytes) for rel in wanted):
+        return None
+    return {rel: docs[rel] for rel in wanted}
+
+
+class _KnownMetadataStore(WrapperStore):
+    """A read-only view of a zarr store that answers, from memory, the metadata reads and the
+    listing of one group whose ``zarr.json`` documents are already known; everything else
+    (chunks, other nodes) goes to the wrapped store.
+
+    Written by hand: zarr's consolidated metadata would do this, but only for groups written
+    consolidated (and it is outside the Zarr v3 specification); this reuses what the stage's
+    verification read anyway.
+    """
+
+    def __init__(self, store: ZarrStore, group: str, documents: Mapping[str, bytes]) -> None:
+        super().__init__(store)
+        self._group = group.strip("/")
+        self._documents = {f"{self._group}/{rel}": raw for rel, raw in documents.items()}
+        self._children = ["zarr.json", *sorted(rel.split("/")[0] for rel in documents if "/" in rel)]
+
+    def _with_store(self, store: ZarrStore) -> _KnownMetadataStore:
+        group_docs = {k[len(self._group) + 1:]: v for k, v in self._documents.items()}
+        return type(self)(store, self._group, group_docs)
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        raw = self._documents.get(key)
+        if raw is None or byte_range is not None:
+            return await self._store.get(key, prototype, byte_range)
+        return prototype.buffer.from_bytes(raw)
+
+    async def exists(self, key: str) -> bool:
+        return key in self._documents or await self._store.exists(key)
+
+    async def list_dir(self, prefix: str):  # type: ignore[override]
+        if prefix.strip("/") == self._group:
+            for child in self._children:
+                yield child
+        else:
+            async for child in self._store.list_dir(prefix):
+                yield child
 
 
 def _damaged_fix(name: str) -> str:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 import zlib
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import dask.array as da
@@ -25,7 +27,7 @@ from dask.base import tokenize
 from mkdist.errors import DamagedStageError, StoreNotFoundError
 
 __all__ = ["CHECKSUM", "MARKER", "array_spec", "chunk_crc", "numpy_crcs", "store_with_crcs",
-           "manifest", "is_marked", "quick_problems", "full_problems", "verified_dask"]
+           "manifest", "is_marked", "StageListing", "list_stage", "quick_problems", "full_problems", "verified_dask"]
 
 #: Name of the per-chunk checksum recorded in the manifest.
 CHECKSUM = "crc32"
@@ -173,12 +175,104 @@ def _listed(what: str, items: Sequence[Any], total: int | None = None) -> str:
     return f"{len(items)}{of} {what}: {shown}{more}"
 
 
-def quick_problems(fs: Any, root: str, marker: Mapping[str, Any]) -> list[str]:
+@dataclass(frozen=True)
+class StageListing:
+    """What one listing of a stage group found, and the ``zarr.json`` documents under it.
+
+    Attributes
+    ----------
+    files : dict of str to dict
+        Every object under the group, by key relative to it, with fsspec's info.
+    metadata : dict of str to bytes or Exception
+        The raw ``zarr.json`` of the group (key ``"zarr.json"``) and of each child node
+        (``"<child>/zarr.json"``), or the error reading it raised.
+    """
+
+    files: dict[str, dict[str, Any]]
+    metadata: dict[str, bytes | Exception]
+
+
+# zarr.json documents by (path, content version): a stage is read many times by one run
+# (every stage read is verified against its metadata), and on an object store each read of
+# each array's zarr.json is a request of its own.  The version is what the listing already
+# reports (an object store's ETag, a file's size and mtime), so a document is fetched again
+# exactly when the object changed; a listing without one is never cached.
+_METADATA_CACHE: OrderedDict[tuple[str, tuple[Any, ...]], bytes] = OrderedDict()
+_METADATA_CACHE_SIZE = 4096
+_METADATA_LOCK = threading.Lock()
+
+
+def _content_version(info: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    etag = info.get("ETag") or info.get("etag")
+    if etag:
+        return ("etag", etag, info.get("size"))
+    stamp = info.get("mtime", info.get("LastModified", info.get("created")))
+    if stamp is None or info.get("size") is None:
+        return None
+    return ("stamp", str(stamp), info["size"])
+
+
+def list_stage(fs: Any, root: str, known: Mapping[str, bytes] | None = None) -> StageListing:
+    """One listing of the stage group at ``root`` and its nodes' ``zarr.json`` documents.
+
+    Documents whose object is unchanged since this process last read it come from memory;
+    so do those in ``known`` (by key relative to ``root``: what this process itself just
+    wrote there); the others are fetched together (concurrently on an object store).
+    """
+    try:
+        found = fs.find(root, detail=True)
+    except FileNotFoundError:
+        found = {}
+    files = {path[len(root):].lstrip("/"): info for path, info in found.items()}
+    wanted = [rel for rel in files
+              if rel == "zarr.json" or (rel.endswith("/zarr.json") and rel.count("/") == 1)]
+    metadata: dict[str, bytes | Exception] = {}
+    to_fetch: dict[str, tuple[str, tuple[Any, ...] | None]] = {}
+    with _METADATA_LOCK:
+        for rel in wanted:
+            path = f"{root}/{rel}"
+            version = _content_version(files[rel])
+            cached = _METADATA_CACHE.get((path, version)) if version is not None else None
+            if known and rel in known:
+                cached = known[rel]
+                if version is not None:
+                    _METADATA_CACHE[(path, version)] = cached
+            if cached is not None:
+                if (path, version) in _METADATA_CACHE:
+                    _METADATA_CACHE.move_to_end((path, version))
+                metadata[rel] = cached
+            else:
+                to_fetch[rel] = (path, version)
+    if to_fetch:
+        paths = [path for path, _ in to_fetch.values()]
+        got = fs.cat(paths, on_error="return") if len(paths) > 1 else {paths[0]: _cat_or_error(fs, paths[0])}
+        by_path = {fs._strip_protocol(p): v for p, v in got.items()}
+        for rel, (path, version) in to_fetch.items():
+            raw = by_path.get(fs._strip_protocol(path), FileNotFoundError(path))
+            metadata[rel] = raw
+            if isinstance(raw, bytes) and version is not None:
+                with _METADATA_LOCK:
+                    _METADATA_CACHE[(path, version)] = raw
+                    while len(_METADATA_CACHE) > _METADATA_CACHE_SIZE:
+                        _METADATA_CACHE.popitem(last=False)
+    return StageListing(files, metadata)
+
+
+def _cat_or_error(fs: Any, path: str) -> bytes | Exception:
+    try:
+        return fs.cat_file(path)
+    except Exception as e:  # reported per document, as fs.cat(..., on_error="return") does
+        return e
+
+
+def quick_problems(fs: Any, root: str, marker: Mapping[str, Any],
+                   listing: StageListing | None = None) -> list[str]:
     """What is wrong with the stage group at ``root`` judged from metadata and one listing.
 
     Every recorded array must have a readable ``zarr.json`` matching the marker (shape,
     data type, chunk shape) and exactly the recorded chunk objects; the group must hold
     nothing else; the marker's digests must match its checksums.  No chunk is read.
+    ``listing`` is :func:`list_stage`'s of ``root`` (listed here when not given).
     """
     arrays = marker.get("arrays")
     if (marker.get("checksum") != CHECKSUM or not isinstance(arrays, Mapping)
@@ -188,14 +282,10 @@ def quick_problems(fs: Any, root: str, marker: Mapping[str, Any]) -> list[str]:
     if _digest({n: a.get("digest") for n, a in arrays.items()}) != marker.get("digest"):
         problems.append("its completion marker is inconsistent (the stage digest does not "
                         "match the arrays' digests): the marker was edited")
-    try:
-        files = fs.find(root)
-    except FileNotFoundError:
-        files = []
+    listing = listing if listing is not None else list_stage(fs, root)
     keys: dict[str, set[str]] = defaultdict(set)  # array -> its objects' keys
     strays = []
-    for path in files:
-        rel = path[len(root):].lstrip("/")
+    for rel in listing.files:
         head, _, key = rel.partition("/")
         if head in arrays and key:
             keys[head].add(key)
@@ -203,8 +293,8 @@ def quick_problems(fs: Any, root: str, marker: Mapping[str, Any]) -> list[str]:
             strays.append(rel)
     for name, spec in sorted(arrays.items()):
         try:
-            problems += [f"array {name!r}: {p}"
-                         for p in _array_problems(fs, f"{root}/{name}", spec, keys[name])]
+            problems += [f"array {name!r}: {p}" for p in _array_problems(
+                spec, keys[name], listing.metadata.get(f"{name}/zarr.json"))]
         except (KeyError, TypeError, ValueError) as e:
             problems.append(f"array {name!r}: its marker entry is malformed "
                             f"({type(e).__name__}: {e})")
@@ -213,13 +303,16 @@ def quick_problems(fs: Any, root: str, marker: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def _array_problems(fs: Any, root: str, spec: Mapping[str, Any], present: set[str]) -> list[str]:
-    """What is wrong with one array, given the keys of the objects stored under it."""
-    if "zarr.json" not in present:
+def _array_problems(spec: Mapping[str, Any], present: set[str], raw: bytes | Exception | None) -> list[str]:
+    """What is wrong with one array, given the keys of the objects stored under it and its
+    ``zarr.json`` as read."""
+    if "zarr.json" not in present or isinstance(raw, FileNotFoundError) or raw is None:
         return ["its zarr.json is missing"]
     present = present - {"zarr.json"}
     try:
-        meta = json.loads(fs.cat_file(f"{root}/zarr.json"))
+        if isinstance(raw, Exception):
+            raise ValueError(f"{type(raw).__name__}: {raw}")
+        meta = json.loads(raw)
         stored = array_spec(meta)
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, not an array
         return [f"its zarr.json is unreadable ({type(e).__name__}: {e})"]

@@ -243,6 +243,46 @@ def test_a_second_writer_is_refused_on_s3(s3):
         pass
 
 
+def test_stage_reads_and_writes_make_few_requests(s3, monkeypatch):
+    """Each request to an object store costs a round trip (20-50 ms): a stage of 12 arrays is
+    written with about one put per object and read back with a handful of requests, whatever
+    its number of arrays; a zarr.json edited after a read is still read again and checked."""
+    import s3fs
+    import xarray as xr
+
+    from mkdist.errors import DamagedStageError
+    from mkdist.storage import RunStore
+
+    requests = []
+    call = s3fs.S3FileSystem._call_s3
+
+    async def counted(self, method, *args, **kwargs):
+        requests.append((method, kwargs.get("Key") or kwargs.get("Prefix")))
+        return await call(self, method, *args, **kwargs)
+
+    url = f"s3://{BUCKET}/runs/requests.zarr"
+    store = RunStore.create(url, fingerprint="sha256:0", params={"k": 1}, storage_options=s3["options"])
+    ds = xr.Dataset({f"v{i}": (("row", "col"), np.full((10, 3), float(i))) for i in range(12)})
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
+    store.write_stage("model", ds)
+    puts = sum(m == "put_object" for m, _ in requests)
+    # 12 chunks + 12 array documents + the group's twice (data, then marker) + manifest + pointer
+    assert puts <= 28 and len(requests) <= 45, requests
+    for _ in range(3):
+        requests.clear()
+        opened = RunStore.open(url, storage_options=s3["options"]).read_stage("model")
+        assert len(requests) <= 5, requests  # root, pointer, group, listing: not one per array
+        requests.clear()
+        xr.testing.assert_identical(opened.compute(), ds)
+        assert sorted(requests) == sorted(("get_object", f"{key}/c/0/0") for key in (
+            f"runs/requests.zarr/{store.stage_group('model')}/v{i}" for i in range(12)))  # the chunks
+    meta = f"{url}/{store.stage_group('model')}/v3/zarr.json"
+    fs = s3["fs"]
+    fs.pipe_file(meta, fs.cat_file(meta).replace(b"10", b"11", 1))
+    with pytest.raises(DamagedStageError, match="array 'v3': shape is"):
+        RunStore.open(url, storage_options=s3["options"]).read_stage("model")
+
+
 @pytest.mark.slow
 def test_clean_removes_replaced_generations_and_leftovers(s3, monkeypatch):
     import xarray as xr
@@ -325,8 +365,11 @@ def test_options_come_from_the_run_then_fsspec_config_then_the_environment(monke
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://env:9000")
     monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": "http://conf:9000"})
-    assert options_for("s3://b/x") == {"key": "env-key", "secret": "env-secret", "endpoint_url": "http://conf:9000"}
+    # max_concurrency=1: one request per object read (see _environment); anyone may set it back.
+    assert options_for("s3://b/x") == {"key": "env-key", "secret": "env-secret", "endpoint_url": "http://conf:9000",
+                                       "max_concurrency": 1}
     assert options_for("s3://b/x", {"secret": "given"})["secret"] == "given"
+    assert options_for("s3://b/x", {"max_concurrency": 8})["max_concurrency"] == 8
     assert options_for("runs/x.zarr", {"secret": "given"}) == {} and options_for("memory://x") == {}
     # Registered for a bucket: every location in it (the store, the report beside it) gets them.
     bucket = f"s3://reg-{uuid.uuid4().hex}"

@@ -503,6 +503,19 @@ class StoreSuite:
                                                     r"'embedding': its zarr.json is missing"):
             store.read_stage("model")
 
+    def test_metadata_rewritten_after_a_read_is_caught(self, store):
+        # Reads reuse the zarr.json documents they already read while the object is unchanged
+        # (same ETag, or size and mtime): an edited one is read again and checked.
+        store.write_stage("model", _dataset(n=12))
+        assert store.read_stage("model")["labels"].shape == (12,)
+        fs, _ = self._fs(store)
+        meta = self._group(store, "model") + "/labels/zarr.json"
+        edited = fs.cat_file(meta).replace(b"[\n    12\n  ]", b"[\n    13\n  ]").replace(b"[12]", b"[13]")
+        assert edited != fs.cat_file(meta)
+        fs.pipe_file(meta, edited)
+        with pytest.raises(DamagedStageError, match=r"array 'labels': shape is \[13\], the marker recorded \[12\]"):
+            store.read_stage("model")
+
     def test_truncated_stage_metadata(self, store):
         store.write_stage("model", _dataset())
         fs, _ = self._fs(store)
