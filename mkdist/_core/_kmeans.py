@@ -18,8 +18,6 @@ import dataclasses
 import warnings
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
 
 from ._blocks import RowBlocks
 from ._cluster import compute
@@ -130,13 +128,17 @@ def kmeans(H, n_clusters: int, *, n_init: int = 3, max_iter: int = 100, tol: flo
     KMeansResult
         Labels are lazy for Dask input.
     """
+    # Imported here, with KMeans below: importing scikit-learn costs ~2 s (it loads much of
+    # SciPy), which every command that only reads a store or refuses its input would pay.
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.utils import check_random_state
+
     rng = check_random_state(random_state)
     rows = RowBlocks({"embedding": H})
     sample = _sample_rows(H, init_sample_size, rng)
     with warnings.catch_warnings():
         # Fewer distinct sample rows than clusters: duplicate centres are legal here.
         warnings.simplefilter("ignore", ConvergenceWarning)
-        # Imported here: sklearn.cluster costs ~0.3 s of import, which every CLI refusal would pay.
         from sklearn.cluster import KMeans
 
         start = KMeans(n_clusters, n_init=n_init, max_iter=max_iter, tol=tol,
