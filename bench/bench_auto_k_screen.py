@@ -384,9 +384,9 @@ def summarise(round_name: str, per_set: bool) -> str:
         ratio = np.mean([r["proxy"][str(r["res"][v]["k"])] for r in real]) \
             / np.mean([r["proxy"][str(r["K"])] for r in real])
         cpu = [r["res"][v]["cpu"] for r in rows]
-        lines.append(f"| {v} | {sets_ok} | {sets_ex} | {sum(r['res'][v]['k'] == r['K'] for r in real)} | "
-                     f"{sum(ok(r) for r in real)} | {ratio:.3f} | {sum(r['res'][v]['k'] == r['K'] for r in sep)} | "
-                     f"{sum(r['res'][v]['k'] == r['K'] for r in w04)} | {np.median(cpu):.2f} / {np.max(cpu):.2f} |")
+        exact = [sum(r["res"][v]["k"] == r["K"] for r in group) for group in (real, sep, w04)]
+        lines.append(f"| {v} | {sets_ok} | {sets_ex} | {exact[0]} | {sum(bool(ok(r)) for r in real)} | {ratio:.3f} | "
+                     f"{exact[1]} | {exact[2]} | {np.median(cpu):.2f} / {np.max(cpu):.2f} |")
     if per_set:
         for v in rows[0]["res"]:
             lines.append(f"\n{v}  (K? = ambiguous, runner-up in brackets)")
