@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import mkdist
-from mkdist._core._nclusters import NClustersChoice
+from mkdist._core._nclusters import RULE, NClustersChoice
 from mkdist._pipeline._config import RunConfig
 from mkdist._report._figures import build_figures
 from mkdist.errors import AmbiguousNClustersWarning, InputValidationError
@@ -62,7 +62,7 @@ def test_estimator_chooses_k_and_keeps_the_choice_in_its_state(method, n_cluster
     choice = est.n_clusters_choice_
     assert est.n_clusters_ == 4 and isinstance(choice, NClustersChoice)
     assert not choice.ambiguous and choice.confidence >= 0.5 and choice.runner_up != 4
-    assert choice.candidates[0][0] == 4 and choice.rule == "knn-eigengap-votes-3sizes"
+    assert choice.candidates[0][0] == 4 and choice.rule == RULE
     lo, hi = (3, 8) if n_clusters != "auto" else (2, choice.k_range[1])
     assert choice.k_range == (lo, hi)
     assert clustering_accuracy(y, np.asarray(est.labels_)) == 1.0

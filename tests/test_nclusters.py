@@ -115,6 +115,31 @@ def test_uniform_noise_is_ambiguous():
     assert choice.ambiguous
 
 
+def test_without_a_gap_modularity_chooses_and_the_eigengap_pick_is_runner_up(monkeypatch):
+    # One blob: most spectra have their largest gap after the first eigenvalue, so K is the
+    # k of the most modular spectral partition, and the eigengap's in-range pick is the runner-up.
+    from mkdist._core import _nclusters
+
+    K = rbf_kernel(np.random.default_rng(4).normal(size=(500, 5)))
+    choice = choose_n_clusters(K)
+    assert choice.no_structure_share >= _nclusters.NO_STRUCTURE_SHARE and choice.ambiguous
+    D2 = _nclusters._kernel_sq_distances(K)
+    assert choice.n_clusters == _nclusters._modularity_pick(D2, choice.n_neighbors, *choice.k_range)
+    assert choice.candidates[0][0] == choice.n_clusters
+    monkeypatch.setattr(_nclusters, "NO_STRUCTURE_SHARE", 2.0)  # the eigengap alone
+    gap_only = choose_n_clusters(K)
+    if gap_only.n_clusters != choice.n_clusters:
+        assert choice.runner_up == gap_only.n_clusters
+    assert gap_only.no_structure_share == choice.no_structure_share
+
+
+def test_modularity_of_spectral_partitions_finds_separated_blobs():
+    from mkdist._core._nclusters import _kernel_sq_distances, _modularity_pick
+
+    X, _ = blobs(5, 60, seed=3)
+    assert _modularity_pick(_kernel_sq_distances(rbf_kernel(X)), 8, 2, 20) == 5
+
+
 def test_identical_landmarks_do_not_break_the_graph():
     # Three copies of every row: counted as neighbours, the copies of the nearest points fill
     # the neighbour lists and split the clusters (46 "clusters" for 4 before copies were merged).

@@ -456,7 +456,8 @@ def _spectrum_figures(data: Mapping) -> list[ReportFigure] | str:
     if choice:
         caption += (" The box is the verdict of the K rule (" + str(choice.get("rule") or "knn-eigengap-votes")
                     + ": the largest eigengap of the landmarks' k-nearest-neighbour graph, voted on by "
-                    f"{int(choice.get('n_resamples') or 0)} resamples of the landmarks), the rule "
+                    f"{int(choice.get('n_resamples') or 0)} resamples of the landmarks; when most of "
+                    "them see no gap, the k of the graph's most modular spectral partition), the rule "
                     "n_clusters=\"auto\" uses; it reads the graph's spectrum (next figure), not these "
                     "eigenvalues, whose decay is smooth on most data even when the clusters are clear.")
     else:
