@@ -252,6 +252,22 @@ def test_report_spectrum_hint_is_the_k_rules_verdict(choice, k, shown):
     assert "k_choice" in figs.figures and "runner-up 6" in figs.figures["k_choice"].figure.axes[0].get_title()
 
 
+def test_a_modularity_choice_says_so_in_the_report_and_inspect():
+    from mkdist._report._summary import choice_lines
+    from mkdist._report._tables import _choice_text
+
+    choice = _choice(ambiguous=True, confidence=0.1, no_structure_share=0.8, criterion="modularity")
+    _, _, figs = _spectrum_text(choice)
+    caption = figs.figures["k_choice"].caption
+    assert "most modular" in caption and "has the largest gap" not in caption
+    assert "most modular partition" in choice_lines(choice)[0] and "most modular" in _choice_text(choice)
+    eigengap = _choice(criterion="eigengap")
+    assert "has the largest gap" in build_figures({"summary": {
+        "n_clusters": 4, "n_landmarks": 200, "spectrum": {"values": list(np.geomspace(1.0, 0.01, 12)), "k": 4},
+        "n_clusters_choice": eigengap}}).figures["k_choice"].caption
+    assert "modular" not in choice_lines(eigengap)[0] and "modular" not in _choice_text(eigengap)
+
+
 def test_report_without_a_k_rule_verdict_shows_no_guess():
     texts, caption, figs = _spectrum_text(None)
     assert texts == "" and "not run" in caption and "k_choice" not in figs.figures

@@ -126,8 +126,14 @@ def test_without_a_gap_modularity_chooses_and_the_eigengap_pick_is_runner_up(mon
     D2 = _nclusters._kernel_sq_distances(K)
     assert choice.n_clusters == _nclusters._modularity_pick(D2, choice.n_neighbors, *choice.k_range)
     assert choice.candidates[0][0] == choice.n_clusters
+    assert choice.criterion == "modularity" and "most modular" in choice.verdict()
+    assert NClustersChoice.from_dict(choice.as_dict()) == choice
     monkeypatch.setattr(_nclusters, "NO_STRUCTURE_SHARE", 2.0)  # the eigengap alone
     gap_only = choose_n_clusters(K)
+    assert gap_only.criterion == "eigengap"
+    # A choice stored before the criterion was recorded reads back as the eigengap's.
+    old = {k: v for k, v in gap_only.as_dict().items() if k != "criterion"}
+    assert NClustersChoice.from_dict(old).criterion == "eigengap"
     if gap_only.n_clusters != choice.n_clusters:
         assert choice.runner_up == gap_only.n_clusters
     assert gap_only.no_structure_share == choice.no_structure_share

@@ -158,6 +158,9 @@ class NClustersChoice:
     n_landmarks : int
     n_neighbors : int
     n_resamples : int
+    criterion : {"eigengap", "modularity"}
+        What chose ``n_clusters``: the largest eigengap (steps 2-4 of the module docstring), or,
+        when most spectra show no gap, the most modular spectral partition (step 5).
     """
 
     n_clusters: int
@@ -172,6 +175,7 @@ class NClustersChoice:
     n_landmarks: int
     n_neighbors: int
     n_resamples: int
+    criterion: str = "eigengap"
 
     def as_dict(self) -> dict[str, Any]:
         """Plain Python values (lists for tuples), JSON-serialisable."""
@@ -183,7 +187,7 @@ class NClustersChoice:
             "no_structure_share": float(self.no_structure_share),
             "eigenvalues": [float(v) for v in self.eigenvalues],
             "n_landmarks": int(self.n_landmarks), "n_neighbors": int(self.n_neighbors),
-            "n_resamples": int(self.n_resamples),
+            "n_resamples": int(self.n_resamples), "criterion": self.criterion,
         }
 
     def to_json(self) -> str:
@@ -202,8 +206,9 @@ class NClustersChoice:
     def verdict(self) -> str:
         """One line: K, confidence, runner-up, or "ambiguous" when there is no clear gap."""
         if self.ambiguous:
+            how = " (the most modular partition of the landmark graph)" if self.criterion == "modularity" else ""
             return (f"ambiguous: no clear eigengap in k = {self.k_range[0]}..{self.k_range[1]} (confidence "
-                    f"{self.confidence:.2f} < 0.5); best guess K = {self.n_clusters}, runner-up {self.runner_up}")
+                    f"{self.confidence:.2f} < 0.5); best guess K = {self.n_clusters}{how}, runner-up {self.runner_up}")
         return f"K = {self.n_clusters} (confidence {self.confidence:.2f}, runner-up {self.runner_up})"
 
 
@@ -573,7 +578,8 @@ def _choose(K: np.ndarray, k_min: int, k_max: int, n_neighbors: int, n_resamples
     n_votes = len(picks)
     no_structure = sum(k == 1 for k in overall) / n_votes
     gap_pick = best
-    if no_structure >= NO_STRUCTURE_SHARE and k_max > k_min:
+    modularity_chose = no_structure >= NO_STRUCTURE_SHARE and k_max > k_min
+    if modularity_chose:
         # Most spectra show no gap at all: the partitions' modularity chooses K (step 5).
         best = _modularity_pick(D2, sizes[0], k_min, k_max)
     confidence = sum(k == best for k in overall) / n_votes
@@ -590,4 +596,5 @@ def _choose(K: np.ndarray, k_min: int, k_max: int, n_neighbors: int, n_resamples
         n_clusters=int(best), confidence=float(confidence), runner_up=int(runner), candidates=candidates,
         ambiguous=bool(confidence < min_confidence), rule=RULE, k_range=(k_min, k_max),
         no_structure_share=float(no_structure),
-        eigenvalues=tuple(float(v) for v in mu), n_landmarks=n, n_neighbors=n_neighbors, n_resamples=n_resamples)
+        eigenvalues=tuple(float(v) for v in mu), n_landmarks=n, n_neighbors=n_neighbors, n_resamples=n_resamples,
+        criterion="modularity" if modularity_chose else "eigengap")

@@ -508,7 +508,13 @@ def _k_choice_figures(data: Mapping) -> list[ReportFigure] | str:
     caption = ("The K rule (" + str(choice.get("rule")) + "): bars are the gaps between consecutive eigenvalues "
                "μ of the normalised k-nearest-neighbour graph of the landmarks (from the uniform combination "
                f"of the base kernels; {choice.get('n_landmarks')} landmarks, {choice.get('n_neighbors')} "
-               f"neighbours). The chosen K (orange) has the largest gap in {k_lo}..{k_hi} (grey: outside). "
+               f"neighbours). " + (
+                   f"Most spectra have no gap at all (their largest is after μ1), so the best guess (orange) "
+                   f"is the k in {k_lo}..{k_hi} whose spectral partition of the graph is the most modular "
+                   f"(its edges stay inside the groups most often beyond chance); the runner-up is the "
+                   f"largest gap in that range (grey: outside). "
+                   if choice.get("criterion") == "modularity" else
+                   f"The chosen K (orange) has the largest gap in {k_lo}..{k_hi} (grey: outside). ") +
                "Red diamonds: the share of resampled landmark sets (80% each) whose largest gap falls at each "
                "candidate; the confidence is that share for K over all k, and under 0.5 the choice is called "
                "ambiguous: the fit still uses the best guess, and the runner-up is worth trying." + given)

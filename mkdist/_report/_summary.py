@@ -47,14 +47,16 @@ def choice_lines(choice: dict | None, indent: str = "  ") -> list[str]:
     if not choice:
         return []
     asked = choice.get("asked")
+    how = (" (the most modular partition of the landmark graph)"
+           if choice.get("criterion") == "modularity" else "")
     if choice.get("chosen_by_fit"):
-        head = f"n_clusters={json.dumps(asked)} chose K = {choice['n_clusters']}"
+        head = f"n_clusters={json.dumps(asked)} chose K = {choice['n_clusters']}{how}"
         if choice.get("ambiguous"):
             head = (f"n_clusters={json.dumps(asked)}: AMBIGUOUS, no clear eigengap; fitted with the best guess "
-                    f"K = {choice['n_clusters']}")
+                    f"K = {choice['n_clusters']}{how}")
     else:
         head = (f"K = {asked} given; the K rule would say "
-                + (f"ambiguous (best guess {choice['n_clusters']})" if choice.get("ambiguous")
+                + (f"ambiguous (best guess {choice['n_clusters']}{how})" if choice.get("ambiguous")
                    else f"K = {choice['n_clusters']}"))
     cands = ", ".join(f"{k} ({s:.2f})" for k, s in (choice.get("candidates") or [])[:8])
     k_lo, k_hi = choice.get("k_range") or ("?", "?")
