@@ -360,7 +360,10 @@ def run_overhead(args) -> dict:
         model = RunStore.open(str(store), mode="r").read_stage("model")
         timings = _json.loads(model.attrs["timings"]) if isinstance(model.attrs["timings"], str) \
             else dict(model.attrs["timings"])
-        choice = _json.loads(model.attrs["n_clusters_choice"])
+        # With K given, the rule no longer runs in the fit (the report computes its hint on
+        # demand): no choice is stored.
+        raw_choice = model.attrs.get("n_clusters_choice")
+        choice = (_json.loads(raw_choice) if isinstance(raw_choice, str) else raw_choice) or {}
         out[label] = {"end_to_end_s": rec["end_to_end_s"], "stages": rec["stages"], "model_timings": timings,
                       "n_clusters": int(model.attrs["n_clusters"]), "scores": rec["scores"],
                       "choice": {key: choice.get(key) for key in ("n_clusters", "confidence", "runner_up",
