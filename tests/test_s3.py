@@ -344,6 +344,16 @@ def test_python_api_refuses_a_wrong_key_with_nothing_created(s3, table):
     assert not s3["fs"].exists(store)
 
 
+def test_a_typo_in_an_s3_path_suggests_the_full_url(s3, table):
+    import mkdist
+    from mkdist.errors import InputValidationError
+
+    typo = table["url"].replace("customers.parquet", "customers.parqet")
+    with pytest.raises(InputValidationError, match=rf"not found: {typo} \(did you mean {table['url']}\?\)"):
+        mkdist.cluster(typo, f"s3://{BUCKET}/runs/typo.zarr", 4, views={"a": "a*", "b": "b*"},
+                       id_column="customer_id", storage_options=s3["options"])
+
+
 @pytest.mark.slow
 def test_config_file_storage_options_reach_the_probe(s3, table, tmp_path):
     """`[storage_options]` in --config is the command line's way to give options without the

@@ -109,7 +109,17 @@ def _suggest(fs, path: str) -> str:
     except (OSError, ValueError):
         return ""
     close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.75)
-    return f" (did you mean {posixpath.join(parent, close[0])}?)" if close else ""
+    if not close:
+        return ""
+    # Named as the user would type it again: with its protocol (s3://...) for an object store.
+    found = posixpath.join(parent, close[0])
+    return f" (did you mean {fs.unstrip_protocol(found) if _is_remote_fs(fs) else found}?)"
+
+
+def _is_remote_fs(fs) -> bool:
+    from fsspec.implementations.local import LocalFileSystem
+
+    return not isinstance(fs, LocalFileSystem)
 
 
 def _url_to_fs(source: str, storage_options: Mapping[str, Any] | None):
