@@ -38,7 +38,6 @@ import json  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-import scipy.linalg  # noqa: E402
 import scipy.optimize  # noqa: E402
 from _common import OUT, load_multiview, multiview_sets  # noqa: E402
 
@@ -84,15 +83,9 @@ def cells():
 # ============================================================================ spectral pieces
 def spectral_embedding(D2, n_neighbors, n_vec):
     """Top n_vec eigenvectors of D^-1/2 A D^-1/2 (binary kNN graph A), scaled by D^-1/2."""
-    from mkdist._core._nclusters import _knn_graph
+    from mkdist._core._nclusters import _knn_graph, _spectral_embedding
 
-    A = _knn_graph(D2, n_neighbors)
-    m = A.shape[0]
-    r = 1.0 / np.sqrt(np.asarray(A.sum(axis=1)).ravel())
-    S = (A.toarray() * r[:, None]) * r[None, :]
-    n_vec = min(n_vec, m)
-    _, vecs = scipy.linalg.eigh(S, subset_by_index=[m - n_vec, m - 1], check_finite=False)
-    return vecs[:, ::-1] * r[:, None]
+    return _spectral_embedding(_knn_graph(D2, n_neighbors), n_vec)
 
 
 def cluster_qr(V):
@@ -227,19 +220,9 @@ def round_stability(D2, ctx, base):
 
 # ============================================================================ round 2: split halves, modularity alone
 def modularity_curve(D2, n_neighbors, k_min, top):
-    from mkdist._core._nclusters import _knn_graph
+    from mkdist._core._nclusters import _knn_graph, _modularity_curve
 
-    A = _knn_graph(D2, n_neighbors)
-    emb = spectral_embedding(D2, n_neighbors, top)
-    n = A.shape[0]
-    deg = np.asarray(A.sum(axis=1)).ravel()
-    two_m = deg.sum()
-    out = []
-    for k in range(k_min, top + 1):
-        P = np.zeros((n, k))
-        P[np.arange(n), cluster_qr(emb[:, :k])] = 1.0
-        out.append(((A @ P) * P).sum() / two_m - np.sum((deg @ P / two_m) ** 2))
-    return np.array(out)
+    return _modularity_curve(_knn_graph(D2, n_neighbors), k_min, top)
 
 
 def round_splithalf(D2, ctx, base):

@@ -124,7 +124,8 @@ def test_without_a_gap_modularity_chooses_and_the_eigengap_pick_is_runner_up(mon
     choice = choose_n_clusters(K)
     assert choice.no_structure_share >= _nclusters.NO_STRUCTURE_SHARE and choice.ambiguous
     D2 = _nclusters._kernel_sq_distances(K)
-    assert choice.n_clusters == _nclusters._modularity_pick(D2, choice.n_neighbors, *choice.k_range)
+    assert choice.n_clusters == _nclusters._modularity_pick(_nclusters._knn_graph(D2, choice.n_neighbors),
+                                                            *choice.k_range)
     assert choice.candidates[0][0] == choice.n_clusters
     assert choice.criterion == "modularity" and "most modular" in choice.verdict()
     assert NClustersChoice.from_dict(choice.as_dict()) == choice
@@ -140,10 +141,10 @@ def test_without_a_gap_modularity_chooses_and_the_eigengap_pick_is_runner_up(mon
 
 
 def test_modularity_of_spectral_partitions_finds_separated_blobs():
-    from mkdist._core._nclusters import _kernel_sq_distances, _modularity_pick
+    from mkdist._core._nclusters import _kernel_sq_distances, _knn_graph, _modularity_pick
 
     X, _ = blobs(5, 60, seed=3)
-    assert _modularity_pick(_kernel_sq_distances(rbf_kernel(X)), 8, 2, 20) == 5
+    assert _modularity_pick(_knn_graph(_kernel_sq_distances(rbf_kernel(X)), 8), 2, 20) == 5
 
 
 def test_identical_landmarks_do_not_break_the_graph():

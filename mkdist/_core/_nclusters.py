@@ -372,7 +372,11 @@ def _knn_spectrum(D2: np.ndarray, n_neighbors: int, n_values: int) -> np.ndarray
     matrix (about 0.03 s at n = 1000, 3x faster than dense LAPACK, 10x at n = 2000), dense
     LAPACK on small ones.
     """
-    A = _knn_graph(D2, n_neighbors)
+    return _graph_spectrum(_knn_graph(D2, n_neighbors), n_values)
+
+
+def _graph_spectrum(A: scipy.sparse.csr_matrix, n_values: int) -> np.ndarray:
+    """Top ``n_values`` eigenvalues of D^-1/2 A D^-1/2 for a kNN graph A (see :func:`_knn_spectrum`)."""
     n = A.shape[0]
     r = 1.0 / np.sqrt(np.asarray(A.sum(axis=1)).ravel())  # every row has >= 1 neighbour
     S = (scipy.sparse.diags(r) @ A @ scipy.sparse.diags(r)).tocsr()
@@ -403,31 +407,43 @@ def _cluster_qr(V: np.ndarray) -> np.ndarray:
     return np.abs(V @ (u @ vt)).argmax(axis=1)
 
 
-def _modularity_pick(D2: np.ndarray, n_neighbors: int, k_min: int, k_max: int) -> int:
-    """The k in [k_min, k_max] whose spectral partition of the kNN graph has the largest modularity.
+def _spectral_embedding(A: scipy.sparse.csr_matrix, n_vectors: int) -> np.ndarray:
+    """The top ``n_vectors`` eigenvectors of D^-1/2 A D^-1/2, scaled by D^-1/2, (n, n_vectors):
+    one dense eigendecomposition (about 0.15 s at n = 1000, n_vectors = 50)."""
+    n = A.shape[0]
+    r = 1.0 / np.sqrt(np.asarray(A.sum(axis=1)).ravel())
+    S = (A.toarray() * r[:, None]) * r[None, :]
+    n_vectors = min(n_vectors, n)
+    _, vecs = scipy.linalg.eigh(S, subset_by_index=[n - n_vectors, n - 1], check_finite=False)
+    return vecs[:, ::-1] * r[:, None]
+
+
+def _modularity_curve(A: scipy.sparse.csr_matrix, k_min: int, k_max: int) -> np.ndarray:
+    """Modularity of the spectral partition of the kNN graph A at each k in [k_min, min(k_max, n)].
 
     Modularity Q = sum_c (e_c / 2m - (d_c / 2m)^2): e_c twice the edges inside group c, d_c
     its total degree, 2m the total degree (Newman and Girvan 2004).  The partitions: the top k
-    eigenvectors of D^-1/2 A D^-1/2, scaled by D^-1/2, discretised by :func:`_cluster_qr`
-    (White and Smyth 2005 choose K by modularity over spectral partitions).  One dense
-    eigendecomposition of the top k_max vectors (about 0.15 s at n = 1000) and k_max - k_min + 1
-    QR discretisations (about 0.1 s in all).
+    vectors of :func:`_spectral_embedding`, discretised by :func:`_cluster_qr` (White and Smyth
+    2005 choose K by modularity over spectral partitions); the QR discretisations cost about
+    0.1 s in all at n = 1000, k_max = 50.
     """
-    A = _knn_graph(D2, n_neighbors)
     n = A.shape[0]
+    emb = _spectral_embedding(A, k_max)
     deg = np.asarray(A.sum(axis=1)).ravel()
-    r = 1.0 / np.sqrt(deg)
-    S = (A.toarray() * r[:, None]) * r[None, :]
-    n_vec = min(k_max, n)
-    _, vecs = scipy.linalg.eigh(S, subset_by_index=[n - n_vec, n - 1], check_finite=False)
-    emb = vecs[:, ::-1] * r[:, None]
     two_m = float(deg.sum())
-    best_k, best_q = k_min, -np.inf
-    for k in range(k_min, n_vec + 1):
-        labels = _cluster_qr(emb[:, :k])
-        P = scipy.sparse.csr_matrix((np.ones(n), (np.arange(n), labels)), shape=(n, k))
+    curve = []
+    for k in range(k_min, emb.shape[1] + 1):
+        P = scipy.sparse.csr_matrix((np.ones(n), (np.arange(n), _cluster_qr(emb[:, :k]))), shape=(n, k))
         inside = float((A @ P).multiply(P).sum())
-        q = inside / two_m - float(np.sum((deg @ P / two_m) ** 2))
+        curve.append(inside / two_m - float(np.sum((deg @ P / two_m) ** 2)))
+    return np.asarray(curve)
+
+
+def _modularity_pick(A: scipy.sparse.csr_matrix, k_min: int, k_max: int) -> int:
+    """The k in [k_min, k_max] whose spectral partition of the kNN graph A has the largest
+    modularity (:func:`_modularity_curve`; the smallest such k on near-ties)."""
+    best_k, best_q = k_min, -np.inf
+    for k, q in enumerate(_modularity_curve(A, k_min, k_max), start=k_min):
         if q > best_q + 1e-12:
             best_k, best_q = k, q
     return best_k
@@ -553,7 +569,8 @@ def _choose(K: np.ndarray, k_min: int, k_max: int, n_neighbors: int, n_resamples
     # The spectrum of all landmarks at three neighbourhood sizes (n_neighbors, half, double): a
     # single size can bridge two touching clusters (W1, K = 50: 49 at 10 neighbours, 50 at 5 and 20).
     sizes = [min(_scale_neighbors(n_neighbors, f), n - 1) for f in SCALES]
-    spectra = [_knn_spectrum(D2, s, k_max + 1) for s in sizes]
+    graphs = [_knn_graph(D2, s) for s in sizes]   # the first is also step 5's graph
+    spectra = [_graph_spectrum(A, k_max + 1) for A in graphs]
     mu = spectra[0]
     full_picks = [_argmax_gap(m, k_min, k_max) for m in spectra]
     # K: the pick that at least two of the three sizes agree on, else the default size's.
@@ -581,7 +598,7 @@ def _choose(K: np.ndarray, k_min: int, k_max: int, n_neighbors: int, n_resamples
     modularity_chose = no_structure >= NO_STRUCTURE_SHARE and k_max > k_min
     if modularity_chose:
         # Most spectra show no gap at all: the partitions' modularity chooses K (step 5).
-        best = _modularity_pick(D2, sizes[0], k_min, k_max)
+        best = _modularity_pick(graphs[0], k_min, k_max)
     confidence = sum(k == best for k in overall) / n_votes
     share = np.bincount(picks, minlength=k_max + 1) / n_votes
     gaps = mu[:k_max] - mu[1:k_max + 1]          # gaps[k - 1] = g_k
