@@ -525,7 +525,7 @@ class _NewGroupWriter(WrapperStore):
             return
         await self._store.set(key, value)
         if self._inside(key):
-            self._written[key] = value.to_bytes() if key.endswith(".json") else None
+            self._written[key] = None  # a chunk: only its presence is kept
         else:
             self._outside[key] = value.to_bytes()
 

@@ -245,7 +245,7 @@ def list_stage(fs: Any, root: str, known: Mapping[str, bytes] | None = None) -> 
                 to_fetch[rel] = (path, version)
     if to_fetch:
         paths = [path for path, _ in to_fetch.values()]
-        got = fs.cat(paths, on_error="return") if len(paths) > 1 else {paths[0]: _cat_or_error(fs, paths[0])}
+        got = fs.cat(paths, on_error="return")  # a list: always {path: bytes or the error}
         by_path = {fs._strip_protocol(p): v for p, v in got.items()}
         for rel, (path, version) in to_fetch.items():
             raw = by_path.get(fs._strip_protocol(path), FileNotFoundError(path))
@@ -256,13 +256,6 @@ def list_stage(fs: Any, root: str, known: Mapping[str, bytes] | None = None) -> 
                     while len(_METADATA_CACHE) > _METADATA_CACHE_SIZE:
                         _METADATA_CACHE.popitem(last=False)
     return StageListing(files, metadata)
-
-
-def _cat_or_error(fs: Any, path: str) -> bytes | Exception:
-    try:
-        return fs.cat_file(path)
-    except Exception as e:  # reported per document, as fs.cat(..., on_error="return") does
-        return e
 
 
 def quick_problems(fs: Any, root: str, marker: Mapping[str, Any],
