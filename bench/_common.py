@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import sys
@@ -99,6 +100,15 @@ def drop_malloc_environ() -> dict[str, str]:
     (an "unfixed" cluster left MALLOC_MMAP_THRESHOLD_=131072 to the plain one after it, and
     slowed the floor: `--part plain` up to commit 2644752)."""
     return {k: os.environ.pop(k) for k in [k for k in os.environ if k.startswith("MALLOC_")]}
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a server a benchmark starts)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def wait_for_port(port: int, what: str, proc=None, timeout: float = 60) -> None:
@@ -300,6 +310,45 @@ def run_forked(target, args: tuple, timeout: float) -> dict:
             rec = {"status": "bug", "error": f"the fit process died (exit code {proc.exitcode})"}
     rec["wall_s"] = time.perf_counter() - t0
     return rec
+
+
+class MotoServer:
+    """A moto S3 server on 127.0.0.1 (``python -m moto.server``, its own process), logging each
+    request (one line each) so the requests of a run can be counted."""
+
+    _REQUEST = re.compile(r'"(GET|HEAD|PUT|POST|DELETE) (\S+)')
+
+    def __init__(self, log: Path):
+        import subprocess
+
+        port = free_port()
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.log = Path(log)
+        self._log = open(self.log, "w")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                     env=env, stdout=self._log, stderr=self._log)
+        wait_for_port(port, "moto server", self.proc)
+
+    def log_size(self) -> int:
+        """Where the log ends now: pass it to :meth:`request_lines` to see only later requests."""
+        self._log.flush()
+        return self.log.stat().st_size
+
+    def request_lines(self, since: int = 0) -> list[tuple[str, str]]:
+        """(method, path) of every request logged after byte ``since``."""
+        self._log.flush()
+        with open(self.log) as f:
+            f.seek(since)
+            return [m.groups() for m in map(self._REQUEST.search, f.read().splitlines()) if m]
+
+    def requests(self) -> int:
+        return len(self.request_lines())
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+        self._log.close()
 
 
 # Every benchmark times work, not imports: `import mkdist` loads its names on first use, so the

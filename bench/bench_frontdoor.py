@@ -24,14 +24,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import OUT, emit, machine, median, wait_for_port
+from _common import OUT, MotoServer, emit, free_port, machine, median, wait_for_port
 
 MKDIST = [sys.executable, "-m", "mkdist.cli"]
 VIEWS = ["--view", "a=a*", "--view", "b=b*", "--id-column", "customer_id", "--label-key", "true_segment"]
@@ -48,17 +47,11 @@ def customer_table(n: int) -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PlainCluster:
     """``dask scheduler`` + ``dask worker`` processes on 127.0.0.1, as a data engineer starts them."""
 
     def __init__(self, n_workers: int = 2):
-        port = _free_port()
+        port = free_port()
         self.address = f"tcp://127.0.0.1:{port}"
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self.procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
@@ -310,31 +303,6 @@ def part_interrupt(n: int) -> dict:
 
 
 # ----------------------------------------------------------------------------- s3
-class MotoServer:
-    """A moto S3 server on 127.0.0.1 (``python -m moto.server``, its own process), logging each
-    request (one line each) so the run's requests can be counted."""
-
-    def __init__(self, log: Path):
-        port = _free_port()
-        self.endpoint = f"http://127.0.0.1:{port}"
-        self.log = log
-        self._log = open(log, "w")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                     env=env, stdout=self._log, stderr=self._log)
-        wait_for_port(port, "moto server", self.proc)
-
-    def requests(self) -> int:
-        self._log.flush()
-        return sum(1 for line in self.log.read_text().splitlines() if '"GET ' in line or '"PUT ' in line
-                   or '"HEAD ' in line or '"POST ' in line or '"DELETE ' in line)
-
-    def close(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
-        self._log.close()
-
-
 def part_s3(n: int) -> dict:
     """One `mkdist run` with input, store and labels on local disk, then the same with all three on
     a local S3 server (credentials in the CLI's environment only: the workers have none), on one

@@ -18,18 +18,14 @@ import collections
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from _common import MotoServer
 
 
 def _kind(path: str) -> str:
@@ -55,33 +51,22 @@ def main() -> None:
 
     from mkdist.datasets import write_customer_table
 
-    work = tempfile.mkdtemp(prefix="mkdist-s3req-")
-    port = _free_port()
-    log_path = os.path.join(work, "moto.log")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    with open(log_path, "w") as log:
-        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                  env=env, stdout=log, stderr=log)
+    work = Path(tempfile.mkdtemp(prefix="mkdist-s3req-"))
+    server = MotoServer(work / "moto.log")
     try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        endpoint = f"http://127.0.0.1:{port}"
-        fs = s3fs.S3FileSystem(key="k", secret="s", endpoint_url=endpoint, skip_instance_cache=True)
+        fs = s3fs.S3FileSystem(key="k", secret="s", endpoint_url=server.endpoint, skip_instance_cache=True)
         fs.mkdir("bench")
-        local = os.path.join(work, "customers.parquet")
+        local = work / "customers.parquet"
         write_customer_table(local, args.n, n_clusters=4, row_group_rows=max(700, args.n // 20))
-        fs.put(local, "s3://bench/input/customers.parquet", recursive=True)
-        run_env = {**env, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_ENDPOINT_URL": endpoint,
+        fs.put(str(local), "s3://bench/input/customers.parquet", recursive=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        run_env = {**env, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_ENDPOINT_URL": server.endpoint,
                    "AWS_DEFAULT_REGION": "us-east-1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
         codes = {"this": sys.executable, **({"other": args.python} if args.python else {})}
         out: dict = {"n": args.n, "codes": codes, "runs": {c: [] for c in codes}}
         for rep in range(args.repeats):
             for code, python in codes.items():
-                start = os.path.getsize(log_path)
+                start = server.log_size()
                 store = f"s3://bench/runs/{code}-{rep}.zarr"
                 cmd = [python, "-m", "mkdist.cli", "run", "--input", "s3://bench/input/customers.parquet",
                        "--store", store, "--labels-out", f"s3://bench/out/{code}-{rep}.parquet",
@@ -92,11 +77,8 @@ def main() -> None:
                 wall = time.perf_counter() - t0
                 if r.returncode != 0:
                     raise SystemExit(f"{code} run failed:\n{r.stderr[-3000:]}")
-                time.sleep(0.5)
-                with open(log_path) as f:
-                    f.seek(start)
-                    lines = f.read().splitlines()
-                reqs = [m.groups() for m in (re.search(r'"(GET|HEAD|PUT|POST|DELETE) (\S+)', ln) for ln in lines) if m]
+                time.sleep(0.5)  # the server logs a request after answering it
+                reqs = server.request_lines(start)
                 out["runs"][code].append({
                     "wall_s": round(wall, 2), "requests": len(reqs),
                     "by_method": dict(collections.Counter(m for m, _ in reqs)),
@@ -107,8 +89,7 @@ def main() -> None:
                          for c, runs in out["runs"].items()}
         print(json.dumps(out, indent=1))
     finally:
-        server.terminate()
-        server.wait()
+        server.close()
 
 
 if __name__ == "__main__":
