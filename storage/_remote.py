@@ -24,7 +24,10 @@ lease records), not in a Prefect flow's parameters (:func:`public_options`).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -33,6 +36,7 @@ from mkdist.errors import StorageAccessError
 
 __all__ = [
     "PROBE_TIMEOUT_S",
+    "close_sessions",
     "is_remote",
     "options_for",
     "probe",
@@ -41,6 +45,8 @@ __all__ = [
     "public_options",
     "register_options",
 ]
+
+logger = logging.getLogger("mkdist")
 
 #: Seconds the probe waits for an endpoint to connect or answer (one attempt, no retries):
 #: an unreachable endpoint is reported in seconds, not after botocore's retries (7 s and more).
@@ -245,3 +251,58 @@ def probe_run(source: Any = None, store: Any = None, labels_out: Any = None,
         probe(store, storage_options, what="store")
     if labels_out is not None:
         probe(labels_out, storage_options, what="labels output")
+
+
+#: Seconds :func:`close_sessions` waits for zarr's event loop to close the sessions.
+CLOSE_TIMEOUT_S = 2.0
+
+
+async def _close_clients(creators: list) -> None:
+    """Exit s3fs's client contexts (what its own finalizer does), on the loop their sessions use."""
+    for result in await asyncio.gather(*(c.__aexit__(None, None, None) for c in creators), return_exceptions=True):
+        if isinstance(result, BaseException):
+            logger.debug("closing an s3 session: %r", result)
+
+
+def close_sessions(timeout: float = CLOSE_TIMEOUT_S) -> int:
+    """Close the HTTP sessions of the asynchronous s3fs filesystems cached in this process, on
+    zarr's event loop, and empty s3fs's instance cache; returns how many were open.
+
+    Zarr opens a store at a URL with an ``asynchronous=True`` filesystem and does its I/O on its
+    own event loop thread (``zarr.core.sync``), so every process that reads or writes a chunk on
+    s3 -- a Dask worker above all -- holds an aiohttp session of that loop.  Nothing closes it:
+    s3fs registers its closing finalizer for synchronous instances only (an asynchronous one is
+    left to its caller, who owns the loop), zarr 3.1 never closes the filesystems it creates
+    (zarr-developers/zarr-python#2901, fsspec/s3fs#943; zarr-python#4003 closes one on an
+    explicit ``Store.close()``, which a task that unpickled a store never calls), and zarr's
+    atexit hook stops its loop first.  The session is then garbage-collected at interpreter exit
+    and aiohttp prints "Unclosed client session": one per worker process of a run on s3.
+
+    So a process closes them itself before it ends, while zarr's loop still runs
+    (:mod:`mkdist._pipeline._sessions` does it in every Dask worker a run's client reaches).
+    Synchronous instances are left to s3fs (its finalizer closes them on fsspec's loop).  Safe to
+    call more than once, and from any thread but zarr's; a filesystem opened afterwards starts a
+    new session.
+    """
+    s3fs = sys.modules.get("s3fs")
+    if s3fs is None:  # never imported here: nothing was opened
+        return 0
+    creators = [c for fs in list(s3fs.S3FileSystem._cache.values())
+                if fs.asynchronous and (c := getattr(fs, "_s3creator", None)) is not None]
+    # The instances cached now are closed: the next one asked for must be a new one.
+    s3fs.S3FileSystem.clear_instance_cache()
+    if not creators:
+        return 0
+    zarr_sync = sys.modules.get("zarr.core.sync")
+    loop = zarr_sync.loop[0] if zarr_sync is not None else None
+    if loop is None or not loop.is_running() or threading.current_thread() is zarr_sync.iothread[0]:
+        # Their loop is gone (or is this thread): nothing can be awaited on it any more.
+        logger.debug("%d s3 sessions left open: zarr's event loop is not running", len(creators))
+        return len(creators)
+    future = asyncio.run_coroutine_threadsafe(_close_clients(creators), loop)
+    try:
+        future.result(timeout)
+    except Exception as exc:  # noqa: BLE001 - a hung close must not keep a process from ending
+        future.cancel()
+        logger.debug("closing %d s3 sessions on zarr's event loop: %r", len(creators), exc)
+    return len(creators)

@@ -108,11 +108,13 @@ def dask_processes(n_workers: int, env: dict | None = None, worker_home=None):
 
     ``env``: the processes' environment (default: this one), with ``OMP_NUM_THREADS=1``.
     ``worker_home(i)``: a directory for worker ``i``, then its cwd, its Dask local directory
-    (``dask/``) and its TMPDIR (``tmp/``) - workers that share no local directory.
+    (``dask/``) and its TMPDIR (``tmp/``) - workers that share no local directory - and its
+    stderr (``worker.log``), which otherwise goes nowhere.
     """
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     env = {**(os.environ if env is None else env), "OMP_NUM_THREADS": "1"}
+    logs = contextlib.ExitStack()
     procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
                                str(port), "--no-dashboard"], env=env, stderr=subprocess.DEVNULL)]
     try:
@@ -120,19 +122,21 @@ def dask_processes(n_workers: int, env: dict | None = None, worker_home=None):
         for i in range(n_workers):
             args = [sys.executable, "-m", "dask", "worker", address, "--nthreads", "1", "--no-dashboard",
                     "--memory-limit", "2GiB", "--host", "127.0.0.1"]
-            worker_env, cwd = env, None
+            worker_env, cwd, stderr = env, None, subprocess.DEVNULL
             if worker_home is not None:
                 cwd = Path(worker_home(i))
                 (cwd / "tmp").mkdir()
                 args += ["--local-directory", str(cwd / "dask")]
                 worker_env = {**env, "TMPDIR": str(cwd / "tmp")}
-            procs.append(subprocess.Popen(args, env=worker_env, cwd=cwd, stderr=subprocess.DEVNULL))
+                stderr = logs.enter_context(open(cwd / "worker.log", "w"))
+            procs.append(subprocess.Popen(args, env=worker_env, cwd=cwd, stderr=stderr))
         yield address
     finally:
         for p in procs[::-1]:
             p.terminate()
         for p in procs:
             p.wait(timeout=30)
+        logs.close()
 
 
 @pytest.fixture(scope="session")

@@ -68,13 +68,19 @@ def s3(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def worker_homes(tmp_path_factory):
+    """The directories of the two workers of `cluster`; each one's stderr is its ``worker.log``."""
+    return [tmp_path_factory.mktemp(f"worker{i}") for i in range(2)]
+
+
+@pytest.fixture(scope="module")
+def cluster(worker_homes):
     """`dask scheduler` + two `dask worker` processes on 127.0.0.1; each worker in its own
     directory with its own TMPDIR, and without AWS credentials or fsspec configuration."""
     from distributed import Client
 
     env = {**_without_credentials(os.environ), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    with dask_processes(2, env, worker_home=lambda i: tmp_path_factory.mktemp(f"worker{i}")) as address:
+    with dask_processes(2, env, worker_home=worker_homes.__getitem__) as address:
         with Client(address) as client:
             client.wait_for_workers(2, timeout=60)
             # The workers really have no credentials of their own.
@@ -160,6 +166,23 @@ def test_inspect_verify_passes_then_finds_a_corrupted_chunk(s3, cli_run):
     finally:
         fs.pipe_file(chunk, original)
     assert run.verify_stage("labels", full=True) == []
+
+
+@pytest.mark.slow
+def test_workers_close_their_s3_sessions_when_they_stop(cluster, cli_run, worker_homes):
+    """Each worker of the CLI run holds an s3 session on zarr's event loop; left open, aiohttp
+    prints "Unclosed client session" when the worker process exits (the end of every run on
+    its own LocalCluster).  The run's client gave the workers a plugin that closes them."""
+    from distributed import Client
+
+    def log() -> str:
+        return "".join((home / "worker.log").read_text() for home in worker_homes)
+
+    stopped = log().count("Stopping worker")
+    with Client(cluster) as client:
+        client.restart()  # each nanny closes its worker process (as a run's end does) and starts another
+    assert log().count("Stopping worker") >= stopped + 2
+    assert "Unclosed client session" not in log() and "Unclosed" not in cli_run["run"].stderr
 
 
 @pytest.fixture(scope="module")

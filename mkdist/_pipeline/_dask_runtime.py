@@ -59,11 +59,13 @@ def dask_client(address: str | None = None, n_workers: int | None = None,
     ``connect_timeout`` seconds (default 10, or ``MKDIST_CONNECT_TIMEOUT``) is reported with
     its address.  Without one a LocalCluster of ``n_workers`` processes starts for the run
     and stops after it.  The client is the process default, so every library call in the
-    run's tasks uses it.
+    run's tasks uses it.  Either way the workers get a plugin that closes their object-store
+    sessions when they close (:mod:`mkdist._pipeline._sessions`).
     """
     from distributed import Client, LocalCluster
 
     from .._core._worker_env import check_worker_malloc, worker_malloc_settings
+    from ._sessions import register_session_closer
 
     address = address or os.environ.get("MKDIST_DASK_ADDRESS") or None
     timeout = float(connect_timeout if connect_timeout is not None
@@ -76,6 +78,7 @@ def dask_client(address: str | None = None, n_workers: int | None = None,
                 f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({exc}); check the "
                 "address, or start the scheduler") from None
         logger.info("using Dask scheduler %s", address)
+        register_session_closer(client)
         advice = check_worker_malloc(client)
         if advice:
             logger.warning(advice)
@@ -97,6 +100,7 @@ def dask_client(address: str | None = None, n_workers: int | None = None,
     try:
         with Client(cluster, set_as_default=True) as client:
             logger.info("started a LocalCluster with %d workers", n_workers)
+            register_session_closer(client)
             yield client
     finally:
         cluster.close(timeout=5)
