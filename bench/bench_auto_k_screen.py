@@ -4,6 +4,8 @@
     python bench/bench_auto_k_screen.py --round stability    # Lange, Ben-Hur, prediction strength (resamples)
     python bench/bench_auto_k_screen.py --round splithalf    # split halves (Lange, Tibshirani-Walther); modularity
     python bench/bench_auto_k_screen.py --round modularity   # the eigengap rule combined with modularity
+    python bench/bench_auto_k_screen.py --round switch       # modularity over-rules a much less modular gap
+    python bench/bench_auto_k_screen.py --round ceiling      # what any rule on these scores could reach (oracles)
     python bench/bench_auto_k_screen.py --round library      # only the two reference rows
     python bench/bench_auto_k_screen.py --round NAME --summary [--per-set]   # the table from stored rows
 
@@ -13,7 +15,7 @@ separation 1.0 (the separated target) and 0.4 (W1's default).  Per cell the unif
 landmark kernel and the landmarks' labels are cached exactly as ``bench_auto_k.landmark_stack``
 builds them (``bench/out/auto_k_screen/cache``).  Every round computes two reference rows:
 the eigengap rule before this round (``knn-eigengap-votes-3sizes``: ``choose_n_clusters`` with
-its modularity step switched off, ``NO_STRUCTURE_SHARE`` = inf) and the checkout's
+its modularity step switched off, ``NO_STRUCTURE_SHARE`` = ``MODULARITY_MARGIN`` = inf) and the checkout's
 ``choose_n_clusters`` (``library: <RULE>``).  K range [2, min(50, n // 10)].
 
 Columns of the summary: sets where the variant is exact, or ambiguous with the true K as
@@ -289,12 +291,90 @@ def round_modularity(D2, ctx, base):
     return res
 
 
+# ============================================================================ ceilings (label-peeking, not rules)
+def _ceiling(K, cands, fallback):
+    """An oracle that is exact whenever K is among ``cands``: no rule drawing its pick and runner-up
+    from these candidates can be exact-or-runner-up on more cells."""
+    return {"k": int(K) if K in cands else int(fallback), "ambiguous": False, "runner_up": int(fallback)}
+
+
+def round_ceiling(D2, ctx, base):
+    """How far any rule built on these scores could go: per cell, is the true K among the top few
+    candidates of the eigengap (each neighbourhood size) and of modularity?  Plus the library rule
+    with the K range widened to min(100, n // 10) (the same graph): leaves100 has K = 100."""
+    from mkdist._core._nclusters import SCALES, _graph_spectrum, _knn_graph, _modularity_curve, _scale_neighbors
+
+    k_min, k_max, nn, K = ctx["k_min"], ctx["k_max"], ctx["nn"], ctx["K"]
+    n = D2.shape[0]
+    ks = np.arange(k_min, k_max + 1)
+    top = lambda score, r: [int(ks[i]) for i in np.argsort(-score, kind="stable")[:r]]  # noqa: E731
+    gap_tops = []
+    for f in SCALES:
+        mu = _graph_spectrum(_knn_graph(D2, min(_scale_neighbors(nn, f), n - 1)), k_max + 1)
+        gap_tops.append(top((mu[:k_max] - mu[1:k_max + 1])[k_min - 1:k_max], 3))
+    q = _modularity_curve(_knn_graph(D2, nn), k_min, k_max)
+    mod = top(q, 3)
+    lib = {base.n_clusters, base.runner_up}
+    res = {
+        "eigengap pick alone (default size)": {"k": gap_tops[0][0], "ambiguous": False, "runner_up": gap_tops[0][1]},
+        "modularity pick alone": {"k": mod[0], "ambiguous": False, "runner_up": mod[1]},
+        "ceiling: K in {rule's pick, its runner-up} (ambiguity ignored)": _ceiling(K, lib, ctx["lib_k"]),
+        "ceiling: K in eigengap top-2 (default size)": _ceiling(K, gap_tops[0][:2], gap_tops[0][0]),
+        "ceiling: K in eigengap top-3 (default size)": _ceiling(K, gap_tops[0], gap_tops[0][0]),
+        "ceiling: K in eigengap top-2 of any of the 3 sizes": _ceiling(
+            K, {k for t in gap_tops for k in t[:2]}, gap_tops[0][0]),
+        "ceiling: K in modularity top-2": _ceiling(K, mod[:2], mod[0]),
+        "ceiling: K in modularity top-3": _ceiling(K, mod, mod[0]),
+        "ceiling: K in eigengap pick or modularity pick": _ceiling(K, {gap_tops[0][0], mod[0]}, ctx["lib_k"]),
+        "ceiling: K in eigengap top-2 (3 sizes) or modularity top-2": _ceiling(
+            K, {k for t in gap_tops for k in t[:2]} | set(mod[:2]), ctx["lib_k"]),
+        "ceiling: K in eigengap top-3 (3 sizes) or modularity top-3": _ceiling(
+            K, {k for t in gap_tops for k in t} | set(mod), ctx["lib_k"]),
+    }
+    wide = min(100, n // 10)
+    if wide > k_max and wide < n:
+        from mkdist._core._nclusters import choose_n_clusters
+
+        c = choose_n_clusters(ctx["Kc"], k_min=k_min, k_max=wide, n_neighbors=nn, random_state=ctx["seed"])
+        res["library, K range up to min(100, n // 10)"] = {"k": c.n_clusters, "ambiguous": c.ambiguous,
+                                                           "runner_up": c.runner_up}
+    else:
+        res["library, K range up to min(100, n // 10)"] = {"k": ctx["lib_k"], "ambiguous": ctx["lib_amb"],
+                                                           "runner_up": ctx["lib_runner"]}
+    for r in res.values():
+        r["cpu"] = 0.0
+    return res
+
+
+# ============================================================================ round 4: modularity vetoes the eigengap
+def round_switch(D2, ctx, base):
+    """The eigengap's K is kept when its spectral partition is nearly as modular as the most modular
+    one (q(K) >= (1 - eps) max q), else the most modular k is taken (the eigengap's pick the runner-up,
+    ambiguous): a coarse gap (k = 2-4) that the graph's finer partitions beat on modularity is
+    over-ruled; a gap whose partition is as good as any is not.  Cells without any gap still go
+    to modularity (the library's step 5)."""
+    k_min, k_max = ctx["k_min"], ctx["k_max"]
+    t0 = time.process_time()
+    q = modularity_curve(D2, ctx["nn"], k_min, k_max)
+    t = time.process_time() - t0
+    ks = list(range(k_min, k_max + 1))
+    kq = ks[int(np.argmax(q))]
+    qg = q[base.n_clusters - k_min]
+    res = {}
+    for eps in (0.02, 0.05, 0.1, 0.2):
+        switch = base.no_structure_share >= 0.5 or qg < (1 - eps) * q.max()
+        fb = {"k": kq, "ambiguous": True, "runner_up": base.n_clusters if kq != base.n_clusters else base.runner_up}
+        cur = {"k": base.n_clusters, "ambiguous": base.ambiguous, "runner_up": base.runner_up}
+        res[f"eigengap unless q(K) < {1 - eps:.2f} max q"] = {**(fb if switch else cur), "cpu": t + ctx["base_cpu"]}
+    return res
+
+
 def round_library(D2, ctx, base):
     return {}
 
 
 ROUNDS = {"stability": round_stability, "splithalf": round_splithalf, "modularity": round_modularity,
-          "library": round_library}
+          "ceiling": round_ceiling, "switch": round_switch, "library": round_library}
 
 
 def run(round_name: str) -> None:
@@ -316,14 +396,14 @@ def run(round_name: str) -> None:
         with blas_threads(1):
             # The baseline: the eigengap rule without the modularity step (knn-eigengap-votes-3sizes,
             # the rule before this round; identical K, runner-up and ambiguity).
-            saved = _nclusters.NO_STRUCTURE_SHARE
-            _nclusters.NO_STRUCTURE_SHARE = float("inf")
+            saved = _nclusters.NO_STRUCTURE_SHARE, _nclusters.MODULARITY_MARGIN
+            _nclusters.NO_STRUCTURE_SHARE = _nclusters.MODULARITY_MARGIN = float("inf")
             try:
                 c0 = time.process_time()
                 base = choose_n_clusters(Kc, k_min=k_min, k_max=k_max, random_state=seed)
                 base_cpu = time.process_time() - c0
             finally:
-                _nclusters.NO_STRUCTURE_SHARE = saved
+                _nclusters.NO_STRUCTURE_SHARE, _nclusters.MODULARITY_MARGIN = saved
             res = {"eigengap rule (knn-eigengap-votes-3sizes)": {
                 "k": base.n_clusters, "ambiguous": base.ambiguous, "runner_up": base.runner_up,
                 "confidence": base.confidence, "cpu": base_cpu}}
@@ -334,8 +414,9 @@ def run(round_name: str) -> None:
                                            "cpu": time.process_time() - c0}
             D2 = _kernel_sq_distances(Kc)
             res.update(ROUNDS[round_name](D2, {"k_min": k_min, "k_max": k_max, "nn": nn, "seed": seed,
-                                               "base_cpu": base_cpu}, base))
-            proxy = Proxy(D2, y, nn, seed, max(K, k_max))
+                                               "base_cpu": base_cpu, "K": K, "Kc": Kc, "lib_k": lib.n_clusters,
+                                               "lib_amb": lib.ambiguous, "lib_runner": lib.runner_up}, base))
+            proxy = Proxy(D2, y, nn, seed, max(K, k_max, *(r["k"] for r in res.values())))
             pk = {str(k): proxy(k) for k in {K} | {r["k"] for r in res.values()}}
         row = {"dataset": name, "seed": seed, "K": K, "n": n, "res": res, "proxy": pk}
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -370,6 +451,13 @@ def summarise(round_name: str, per_set: bool) -> str:
         exact = [sum(r["res"][v]["k"] == r["K"] for r in group) for group in (real, sep, w04)]
         lines.append(f"| {v} | {sets_ok} | {sets_ex} | {exact[0]} | {sum(bool(ok(r)) for r in real)} | {ratio:.3f} | "
                      f"{exact[1]} | {exact[2]} | {np.median(cpu):.2f} / {np.max(cpu):.2f} |")
+    if round_name == "ceiling":
+        # Target (b)'s ceiling for a rule that switches between the two families: per cell, the
+        # labels pick the better of the library's K and modularity's K (the proxy NMI of each).
+        best = np.mean([max(r["proxy"][str(r["res"][v]["k"])] for v in r["res"]
+                            if v.startswith("library:") or v == "modularity pick alone") for r in real])
+        lines.append(f"\nNMI-proxy ratio of the better (by the labels) of the library's and modularity's K: "
+                     f"{best / np.mean([r['proxy'][str(r['K'])] for r in real]):.3f}")
     if per_set:
         for v in rows[0]["res"]:
             lines.append(f"\n{v}  (K? = ambiguous, runner-up in brackets)")

@@ -103,5 +103,6 @@ class DegenerateKernelWarning(RuntimeWarning):
 
 
 class AmbiguousNClustersWarning(UserWarning):
-    """``n_clusters="auto"`` found no clear eigengap: the fit used the best guess, and the
-    choice (``n_clusters_choice_``) names the runner-up."""
+    """``n_clusters="auto"`` found no clear eigengap, or a gap whose partition is clearly less
+    modular than another k's: the fit used the best guess, and the choice
+    (``n_clusters_choice_``) names the runner-up."""

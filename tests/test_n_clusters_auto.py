@@ -89,7 +89,7 @@ def test_integer_k_is_used_as_given_and_the_rule_only_hints():
 def test_no_clear_gap_still_fits_the_best_guess_and_warns_ambiguous():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 3))  # one Gaussian blob: no cluster structure
-    with pytest.warns(AmbiguousNClustersWarning, match="ambiguous: no clear eigengap.*runner-up"):
+    with pytest.warns(AmbiguousNClustersWarning, match=r"ambiguous in k = 2\.\.\d+: .*best guess.*runner-up"):
         est = mkdist.MultipleKernelClustering(n_clusters="auto", n_landmarks=300, random_state=0).fit(X)
     assert est.n_clusters_choice_.ambiguous
     assert len(np.unique(est.labels_)) == est.n_clusters_ == est.n_clusters_choice_.n_clusters
@@ -266,6 +266,14 @@ def test_a_modularity_choice_says_so_in_the_report_and_inspect():
         "n_clusters": 4, "n_landmarks": 200, "spectrum": {"values": list(np.geomspace(1.0, 0.01, 12)), "k": 4},
         "n_clusters_choice": eigengap}}).figures["k_choice"].caption
     assert "modular" not in choice_lines(eigengap)[0] and "modular" not in _choice_text(eigengap)
+    # Modularity over-ruling a gap (step 5's veto) says that, not "no gap".
+    veto = _choice(ambiguous=True, confidence=0.0, no_structure_share=0.1, criterion="modularity")
+    _, _, figs = _spectrum_text(veto)
+    assert "clearly less modular" in figs.figures["k_choice"].caption
+    assert "no gap" not in figs.figures["k_choice"].caption
+    for text in (choice_lines(veto)[0], _choice_text(veto)):
+        assert f"largest eigengap (K = {veto['runner_up']}) gives a much less modular partition" in text
+        assert "no clear" not in text
 
 
 def test_report_without_a_k_rule_verdict_shows_no_guess():

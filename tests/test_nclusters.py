@@ -124,12 +124,13 @@ def test_without_a_gap_modularity_chooses_and_the_eigengap_pick_is_runner_up(mon
     choice = choose_n_clusters(K)
     assert choice.no_structure_share >= _nclusters.NO_STRUCTURE_SHARE and choice.ambiguous
     D2 = _nclusters._kernel_sq_distances(K)
-    assert choice.n_clusters == _nclusters._modularity_pick(_nclusters._knn_graph(D2, choice.n_neighbors),
-                                                            *choice.k_range)
+    curve = _nclusters._modularity_curve(_nclusters._knn_graph(D2, choice.n_neighbors), *choice.k_range)
+    assert choice.n_clusters == _nclusters._modularity_pick(curve, choice.k_range[0])
     assert choice.candidates[0][0] == choice.n_clusters
     assert choice.criterion == "modularity" and "most modular" in choice.verdict()
     assert NClustersChoice.from_dict(choice.as_dict()) == choice
     monkeypatch.setattr(_nclusters, "NO_STRUCTURE_SHARE", 2.0)  # the eigengap alone
+    monkeypatch.setattr(_nclusters, "MODULARITY_MARGIN", float("inf"))
     gap_only = choose_n_clusters(K)
     assert gap_only.criterion == "eigengap"
     # A choice stored before the criterion was recorded reads back as the eigengap's.
@@ -141,10 +142,45 @@ def test_without_a_gap_modularity_chooses_and_the_eigengap_pick_is_runner_up(mon
 
 
 def test_modularity_of_spectral_partitions_finds_separated_blobs():
-    from mkdist._core._nclusters import _kernel_sq_distances, _knn_graph, _modularity_pick
+    from mkdist._core._nclusters import _kernel_sq_distances, _knn_graph, _modularity_curve, _modularity_pick
 
     X, _ = blobs(5, 60, seed=3)
-    assert _modularity_pick(_knn_graph(_kernel_sq_distances(rbf_kernel(X)), 8), 2, 20) == 5
+    assert _modularity_pick(_modularity_curve(_knn_graph(_kernel_sq_distances(rbf_kernel(X)), 8), 2, 20), 2) == 5
+
+
+def two_groups_of_four(group_distance: float, sub_separation: float, seed: int) -> np.ndarray:
+    """Two groups ``group_distance`` apart, each of four unit blobs (60 points) ``sub_separation``
+    from the group's centre along different axes: a coarse split into 2 that divides into 8."""
+    rng = np.random.default_rng(seed)
+    centres = np.zeros((8, 5))
+    centres[4:, 0] = group_distance
+    centres[np.arange(8), 1 + np.arange(8) % 4] += sub_separation
+    return np.vstack([c + rng.normal(size=(60, 5)) for c in centres])
+
+
+def test_a_coarse_gap_whose_groups_divide_further_is_over_ruled_by_modularity(monkeypatch):
+    # Touching groups of touching blobs: the kNN graph's largest gap is the coarse one (k = 2, 10
+    # of 11 spectra agree), but the partition into the 8 blobs is far more modular: K = 8, the
+    # gap's 2 the runner-up, and the two criteria's disagreement is reported as ambiguous.
+    from mkdist._core import _nclusters
+
+    K = rbf_kernel(two_groups_of_four(4.0, 2.0, seed=0))
+    choice = choose_n_clusters(K)
+    assert (choice.n_clusters, choice.runner_up, choice.criterion, choice.ambiguous) == (8, 2, "modularity", True)
+    assert choice.no_structure_share < _nclusters.NO_STRUCTURE_SHARE      # there is a gap: the veto acted
+    assert "most modular" in choice.verdict()
+    monkeypatch.setattr(_nclusters, "MODULARITY_MARGIN", float("inf"))   # without the veto: the coarse split
+    gap_only = choose_n_clusters(K)
+    assert (gap_only.n_clusters, gap_only.ambiguous) == (2, False) and gap_only.confidence > 0.9
+
+
+@pytest.mark.parametrize("group_distance, sub_separation, expected", [(60.0, 2.0, 2), (8.0, 3.0, 8)])
+def test_a_gap_that_disconnects_the_graph_or_is_as_modular_as_any_stands(group_distance, sub_separation, expected):
+    # Far-apart groups (no kNN edge between them): modularity prefers the 8 blobs, but a partition
+    # that keeps >= 99% of the edges inside its groups is not over-ruled (as with unequal sizes).
+    # Separated blobs: the largest gap is at the 8 blobs and modularity agrees.
+    choice = choose_n_clusters(rbf_kernel(two_groups_of_four(group_distance, sub_separation, seed=0)))
+    assert (choice.n_clusters, choice.criterion, choice.ambiguous) == (expected, "eigengap", False)
 
 
 def test_identical_landmarks_do_not_break_the_graph():

@@ -482,9 +482,10 @@ class MultipleKernelClustering(KernelLandmarkEstimator):
         K, number of clusters.  "auto": chosen from the landmark kernel (the uniform
         combination of the preprocessed base kernels) by the eigengap of its kNN graph with
         resampling votes, or the modularity of its spectral partitions when the spectra show no
-        gap (``mkdist._core._nclusters``), in [2, min(50, n_landmarks // 10)]; a pair
-        (k_min, k_max) searches that range (k_max < n_landmarks).  The choice is in
-        ``n_clusters_`` and ``n_clusters_choice_``; when it is ambiguous (no clear gap) the
+        gap or the gap's partition is clearly less modular (``mkdist._core._nclusters``), in
+        [2, min(50, n_landmarks // 10)]; a pair (k_min, k_max) searches that range (k_max <
+        n_landmarks).  The choice is in ``n_clusters_`` and ``n_clusters_choice_``; when it is
+        ambiguous (no clear gap, or the two criteria disagree) the
         fit uses the best guess and warns (``AmbiguousNClustersWarning``).
     kernels : str or list of KernelSpec/dict, default=None
         Base kernels.  None: "auto": on a view with fewer than 10% non-zero entries (text,

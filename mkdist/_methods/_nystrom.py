@@ -203,7 +203,8 @@ class NystromSpectralClustering(MkdistEstimator):
     n_clusters : int, "auto" or (k_min, k_max), default=8
         k, the number of clusters and of embedding dimensions (>= 2).  "auto" or a range:
         chosen from the anchors' Gaussian kernel Kx by the eigengap of its kNN graph, or the
-        modularity of its spectral partitions when there is no gap (``mkdist._core._nclusters``;
+        modularity of its spectral partitions when there is no gap or the gap's partition is
+        clearly less modular (``mkdist._core._nclusters``;
         "auto" searches [2, min(50, m // 10)], so it needs m >= 20 anchors to look beyond
         K = 2), before the degree and Gram passes over the rows (``n_clusters_``,
         ``n_clusters_choice_``).

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._core._nclusters import MODULARITY_MARGIN, NO_STRUCTURE_SHARE
+
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn: `import mkdist` stays fast
     from matplotlib.figure import Figure
 
@@ -457,7 +459,8 @@ def _spectrum_figures(data: Mapping) -> list[ReportFigure] | str:
         caption += (" The box is the verdict of the K rule (" + str(choice.get("rule") or "knn-eigengap-votes")
                     + ": the largest eigengap of the landmarks' k-nearest-neighbour graph, voted on by "
                     f"{int(choice.get('n_resamples') or 0)} resamples of the landmarks; when most of "
-                    "them see no gap, the k of the graph's most modular spectral partition), the rule "
+                    "them see no gap, or when the gap's partition is clearly less modular than another "
+                    "k's, the k of the graph's most modular spectral partition), the rule "
                     "n_clusters=\"auto\" uses; it reads the graph's spectrum (next figure), not these "
                     "eigenvalues, whose decay is smooth on most data even when the clusters are clear.")
     else:
@@ -509,7 +512,11 @@ def _k_choice_figures(data: Mapping) -> list[ReportFigure] | str:
                "μ of the normalised k-nearest-neighbour graph of the landmarks (from the uniform combination "
                f"of the base kernels; {choice.get('n_landmarks')} landmarks, {choice.get('n_neighbors')} "
                f"neighbours). " + (
-                   f"Most spectra have no gap at all (their largest is after μ1), so the best guess (orange) "
+                   ("Most spectra have no gap at all (their largest is after μ1), so the best guess (orange) "
+                    if float(choice.get("no_structure_share") or 0.0) >= NO_STRUCTURE_SHARE else
+                    f"The largest gap in {k_lo}..{k_hi} (at k = {runner}) splits the graph into groups that it "
+                    f"divides further: their partition is clearly less modular (by over "
+                    f"{MODULARITY_MARGIN:.0%}) than the best one, so the best guess (orange) ") +
                    f"is the k in {k_lo}..{k_hi} whose spectral partition of the graph is the most modular "
                    f"(its edges stay inside the groups most often beyond chance); the runner-up is the "
                    f"largest gap in that range (grey: outside). "

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._core._cluster import compute
+from .._core._nclusters import how_chosen, why_ambiguous
 from .._pipeline._stages import REPORT_ROWS, as_store, load_estimator, refuse_overlap, writer_lease
 from ..errors import InputValidationError
 from ._tables import _fmt
@@ -47,12 +48,11 @@ def choice_lines(choice: dict | None, indent: str = "  ") -> list[str]:
     if not choice:
         return []
     asked = choice.get("asked")
-    how = (" (the most modular partition of the landmark graph)"
-           if choice.get("criterion") == "modularity" else "")
+    how = how_chosen(choice)
     if choice.get("chosen_by_fit"):
         head = f"n_clusters={json.dumps(asked)} chose K = {choice['n_clusters']}{how}"
         if choice.get("ambiguous"):
-            head = (f"n_clusters={json.dumps(asked)}: AMBIGUOUS, no clear eigengap; fitted with the best guess "
+            head = (f"n_clusters={json.dumps(asked)}: AMBIGUOUS, {why_ambiguous(choice)}; fitted with the best guess "
                     f"K = {choice['n_clusters']}{how}")
     else:
         head = (f"K = {asked} given; the K rule would say "
@@ -80,7 +80,8 @@ def summary_markdown(summary: dict, store: str | None = None) -> str:
             lines.append(f"| {key} | {_fmt(summary[key])} |")
     choice = summary.get("n_clusters_choice")
     if choice and choice.get("chosen_by_fit"):
-        lines.append(f"| K choice | {'AMBIGUOUS (no clear gap), best guess ' if choice['ambiguous'] else ''}"
+        why = f"AMBIGUOUS ({why_ambiguous(choice)}), best guess " if choice["ambiguous"] else ""
+        lines.append(f"| K choice | {why}"
                      f"{choice['n_clusters']}; confidence {choice['confidence']:.2f}, runner-up "
                      f"{choice['runner_up']} ({choice['rule']}) |")
     if summary.get("resumed_stages"):

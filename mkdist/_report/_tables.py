@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from .._core._nclusters import how_chosen, why_ambiguous
 from ._figures import _mapping
 
 
@@ -40,13 +41,13 @@ def _choice_text(choice: Mapping) -> str | None:
         return None
     cands = ", ".join(f"{int(k)}: {float(v):.2f}" for k, v in (choice.get("candidates") or [])[:6])
     conf, runner, best = float(choice.get("confidence") or 0), choice.get("runner_up"), choice.get("n_clusters")
-    how = " (most modular partition)" if choice.get("criterion") == "modularity" else ""
+    how = how_chosen(choice)
     if choice.get("chosen_by_fit"):
-        head = (f"ambiguous, no clear gap: fitted with the best guess {best}{how}" if choice.get("ambiguous")
-                else f"chosen: {best}{how}")
+        head = (f"ambiguous ({why_ambiguous(choice)}): fitted with the best guess {best}{how}"
+                if choice.get("ambiguous") else f"chosen: {best}{how}")
     else:
-        head = (f"given by hand; the K rule finds no clear gap (best guess {best}{how})" if choice.get("ambiguous")
-                else f"given by hand; the K rule says {best}{how}")
+        head = (f"given by hand; the K rule is ambiguous ({why_ambiguous(choice)}; best guess {best}{how})"
+                if choice.get("ambiguous") else f"given by hand; the K rule says {best}{how}")
     return (f"{head} (confidence {conf:.2f}, runner-up {runner}; candidates with vote shares {cands}; "
             f"rule {choice.get('rule')})")
 
