@@ -191,6 +191,17 @@ def test_importing_mkdist_loads_no_numerical_stack_and_every_public_name_resolve
     assert out[1] == "True", out
 
 
+def test_importing_the_pipeline_loads_no_numerical_stack():
+    # What the CLI imports before it refuses bad input: a refusal answers in well under a second.
+    import subprocess
+    import sys
+
+    heavy = ("sklearn", "dask", "distributed", "xarray", "zarr", "prefect", "scipy")
+    code = "import sys, mkdist.pipeline; print(sorted(m for m in %r if m in sys.modules))" % (heavy,)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
 @pytest.mark.parametrize("method", ["mkc", "nystrom", "rff-power", "mv-rff-power", "late-fusion"])
 def test_builtin_parameter_tables_are_the_ones_the_classes_check(method):
     """The CLI checks arguments against mkdist._methods._params without importing the class: the table

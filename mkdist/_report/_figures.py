@@ -30,8 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._core._nclusters import MODULARITY_MARGIN, NO_STRUCTURE_SHARE
-
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn: `import mkdist` stays fast
     from matplotlib.figure import Figure
 
@@ -477,6 +475,8 @@ def _k_choice_figures(data: Mapping) -> list[ReportFigure] | str:
     mu = _floats(choice.get("eigenvalues"))
     if not choice or mu.size < 2:
         return "K choice: not recorded (the method has no landmark kernel, or the run predates the K rule)."
+    from .._core._nclusters import MODULARITY_MARGIN, NO_STRUCTURE_SHARE
+
     k_lo, k_hi = (int(v) for v in (choice.get("k_range") or (1, mu.size - 1)))
     gaps = mu[:-1] - mu[1:]                       # gaps[k - 1] = mu_k - mu_{k+1}
     ks = np.arange(1, gaps.size + 1)

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from .._core._cluster import compute
-from .._core._nclusters import how_chosen, why_ambiguous
 from .._pipeline._stages import REPORT_ROWS, as_store, load_estimator, refuse_overlap, writer_lease
 from ..errors import InputValidationError
 from ._tables import _fmt
@@ -47,6 +46,8 @@ def choice_lines(choice: dict | None, indent: str = "  ") -> list[str]:
     "ambiguous"), confidence, runner-up, the candidates with their vote shares, the rule."""
     if not choice:
         return []
+    from .._core._nclusters import how_chosen, why_ambiguous  # scipy: not at `import mkdist.pipeline`
+
     asked = choice.get("asked")
     how = how_chosen(choice)
     if choice.get("chosen_by_fit"):
@@ -80,6 +81,8 @@ def summary_markdown(summary: dict, store: str | None = None) -> str:
             lines.append(f"| {key} | {_fmt(summary[key])} |")
     choice = summary.get("n_clusters_choice")
     if choice and choice.get("chosen_by_fit"):
+        from .._core._nclusters import why_ambiguous
+
         why = f"AMBIGUOUS ({why_ambiguous(choice)}), best guess " if choice["ambiguous"] else ""
         lines.append(f"| K choice | {why}"
                      f"{choice['n_clusters']}; confidence {choice['confidence']:.2f}, runner-up "

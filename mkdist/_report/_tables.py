@@ -15,7 +15,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .._core._nclusters import how_chosen, why_ambiguous
 from ._figures import _mapping
 
 
@@ -39,6 +38,8 @@ def _choice_text(choice: Mapping) -> str | None:
     the candidates with their vote shares."""
     if not choice:
         return None
+    from .._core._nclusters import how_chosen, why_ambiguous  # scipy: not at `import mkdist.pipeline`
+
     cands = ", ".join(f"{int(k)}: {float(v):.2f}" for k, v in (choice.get("candidates") or [])[:6])
     conf, runner, best = float(choice.get("confidence") or 0), choice.get("runner_up"), choice.get("n_clusters")
     how = how_chosen(choice)
