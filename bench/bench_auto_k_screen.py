@@ -271,15 +271,23 @@ def round_splithalf(D2, ctx, base):
 
 
 # ============================================================================ round 3: eigengap + modularity
-def round_modularity(D2, ctx, base):
-    k_min, k_max = ctx["k_min"], ctx["k_max"]
+def _modularity_and_eigengap(D2, ctx, base):
+    """The default graph's modularity curve q over [k_min, k_max], its CPU seconds, the most modular
+    k, and the two choices the combined rules switch between: the eigengap rule's (``base``) and
+    modularity's (ambiguous, the eigengap's pick its runner-up)."""
     t0 = time.process_time()
-    q = modularity_curve(D2, ctx["nn"], k_min, k_max)
+    q = modularity_curve(D2, ctx["nn"], ctx["k_min"], ctx["k_max"])
     t = time.process_time() - t0
-    ks = list(range(k_min, k_max + 1))
-    kq = ks[int(np.argmax(q))]
+    kq = ctx["k_min"] + int(np.argmax(q))
     cur = {"k": base.n_clusters, "ambiguous": base.ambiguous, "runner_up": base.runner_up}
     fallback = {"k": kq, "ambiguous": True, "runner_up": base.n_clusters if kq != base.n_clusters else base.runner_up}
+    return q, t, kq, cur, fallback
+
+
+def round_modularity(D2, ctx, base):
+    k_min, k_max = ctx["k_min"], ctx["k_max"]
+    q, t, kq, cur, fallback = _modularity_and_eigengap(D2, ctx, base)
+    ks = list(range(k_min, k_max + 1))
     res = {"modularity alone": {"k": kq, "ambiguous": False, "runner_up": ks[int(np.argsort(-q)[1])], "cpu": t}}
     res["eigengap; modularity if ambiguous"] = {**(fallback if base.ambiguous else cur), "cpu": t + ctx["base_cpu"]}
     res["eigengap; modularity if no-structure share >= 1/2"] = {
@@ -314,22 +322,23 @@ def round_ceiling(D2, ctx, base):
         gap_tops.append(top((mu[:k_max] - mu[1:k_max + 1])[k_min - 1:k_max], 3))
     q = _modularity_curve(_knn_graph(D2, nn), k_min, k_max)
     mod = top(q, 3)
-    lib = {base.n_clusters, base.runner_up}
+    lib = ctx["lib"]
     res = {
         "eigengap pick alone (default size)": {"k": gap_tops[0][0], "ambiguous": False, "runner_up": gap_tops[0][1]},
         "modularity pick alone": {"k": mod[0], "ambiguous": False, "runner_up": mod[1]},
-        "ceiling: K in {rule's pick, its runner-up} (ambiguity ignored)": _ceiling(K, lib, ctx["lib_k"]),
+        "ceiling: K in {rule's pick, its runner-up} (ambiguity ignored)": _ceiling(K, {base.n_clusters, base.runner_up},
+                                                                                  lib.n_clusters),
         "ceiling: K in eigengap top-2 (default size)": _ceiling(K, gap_tops[0][:2], gap_tops[0][0]),
         "ceiling: K in eigengap top-3 (default size)": _ceiling(K, gap_tops[0], gap_tops[0][0]),
         "ceiling: K in eigengap top-2 of any of the 3 sizes": _ceiling(
             K, {k for t in gap_tops for k in t[:2]}, gap_tops[0][0]),
         "ceiling: K in modularity top-2": _ceiling(K, mod[:2], mod[0]),
         "ceiling: K in modularity top-3": _ceiling(K, mod, mod[0]),
-        "ceiling: K in eigengap pick or modularity pick": _ceiling(K, {gap_tops[0][0], mod[0]}, ctx["lib_k"]),
+        "ceiling: K in eigengap pick or modularity pick": _ceiling(K, {gap_tops[0][0], mod[0]}, lib.n_clusters),
         "ceiling: K in eigengap top-2 (3 sizes) or modularity top-2": _ceiling(
-            K, {k for t in gap_tops for k in t[:2]} | set(mod[:2]), ctx["lib_k"]),
+            K, {k for t in gap_tops for k in t[:2]} | set(mod[:2]), lib.n_clusters),
         "ceiling: K in eigengap top-3 (3 sizes) or modularity top-3": _ceiling(
-            K, {k for t in gap_tops for k in t} | set(mod), ctx["lib_k"]),
+            K, {k for t in gap_tops for k in t} | set(mod), lib.n_clusters),
     }
     wide = min(100, n // 10)
     if wide > k_max and wide < n:
@@ -339,8 +348,8 @@ def round_ceiling(D2, ctx, base):
         res["library, K range up to min(100, n // 10)"] = {"k": c.n_clusters, "ambiguous": c.ambiguous,
                                                            "runner_up": c.runner_up}
     else:
-        res["library, K range up to min(100, n // 10)"] = {"k": ctx["lib_k"], "ambiguous": ctx["lib_amb"],
-                                                           "runner_up": ctx["lib_runner"]}
+        res["library, K range up to min(100, n // 10)"] = {"k": lib.n_clusters, "ambiguous": lib.ambiguous,
+                                                           "runner_up": lib.runner_up}
     for r in res.values():
         r["cpu"] = 0.0
     return res
@@ -353,19 +362,13 @@ def round_switch(D2, ctx, base):
     ambiguous): a coarse gap (k = 2-4) that the graph's finer partitions beat on modularity is
     over-ruled; a gap whose partition is as good as any is not.  Cells without any gap still go
     to modularity (the library's step 5)."""
-    k_min, k_max = ctx["k_min"], ctx["k_max"]
-    t0 = time.process_time()
-    q = modularity_curve(D2, ctx["nn"], k_min, k_max)
-    t = time.process_time() - t0
-    ks = list(range(k_min, k_max + 1))
-    kq = ks[int(np.argmax(q))]
-    qg = q[base.n_clusters - k_min]
+    q, t, _, cur, fallback = _modularity_and_eigengap(D2, ctx, base)
+    qg = q[base.n_clusters - ctx["k_min"]]
     res = {}
     for eps in (0.02, 0.05, 0.1, 0.2):
         switch = base.no_structure_share >= 0.5 or qg < (1 - eps) * q.max()
-        fb = {"k": kq, "ambiguous": True, "runner_up": base.n_clusters if kq != base.n_clusters else base.runner_up}
-        cur = {"k": base.n_clusters, "ambiguous": base.ambiguous, "runner_up": base.runner_up}
-        res[f"eigengap unless q(K) < {1 - eps:.2f} max q"] = {**(fb if switch else cur), "cpu": t + ctx["base_cpu"]}
+        res[f"eigengap unless q(K) < {1 - eps:.2f} max q"] = {**(fallback if switch else cur),
+                                                               "cpu": t + ctx["base_cpu"]}
     return res
 
 
@@ -414,8 +417,7 @@ def run(round_name: str) -> None:
                                            "cpu": time.process_time() - c0}
             D2 = _kernel_sq_distances(Kc)
             res.update(ROUNDS[round_name](D2, {"k_min": k_min, "k_max": k_max, "nn": nn, "seed": seed,
-                                               "base_cpu": base_cpu, "K": K, "Kc": Kc, "lib_k": lib.n_clusters,
-                                               "lib_amb": lib.ambiguous, "lib_runner": lib.runner_up}, base))
+                                               "base_cpu": base_cpu, "K": K, "Kc": Kc, "lib": lib}, base))
             proxy = Proxy(D2, y, nn, seed, max(K, k_max, *(r["k"] for r in res.values())))
             pk = {str(k): proxy(k) for k in {K} | {r["k"] for r in res.values()}}
         row = {"dataset": name, "seed": seed, "K": K, "n": n, "res": res, "proxy": pk}
