@@ -179,27 +179,28 @@ def test_no_method_name_in_orchestration_code(relpath):
 
 
 # ----------------------------------------------------------------------------- lazy loading
-def test_importing_mkdist_loads_no_numerical_stack_and_every_public_name_resolves():
+HEAVY = ("sklearn", "dask", "distributed", "xarray", "zarr", "prefect", "scipy")
+
+
+def _fresh_python(code: str) -> list[str]:
+    """The output lines of ``code`` run in a new interpreter (nothing imported beforehand)."""
     import subprocess
     import sys
 
-    heavy = ("sklearn", "dask", "distributed", "xarray", "zarr", "prefect", "scipy")
-    code = ("import sys, mkdist; print(sorted(m for m in %r if m in sys.modules)); "
-            "print(all(hasattr(mkdist, n) for n in mkdist.__all__))" % (heavy,))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+
+
+def test_importing_mkdist_loads_no_numerical_stack_and_every_public_name_resolves():
+    out = _fresh_python("import sys, mkdist; print(sorted(m for m in %r if m in sys.modules)); "
+                        "print(all(hasattr(mkdist, n) for n in mkdist.__all__))" % (HEAVY,))
     assert out[0] == "[]", out
     assert out[1] == "True", out
 
 
 def test_importing_the_pipeline_loads_no_numerical_stack():
     # What the CLI imports before it refuses bad input: a refusal answers in well under a second.
-    import subprocess
-    import sys
-
-    heavy = ("sklearn", "dask", "distributed", "xarray", "zarr", "prefect", "scipy")
-    code = "import sys, mkdist.pipeline; print(sorted(m for m in %r if m in sys.modules))" % (heavy,)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]", out
+    out = _fresh_python("import sys, mkdist.pipeline; print(sorted(m for m in %r if m in sys.modules))" % (HEAVY,))
+    assert out[0] == "[]", out
 
 
 @pytest.mark.parametrize("method", ["mkc", "nystrom", "rff-power", "mv-rff-power", "late-fusion"])
