@@ -150,6 +150,9 @@ class InputSource:
         Rows per chunk (default: the source's own chunking, or about 32 MiB per chunk).
     storage_options : dict, optional
         fsspec options for remote locations (credentials, endpoint).
+    categories : dict of str to list, optional
+        Tables: column -> its categories, fixed (a fitted model's, so that a new batch is
+        encoded as the data it was fitted on); default: read from the table.
     """
 
     location: str
@@ -158,6 +161,7 @@ class InputSource:
     label_column: str | None = None
     chunk_rows: int | None = None
     storage_options: dict | None = None
+    categories: dict | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "location", os.fspath(self.location))
@@ -253,7 +257,7 @@ class OpenedInput:
     def describe_row(self, row: int) -> str:
         """'row 17' or, with an id column of a table, "row 17 (customer_id 'C17')"."""
         if self.kind == "table" and self.source.id_column:
-            from ._tables import _id_suffix
+            from .._core._columns import _id_suffix
 
             suffix = _id_suffix(self.table, self.source.id_column, row, "")
             return f"row {row} ({suffix.lstrip(', ')})" if suffix else f"row {row}"
@@ -329,10 +333,10 @@ def open_input(source: InputSource) -> OpenedInput:
         from ._tables import ParquetTable, plan_views
 
         table = ParquetTable.open(source.location, source.storage_options)
-        plan = plan_views(table, source.views, id_column=source.id_column, label_column=source.label_column)
+        plan = plan_views(table, source.views, id_column=source.id_column, label_column=source.label_column,
+                          categories=source.categories)
         fingerprint = _hash({"table": table.fingerprint, "plan": plan.to_json(), "chunk_rows": source.chunk_rows})
-        return OpenedInput(source, kind, table.n_rows, {v: len(c) for v, c in plan.views.items()},
-                           dict(plan.views), fingerprint, plan, table)
+        return OpenedInput(source, kind, table.n_rows, plan.widths(), plan.feature_names(), fingerprint, plan, table)
     if source.views is not None and isinstance(source.views, Mapping):
         raise InputValidationError(f"views by columns apply to tables (Parquet); {source.location} is {kind}: "
                                    "name its variables instead, e.g. views=['pix', 'fac']")

@@ -301,6 +301,9 @@ def input_record(opened: OpenedInput) -> dict[str, Any]:
               "id_column": opened.source.id_column, "label_column": opened.source.label_column}
     if opened.plan is not None:
         record["views"] = opened.plan.views
+        if opened.plan.categories:
+            # The vocabulary of every categorical column: a new batch is encoded with it.
+            record["categories"] = opened.plan.categories
     return record
 
 
@@ -316,6 +319,8 @@ def like_model(source: Any, model) -> Any:
     changes = {}
     if source.views is None:
         changes["views"] = record["views"]
+    if record.get("categories") and source.categories is None:
+        changes["categories"] = record["categories"]
     if source.id_column is None and record.get("id_column"):
         from ._tables import ParquetTable
 
