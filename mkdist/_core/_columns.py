@@ -744,3 +744,64 @@ def encode_views(data, layout: tuple) -> dict[str, np.ndarray]:
             block[:, j] = _column_values(data.column(c), dtype)
         out[view] = block
     return out
+
+
+# ----------------------------------------------------------------------------- DataFrames
+def has_frames(X: Any) -> bool:
+    """Whether ``X`` is a DataFrame, or a list/tuple/dict holding one (one per view)."""
+    if is_frame(X):
+        return True
+    values = X.values() if isinstance(X, Mapping) else X if isinstance(X, (list, tuple)) else ()
+    return any(is_frame(v) for v in values)
+
+
+def _frame_table(frame: Any) -> Table:
+    if type(frame).__module__.split(".")[0] != "pandas":
+        raise InputValidationError("a dask DataFrame is read through its partitions: pass it to mkdist.cluster or "
+                                   "mkdist.load_views (lazily), or call .compute() for an in-memory fit")
+    return ArrowTable(frame_to_arrow(frame))
+
+
+def frame_views(X: Any, categories: Mapping[str, Sequence] | None = None) -> tuple[dict[str, Any], dict[str, list]]:
+    """DataFrames as views, through the same column rules and encoding as a Parquet table.
+
+    Parameters
+    ----------
+    X : pandas.DataFrame, or list/tuple/dict of DataFrames (and arrays)
+        One DataFrame: one view (``"features"``) of its numeric columns, strings and the like
+        ignored, as for an undeclared table.  A list or dict: one view per DataFrame, its kind
+        from its columns (numbers, or categories: strings, categoricals); arrays pass through.
+    categories : mapping of str to list, optional
+        The vocabularies a fit learned (``categories_``): a categorical view is encoded with
+        them, so predicting encodes new rows as the fit did.
+
+    Returns
+    -------
+    views : dict of str to ndarray of shape (N, d_v)
+        float32; a categorical view has one column per category of each of its columns.
+    categories : dict of str to list
+        The vocabulary of every categorical column (empty without one).
+    """
+    if is_frame(X):
+        table = _frame_table(X)
+        plan = plan_views(table, categories=categories)
+        return encode_views(table.read((0, table.n_rows), _plan_columns(plan)), view_layout(table, plan)), \
+            dict(plan.categories)
+    items = list(X.items()) if isinstance(X, Mapping) else [(f"view{i}", v) for i, v in enumerate(X)]
+    views: dict[str, Any] = {}
+    learned: dict[str, list] = {}
+    for name, value in items:
+        if not is_frame(value):
+            views[str(name)] = value
+            continue
+        table = _frame_table(value)
+        known = {c: v for c, v in (categories or {}).items() if c in table.columns}
+        plan = plan_views(table, {str(name): [str(c) for c in table.columns if c not in table.pandas_index]},
+                          categories=known or None)
+        views.update(encode_views(table.read((0, table.n_rows), _plan_columns(plan)), view_layout(table, plan)))
+        learned.update(plan.categories)
+    return views, learned
+
+
+def _plan_columns(plan: ViewPlan) -> list[str]:
+    return list(dict.fromkeys(c for cols in plan.views.values() for c in cols))

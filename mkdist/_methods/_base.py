@@ -31,6 +31,7 @@ from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .._core._cluster import persist_and_wait
+from .._core._columns import frame_views, has_frames
 from .._core._kernel_specs import resolve_kernel_specs
 from .._core._kmeans import KMeansResult, assign_labels, assign_with_distance, kmeans
 from .._core._sampling import gather_rows, sample_landmark_indices
@@ -229,9 +230,18 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
 
     def _checked_input(self, X) -> tuple[dict[str, Any], dict[str, Any]]:
         """The input as named views, and the values the parameter check resolved against it."""
-        views = as_views(X)
+        views = self._input_views(X, fitting=True)
         self._check_arity(views)
         return views, self._check_params(int(next(iter(views.values())).shape[0]), views)
+
+    def _input_views(self, X, *, fitting: bool) -> dict[str, Any]:
+        """``X`` as named views; DataFrames through the table path, their categories learned
+        by a fit (``categories_``) and reused to encode what is predicted."""
+        if has_frames(X):
+            X, categories = frame_views(X, None if fitting else getattr(self, "categories_", None))
+            if fitting:
+                self.categories_ = categories
+        return as_views(X)
 
     def _check_params(self, n_samples: int, views: dict) -> dict[str, Any]:
         """The constraint table, then the data-dependent checks of ``_check_params_vs_input``."""
@@ -383,7 +393,7 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         Views match by name; unnamed views (a list, a tuple or one array) match by position.
         """
         check_is_fitted(self, self._fitted_attr)
-        views = as_views(X)
+        views = self._input_views(X, fitting=False)
         check_finite(views)
         names = self.view_names_
         cls = type(self).__name__
@@ -438,7 +448,8 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         attrs = {
             "format": self.state_format,
             "params": encode_params(self),
-            "views": {"names": list(self.view_names_), "n_features": dict(self.n_features_per_view_)},
+            "views": {"names": list(self.view_names_), "n_features": dict(self.n_features_per_view_),
+                      **({"categories": self.categories_} if getattr(self, "categories_", None) else {})},
             "diagnostics": to_jsonable({k: v for k, v in getattr(self, "diagnostics_", {}).items()
                                         if k != "timings"}),
             "n_clusters_choice": _choice_dict(self.__dict__.get("n_clusters_choice_")),
@@ -458,6 +469,8 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         est.view_names_ = list(views["names"])
         est.n_features_per_view_ = {k: int(v) for k, v in views["n_features"].items()}
         est.n_features_in_ = int(sum(est.n_features_per_view_.values()))
+        if views.get("categories"):
+            est.categories_ = {k: list(v) for k, v in views["categories"].items()}
         est.diagnostics_ = {**attrs.get("diagnostics", {}), "timings": {}}
         from .._core._nclusters import NClustersChoice
 

@@ -367,3 +367,92 @@ def table_ids(table: ParquetTable, plan: ViewPlan, id_column: str, chunk_rows: i
     read = dask.delayed(_read_ids, pure=True)
     pieces = table.pieces(_rows_per_piece(table, plan, chunk_rows), exact=chunk_rows is not None)
     return [read(table, piece, id_column) for piece in pieces]
+
+
+# ----------------------------------------------------------------------------- dask DataFrames
+class DaskFrameTable(Table):
+    """A dask DataFrame as a table: its schema from the frame's metadata, its partitions as the
+    row groups; the partition lengths and null counts are computed in one pass, and the checks
+    that need a column's values run as dask reductions (the frame is never collected).
+
+    The frame's index is not read (``preserve_index=False``): an id belongs in a column
+    (``reset_index()``, then ``id_column``).
+    """
+
+    def __init__(self, frame):
+        import dask
+        import pyarrow as pa
+        from dask.base import tokenize
+
+        self.frame = frame
+        try:
+            schema = pa.Schema.from_pandas(frame._meta, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise InputValidationError(f"the dask DataFrame cannot be read as a table: {exc}") from None
+        lengths, nulls = dask.compute(frame.map_partitions(len), frame.isna().sum())
+        super().__init__("the dask DataFrame", schema, [tuple(int(n) for n in lengths)],
+                         {str(k): int(v) for k, v in nulls.items()}, {}, tokenize(frame))
+        self._offsets = np.concatenate([[0], np.cumsum(self.row_groups[0])])
+
+    def __repr__(self) -> str:
+        return f"DaskFrameTable(partitions={len(self.row_groups[0])}, rows={self.n_rows})"
+
+    def read(self, piece: tuple[int, int], columns: Sequence[str]):
+        import pyarrow as pa
+
+        start, rows = piece
+        first = int(np.searchsorted(self._offsets, start, side="right") - 1)
+        last = int(np.searchsorted(self._offsets, start + rows, side="left"))
+        part = self.frame[list(columns)].partitions[first:max(last, first + 1)].compute()
+        offset = start - int(self._offsets[first])
+        return pa.Table.from_pandas(part, preserve_index=False).slice(offset, rows)
+
+    def distinct_values(self, column: str, limit: int) -> list | None:
+        values = self.frame[column].dropna().unique().compute()
+        if len(values) > limit:
+            return None
+        return sorted(v.item() if hasattr(v, "item") else v for v in values)
+
+    def unique(self, column: str) -> bool:
+        return int(self.frame[column].nunique(dropna=False).compute()) == self.n_rows
+
+    def monotone_unique(self, column: str) -> tuple[bool, Any, Any]:
+        import dask
+
+        s = self.frame[column]
+        up, down, distinct, low, high = dask.compute(s.is_monotonic_increasing, s.is_monotonic_decreasing,
+                                                     s.nunique(dropna=False), s.min(), s.max())
+        if distinct != self.n_rows or not (up or down) or self.n_rows < 2:
+            return False, None, None
+        return True, (low if up else high), (high if up else low)
+
+
+def _encode_partition(part, layout: tuple) -> dict[str, np.ndarray]:
+    import pyarrow as pa
+
+    return encode_views(pa.Table.from_pandas(part, preserve_index=False), layout)
+
+
+def dask_frame_views(table: DaskFrameTable, plan: ViewPlan, chunk_rows: int | None = None) -> dict[str, Any]:
+    """The views of a dask DataFrame: one encoding task per partition, then row chunks of one
+    size (a Zarr array of the run has uniform chunks, as for :func:`table_views`).
+
+    Returns
+    -------
+    dict of str to dask.array.Array of shape (N, d_v)
+    """
+    import dask
+    import dask.array as da
+
+    layout = view_layout(table, plan)
+    columns = list(dict.fromkeys(c for _, cols, _, _ in layout for c in cols))
+    encode = dask.delayed(_encode_partition, pure=True)
+    parts = [(encode(p, layout), n) for p, n in zip(table.frame[columns].to_delayed(), table.row_groups[0])]
+    widths = plan.widths()
+    size = _rows_per_piece(table, plan, chunk_rows)
+    out = {}
+    for view, _, dtype, _ in layout:
+        blocks = [da.from_delayed(dask.delayed(operator.getitem, pure=True)(p, view), shape=(n, widths[view]),
+                                  dtype=dtype) for p, n in parts if n]
+        out[view] = da.concatenate(blocks).rechunk((size, widths[view]))
+    return out
