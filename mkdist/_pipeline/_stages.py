@@ -30,6 +30,7 @@ import numpy as np
 
 from .._core._blocks import report_passes
 from .._core._cluster import active_client, compute, compute_here, persist_and_wait
+from .._core._columns import is_frame
 from .._core._kmeans import assign_with_distance
 from .._core._sampling import gather_rows
 from .._core._state import dataset_to_state, state_to_dataset, to_jsonable
@@ -42,6 +43,7 @@ from ._io import (
     InputSource,
     OpenedInput,
     check_labels_out,
+    frame_input,
     load_ids,
     load_views,
     refuse_overlap,
@@ -425,6 +427,11 @@ def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
     t0 = time.perf_counter()
     config = _config(store)
     est = config.make_estimator()
+    categories = (store.attrs.get("input") or {}).get("categories")
+    if categories:
+        # Which features are categories, as an estimator fitted on a DataFrame knows it
+        # (categories_): kept with the model, it encodes DataFrames given to it later.
+        est.categories_ = categories
     if "landmarks" in stage_plan(config):
         ds = store.read_stage("landmarks")
         names = list(ds.attrs["view_names"])
@@ -718,6 +725,9 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
     from mkdist.storage import RunStore
 
     thresholds = check_thresholds(drift_thresholds)
+    if is_frame(source):
+        # Read by column like the model's table, from a Parquet copy beside the output (see frame_input).
+        source = frame_input(source, output)
     est, vs, fingerprint, opened = check_assign(model_store, source, output, overwrite=overwrite,
                                                 chunk_rows=chunk_rows)
     source = opened.source if opened is not None else source

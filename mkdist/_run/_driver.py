@@ -468,8 +468,6 @@ def drive_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
         :func:`mkdist._report._summary.assignment_summary` of the output, with ``report`` and
         ``labels_out`` (where they were written).
     """
-    if is_frame(source):
-        source = frame_input(source, output)
     out = step(STEP_NAMES["assign"], assign, model_store, source, output, overwrite=overwrite, progress=progress,
                labels_out=labels_out, id_column=id_column, drift_thresholds=drift_thresholds)
     summary = assignment_summary(out)
