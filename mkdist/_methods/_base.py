@@ -175,9 +175,6 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
     stage_plan: ClassVar[tuple[str, ...]] = FIT_PREDICT
     #: Tag of the saved state; bump the version when the state's layout changes.
     state_format: ClassVar[str] = ""
-    #: Parameter values ``mkdist.cluster`` uses unless the run gives them (measured reasons
-    #: in the subclasses' docstrings).
-    run_defaults: ClassVar[dict[str, Any]] = {}
     #: Extra stages a run may ask for (e.g. ``"kernel_blocks"``, with a method of that name).
     optional_stages: ClassVar[tuple[str, ...]] = ()
     #: Fitted attribute whose presence means "fitted".
