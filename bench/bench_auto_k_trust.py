@@ -3,6 +3,9 @@
     python bench/bench_auto_k_trust.py --part evidence   # the rule's evidence per cell (~5 min, resumes)
     python bench/bench_auto_k_trust.py --part calibrate  # calibration tables from the stored evidence (seconds)
     python bench/bench_auto_k_trust.py --part small      # small tables: ours vs HDBSCAN vs a silhouette sweep (fits)
+    python bench/bench_auto_k_trust.py --part kmeans-cost [--n 200000] [--runs 3]
+        # mkdist.cluster's k-means with the estimator's defaults (10 restarts, 300 iterations) against
+        # the former run defaults (3, 100), W1 in memory, alternated runs
 
 Cells (every one a data set x seed, choices on the uniform combined landmark kernel exactly as
 ``MultipleKernelClustering(kernels="auto", random_state=seed)`` builds it, K range from the
@@ -323,9 +326,36 @@ def run_small(seeds: int) -> dict:
     return {"part": "small", "machine": machine(), "rows": out}
 
 
+# ============================================================================ k-means cost of the same labels
+def run_kmeans_cost(n: int, runs: int) -> dict:
+    """The labels stage (k-means on the stored embedding) of ``mkdist.cluster`` on W1 (10 clusters,
+    two 32-feature views, in memory) with the estimator's k-means defaults and with the former run
+    defaults; runs alternate, medians reported."""
+    import tempfile
+
+    from bench_auto_k import synthetic
+
+    import mkdist
+
+    views, y = synthetic(n, 10, 0.4, 0)
+    settings = {"estimator defaults (n_init=10, kmeans_max_iter=300)": {},
+                "former run defaults (n_init=3, kmeans_max_iter=100)": {"n_init": 3, "kmeans_max_iter": 100}}
+    times: dict = {k: {"kmeans_s": [], "total_s": []} for k in settings}
+    for _ in range(runs):
+        for name, params in settings.items():
+            with tempfile.TemporaryDirectory() as d:
+                res = mkdist.cluster(views, f"{d}/s.zarr", 10, random_state=0, n_landmarks=1000, **params)
+                times[name]["kmeans_s"].append(float(res.timings["kmeans_s"]))
+                times[name]["total_s"].append(float(res.timings["total_s"]))
+    return {"part": "kmeans-cost", "n": n, "runs": runs, "machine": machine(),
+            "median": {k: {m: float(np.median(v)) for m, v in t.items()} for k, t in times.items()}, "runs_s": times}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("evidence", "calibrate", "small"), required=True)
+    ap.add_argument("--part", choices=("evidence", "calibrate", "small", "kmeans-cost"), required=True)
+    ap.add_argument("--n", type=int, default=200_000, help="--part kmeans-cost: rows")
+    ap.add_argument("--runs", type=int, default=3, help="--part kmeans-cost: runs per setting")
     ap.add_argument("--graph", choices=("library", "round4"), default="library")
     ap.add_argument("--seeds", type=int, default=3, help="--part small: seeds per table")
     args = ap.parse_args()
@@ -337,8 +367,10 @@ def main() -> None:
               "cpu_s_median": float(np.median([r["cpu_s"] for r in rows]))})
     elif args.part == "calibrate":
         emit(run_calibrate())
-    else:
+    elif args.part == "small":
         emit(run_small(args.seeds))
+    else:
+        emit(run_kmeans_cost(args.n, args.runs))
 
 
 if __name__ == "__main__":

@@ -46,8 +46,8 @@ this differ from min(50, n // 10), the range before the fifth round.
 
 Step 6 and the range (fifth round, issue 36; bench/bench_auto_k_trust.py, bench/RESULTS.md): over
 235 cells (the 28 shared sets, W1 at two separations, small tables such as iris and wine, 5 seeds)
-the fourth round left 61 choices unflagged, 62% of them exact and 5 more than twice the labels' K
-(iris: 9 for 3).  No label-free score separates the confident wrong choices on the shared sets from
+the fourth round left 76 choices unflagged, 59 of them exact (78%) and 4 more than twice the labels'
+K (iris: 9 for 3).  No label-free score separates the confident wrong choices on the shared sets from
 the right ones (bbcsport's stable 7 for 5 looks like ngs's 5), so trust is given only where the
 graph's groups are nearly apart: 48 clear gaps, 47 exact, none over twice K (W1 separated: 24 of 25,
 the 25th the two touching clusters of K = 50 seed 1, which the votes see).
