@@ -333,9 +333,11 @@ def test_run_options_reach_other_methods_or_are_refused(data, tmp_path):
         RunConfig.from_options(n_clusters=3, kernels="rbf-grid", method="rff-power")
     with pytest.raises(InputValidationError, match="give it once"):
         RunConfig.from_options(n_clusters=3, scale="minmax", method="late-fusion", method_params={"scale": "standard"})
-    # Estimator parameters are run options too; the method's run defaults apply unless given.
+    # Estimator parameters are run options too; the estimator's own defaults apply unless given (issue 36:
+    # a run and the estimator fitted alike give the same labels).
     mkc = RunConfig.from_options(n_clusters=3, weights="uniform").make_estimator()
-    assert mkc.weights == "uniform" and mkc.n_init == 3
+    assert mkc.weights == "uniform" and mkc.get_params() == {**MultipleKernelClustering(3).get_params(),
+                                                             "weights": "uniform"}
     assert RunConfig.from_options(n_clusters=3, n_init=7).make_estimator().n_init == 7
     with pytest.raises(InputValidationError, match="does not take `gamma`"):
         RunConfig.from_options(n_clusters=3, gamma=1.0)
