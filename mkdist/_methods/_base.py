@@ -176,9 +176,6 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
     stage_plan: ClassVar[tuple[str, ...]] = FIT_PREDICT
     #: Tag of the saved state; bump the version when the state's layout changes.
     state_format: ClassVar[str] = ""
-    #: Parameter values ``mkdist.cluster`` uses unless the run gives them (measured reasons
-    #: in the subclasses' docstrings).
-    run_defaults: ClassVar[dict[str, Any]] = {}
     #: Extra stages a run may ask for (e.g. ``"kernel_blocks"``, with a method of that name).
     optional_stages: ClassVar[tuple[str, ...]] = ()
     #: Fitted attribute whose presence means "fitted".
@@ -270,18 +267,19 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
     def _check_k_range(self, n_landmarks: int, what: str = "landmarks") -> tuple[int, int] | None:
         """(k_min, k_max) the K choice searches on ``n_landmarks`` landmarks, None for an integer K.
 
-        "auto" searches [2, min(50, n // 10)] (``mkdist._core._nclusters.default_k_max``: at least
-        ten landmarks per cluster at the largest K).  Refused here, before any heavy work: a
+        "auto" searches [2, min(50, n // 15)] (``mkdist._core._nclusters.default_k_max``: at least
+        fifteen landmarks per cluster at the largest K), and reads up to min(50, n // 10) when the
+        spectrum shows a clear gap there (the k_max returned).  Refused here, before any heavy work: a
         range whose k_max is not below the number of landmarks (the gap after the k_max-th
         eigenvalue needs one more), or fewer than 4 landmarks.
         """
-        from .._core._nclusters import default_k_max
+        from .._core._nclusters import _default_search
 
         asked = n_clusters_range(self.n_clusters)
         if asked is None:
             return None
         k_min, k_max = asked
-        k_max = max(default_k_max(n_landmarks), k_min) if k_max is None else k_max
+        k_max = _default_search(n_landmarks, k_min)[1] if k_max is None and n_landmarks >= 4 else (k_max or k_min)
         if n_landmarks < 4 or k_max >= n_landmarks:
             raise InputValidationError(
                 f"n_clusters={self.n_clusters!r} searches K up to {k_max}, which needs more than {k_max} {what} "
@@ -316,12 +314,13 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         self.n_clusters_choice_ = None
         if k_range is None:
             return int(self.n_clusters)
-        choice = choose_n_clusters(kernel, k_min=k_range[0], k_max=k_range[1], kernel_weights=kernel_weights,
-                                   random_state=seed)
+        # "auto" leaves k_max to the rule: it searches a narrower range on small data (fifth round).
+        choice = choose_n_clusters(kernel, k_min=k_range[0], k_max=n_clusters_range(self.n_clusters)[1],
+                                   kernel_weights=kernel_weights, random_state=seed)
         self.n_clusters_choice_ = choice
         if choice.ambiguous:
-            warnings.warn(f"n_clusters={self.n_clusters!r}: {choice.verdict()}; the fit uses K = "
-                          f"{choice.n_clusters}. Give n_clusters as an integer if you know K.",
+            warnings.warn(f"n_clusters={self.n_clusters!r}: {choice.verdict()}. The fit uses K = "
+                          f"{choice.n_clusters}; give n_clusters as an integer if you know K.",
                           AmbiguousNClustersWarning, stacklevel=4)
         else:
             logger.info("n_clusters=%r chose %s", self.n_clusters, choice.verdict())
@@ -351,7 +350,7 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         -------
         NClustersChoice or None
         """
-        from .._core._nclusters import choose_n_clusters, default_k_max
+        from .._core._nclusters import choose_n_clusters
 
         choice = self.__dict__.get("n_clusters_choice_")
         if choice is not None:
@@ -360,9 +359,7 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
             K = self.landmark_kernel()
             hint = None
             if K is not None and K.shape[0] >= 4:
-                n = K.shape[0]
-                hint = choose_n_clusters(K, k_min=2, k_max=min(max(default_k_max(n), 2), n - 1),
-                                         random_state=0)
+                hint = choose_n_clusters(K, k_min=2, random_state=0)
             self._n_clusters_hint = hint
         return self._n_clusters_hint
 
