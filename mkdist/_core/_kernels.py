@@ -26,11 +26,13 @@ import numpy as np
 
 from ..errors import InputValidationError
 from ._distances import _sq_from_gram, bandwidth_statistic, check_bandwidth, row_sq_norms
+from ._fused import combine_compiled, combine_numpy, compiled_available
 from ._kernel_specs import FittedKernel, KernelSpec
 from ._scaling import FeatureScaling
 
 __all__ = [
     "ProjectedKernels",
+    "CombinedProjection",
     "KernelPreprocessing",
     "fit_kernels",
     "kernel_blocks",
@@ -454,3 +456,145 @@ class ProjectedKernels:
             elif prep.normalize == "trace":
                 G /= prep.scale[p]
             yield j, G
+
+
+class CombinedProjection:
+    """sum_p w_p kn_p(x, :) @ Q for kernels that share one projection Q (MKC-AE's H_n D_n^-1), fused.
+
+    :class:`ProjectedKernels` projects each kernel's rows on its own (late fusion needs them
+    side by side).  When every kernel shares Q, the weighted sum can be formed before the
+    projection (:mod:`mkdist._core._fused`): per row block, one GEMM per view for its kernels,
+    one ``exp`` per RBF family, one combination step per view, and ONE thin GEMM with Q,
+    where the per-kernel route did one thin GEMM per kernel.  With kn_p the preprocessed
+    kernel (centring at the landmark mean, normalisation), row factor a_p(x) and column scale
+    dl_p (see :class:`ProjectedKernels`):
+
+        sum_p w_p kn_p(x, :) Q = [sum_p a_p(x) dl_p * k_p(x, :)] Q - sum_p a_p(x) ((m_p(x) - s_p) u_p + v_p)
+
+    with u_p = dl_p @ Q and v_p = (dl_p r_p) @ Q.  An RBF view's squared distances come out of
+    its GEMM already scaled: [x, ||x||^2, 1] @ [2c L, -c, -c ||l||^2]^T = -c ||x - l||^2, so no
+    elementwise pass precedes the ``exp``.  Other kernel kinds come from :func:`_view_kernels`.
+
+    Parameters
+    ----------
+    landmarks : dict of str to ndarray of shape (n, d_v)
+    kernels : list of FittedKernel, length m
+    preprocessing : KernelPreprocessing
+    weights : ndarray of shape (m,)
+        w_p; kernels with weight 0 are never computed.
+    projection : ndarray of shape (n, c)
+        Q.
+    dtype : numpy dtype
+        Precision of the kernel blocks, the combination and the GEMM with Q; results are float64.
+    """
+
+    def __init__(self, landmarks: Mapping[str, np.ndarray], kernels: Sequence[FittedKernel],
+                 preprocessing: KernelPreprocessing, weights: np.ndarray, projection: np.ndarray, dtype=np.float64):
+        dt = self.dtype = np.dtype(dtype)
+        prep = preprocessing
+        Q = np.asarray(projection, dtype=np.float64)
+        n = Q.shape[0]
+        self.n_landmarks = n
+        self.Q = np.ascontiguousarray(Q, dtype=dt)
+        self._Q64 = Q
+        self.center = bool(prep.center)
+        if prep.normalize == "diagonal":
+            self.mode = 1 if prep.center else 2  # _fused.MODE_DIAGONAL_CENTRED / MODE_DIAGONAL
+        else:
+            self.mode = 0  # _fused.MODE_CONSTANT
+        active = [p for p in range(len(kernels)) if weights[p] > 0]
+        self.sources: list[dict] = []  # per view: RBF families, then the other kernels
+        order: list[int] = []  # kernel p of every slot t, in the order the sources fill them
+        for view in dict.fromkeys(kernels[p].view for p in active):
+            idx = [p for p in active if kernels[p].view == view]
+            L = np.asarray(landmarks[view], dtype=np.float64)
+            rbf = [p for p in idx if kernels[p].kind == "rbf"]
+            fam = _power_families([kernels[p] for p in rbf])
+            bases = list(dict.fromkeys(fam[i][0] for i in range(len(rbf))))
+            c0 = _exponent_scale(kernels[rbf[bases[0]]]) if rbf else 0.0
+            families = []
+            for base in bases:
+                members = [i for i in range(len(rbf)) if fam[i][0] == base]
+                families.append((_exponent_scale(kernels[rbf[base]]) / c0, self._slots(
+                    [rbf[i] for i in members], [fam[i][1] for i in members], order, prep, weights)))
+            LaT = None
+            if rbf:
+                LaT = np.vstack([2.0 * c0 * L.T, np.full((1, n), -c0), -c0 * np.einsum("ij,ij->i", L, L)[None, :]])
+                LaT = np.ascontiguousarray(LaT, dtype=dt)
+            other = [p for p in idx if kernels[p].kind != "rbf"]
+            self.sources.append({
+                "view": view, "LaT": LaT, "families": families, "landmarks": np.asarray(landmarks[view], dtype=dt),
+                "other": [(kernels[p], self._slots([p], [0], order, prep, weights)) for p in other]})
+        self.n_slots = len(order)
+        dl = np.stack([_column_scale(prep, p, n) for p in order]) if order else np.zeros((0, n))
+        self.U = dl @ Q
+        self.V = (dl * prep.row_means[order]) @ Q if self.center else np.zeros_like(self.U)
+
+    def _slots(self, ps, powers, order, prep, weights) -> dict:
+        """The combination step's arrays for kernels ``ps`` of one source, filling slots from len(order)."""
+        n = self.n_landmarks
+        offset = len(order)
+        order.extend(ps)
+        scale = [prep.scale[p] if prep.normalize == "trace" else 1.0 for p in ps]
+        dl = np.stack([_column_scale(prep, p, n) for p in ps])
+        c = self.Q.shape[1]
+        dlQ = np.zeros((len(ps), n, -(-(c + 1) // 8) * 8))  # NumPy route: [dl Q, 1/n, zero padding]
+        dlQ[:, :, :c] = dl[:, :, None] * self._Q64[None, :, :]
+        dlQ[:, :, c] = 1.0 / n
+        return {"offset": offset, "kernels": list(ps), "powers": np.asarray(powers, dtype=np.int64),
+                "dl": np.ascontiguousarray(dl, dtype=self.dtype), "dlQ": np.ascontiguousarray(dlQ, dtype=self.dtype),
+                "shift": np.asarray([prep.grand_means[p] if prep.center else 0.0 for p in ps], dtype=np.float64),
+                "weight": np.asarray([weights[p] / s for p, s in zip(ps, scale)], dtype=np.float64)}
+
+    def __call__(self, views_block: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The weighted, projected kernel rows of one row block, shape (b, c), float64."""
+        dt = self.dtype
+        b = next(iter(views_block.values())).shape[0]
+        n = self.n_landmarks
+        compiled = compiled_available()
+        # The compiled step sums the kernels into C for one GEMM with Q; the NumPy one projects
+        # each kernel and sums the projections in H (see mkdist._core._fused).
+        C = np.zeros((b, n), dtype=dt) if compiled else None
+        H = None if compiled else np.zeros((b, self.Q.shape[1]))
+        coef = np.empty((b, self.n_slots))
+        cent = np.empty((b, self.n_slots))
+
+        def combine(blk, s, kxx, clip):
+            if compiled:
+                combine_compiled(blk, s["powers"], s["dl"], s["shift"], s["weight"], kxx, self.mode, clip, C,
+                                 coef, cent, s["offset"], _DIAG_FLOOR)
+            else:
+                combine_numpy(blk, s["powers"], s["dlQ"], s["shift"], s["weight"], kxx, self.mode, clip, H,
+                              coef, cent, s["offset"], _DIAG_FLOOR)
+
+        buffer = None
+        for src in self.sources:
+            X = np.asarray(views_block[src["view"]], dtype=dt)
+            if src["families"]:
+                Xa = np.empty((b, X.shape[1] + 2), dtype=dt)
+                Xa[:, :-2] = X
+                Xa[:, -2] = row_sq_norms(X)
+                Xa[:, -1] = 1.0
+                arg = Xa @ src["LaT"]  # -c0 ||x - l||^2
+                single = len(src["families"]) == 1
+                for ratio, s in src["families"]:
+                    blk = np.exp(arg, out=arg) if single else np.exp(arg * ratio)
+                    combine(blk, s, np.ones((b, len(s["kernels"]))), True)
+            if src["other"]:
+                if buffer is None:
+                    buffer = np.empty((b, n), dtype=dt)
+                ks = [k for k, _ in src["other"]]
+                for (k, s), blk in zip(src["other"], _view_kernels(X, src["landmarks"], ks, buffer)):
+                    combine(blk, s, self_kernel(views_block, k, dtype=np.float64)[:, None], False)
+        if compiled:
+            H = (C @ self.Q).astype(np.float64, copy=False)
+        if self.center:
+            H -= cent @ self.U + coef @ self.V
+        return H
+
+
+def _column_scale(prep: KernelPreprocessing, p: int, n: int) -> np.ndarray:
+    """dl_p: the landmark side of diagonal normalisation (ones without it), shape (n,)."""
+    if prep.normalize == "diagonal":
+        return 1.0 / np.sqrt(np.maximum(prep.diag[p], _DIAG_FLOOR))
+    return np.ones(n)

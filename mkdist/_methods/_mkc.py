@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._core._blocks import RowBlocks, cache_block_rows
 from .._core._kernel_specs import FittedKernel, resolve_kernel_specs
 from .._core._kernels import (
+    CombinedProjection,
     KernelPreprocessing,
     ProjectedKernels,
     fit_kernels,
@@ -120,8 +121,8 @@ class MKCModel:
 
     @property
     def projected_kernels(self) -> ProjectedKernels:
-        """The kernel-row projections of the embedding, built once per model (every block of
-        every worker reuses them); kernels with weight 0 are never computed."""
+        """Every kernel's projected rows on their own (the per-kernel route; the embedding itself
+        goes through :attr:`combined_projection`); kernels with weight 0 are never computed."""
         cached = self.__dict__.get("_projected")
         if cached is None:
             P = self.projection
@@ -130,10 +131,22 @@ class MKCModel:
             self.__dict__["_projected"] = cached
         return cached
 
+    @property
+    def combined_projection(self) -> CombinedProjection:
+        """sum_p alpha_p^2 P_p(x) H_n D_n^-1 of a row block, fused (one thin GEMM per block), built
+        once per model: every block of every worker reuses it."""
+        cached = self.__dict__.get("_combined")
+        if cached is None:
+            cached = CombinedProjection(self.landmarks, self.kernels, self.preprocessing, self.kernel_weights**2,
+                                        self.projection, dtype=self.dtype)
+            self.__dict__["_combined"] = cached
+        return cached
+
     def __getstate__(self):
-        # Ship the model to workers without the cache (it is rebuilt there once).
+        # Ship the model to workers without the caches (they are rebuilt there once).
         state = dict(self.__dict__)
         state.pop("_projected", None)
+        state.pop("_combined", None)
         return state
 
     def state(self) -> tuple[dict, dict]:
@@ -173,17 +186,14 @@ class MKCModel:
 def _embed_rows(blocks: list, model: MKCModel) -> np.ndarray:
     """H_N rows of one row block (eq. 8): (sum_p alpha_p^2 P_p) H_n D_n^-1, shape (b, K).
 
-    ``blocks`` are the blocks of every view in ``model.view_names`` order.  Each kernel costs
-    one exp pass, one row mean and one thin GEMM (``ProjectedKernels``).
+    ``blocks`` are the blocks of every view in ``model.view_names`` order.  Per view one GEMM and
+    one exp per RBF family, the kernels summed before ONE thin GEMM with H_n D_n^-1
+    (:class:`~mkdist._core._kernels.CombinedProjection`).
     """
     dtype = np.dtype(model.dtype)
     views = dict(zip(model.view_names, blocks))
     views = model.scaling.apply(views, dtype) if model.scaling is not None else views
-    proj = model.projected_kernels
-    w2 = model.kernel_weights**2
-    H = np.zeros((blocks[0].shape[0], model.n_components))
-    for j, G in proj.rows(views):
-        H += w2[proj.index[j]] * G
+    H = model.combined_projection(views)
     if model.normalize_embedding:
         H = unit_rows(H)
     return H.astype(dtype, copy=False)
@@ -218,7 +228,9 @@ def embed(views: Mapping[str, Any], model: MKCModel):
     missing = [n for n in model.view_names if n not in views]
     if missing:
         raise InputValidationError(f"views {missing} are missing; the model was fitted on {model.view_names}.")
-    rows = cache_block_rows(model.n_landmarks, np.dtype(model.dtype).itemsize)
+    # Two (rows, n) arrays are live per sub-block (the kernel source and the sum C, or the source
+    # and a derived kernel): both stay within the cache budget together.
+    rows = cache_block_rows(model.n_landmarks, 2 * np.dtype(model.dtype).itemsize)
     return RowBlocks(views, model.view_names, block_rows=rows).map(
         _embed_rows, model, n_cols=model.n_components, dtype=np.dtype(model.dtype), name="embed")
 

@@ -1,0 +1,226 @@
+"""The combination step of the fused embedding: kernel blocks of one view into one (b, n) block.
+
+MKC-AE projects every base kernel onto the same landmark-side matrix Q = H_n D_n^-1, so the
+weighted sum of the preprocessed kernel rows can be formed *before* the projection: one
+(b, n) x (n, c) GEMM per row block instead of one per kernel (six for ``rbf-grid`` on two
+views; those thin GEMMs were half of a W1 row's time).  What stands in the way is that the
+preprocessing of kernel p scales each row by a factor that depends on that row's kernel mean
+(centring, diagonal normalisation), so the sum needs each block's row means first.  This
+module computes, for every row and kernel t of a view, from one *source* block:
+
+    k_t   = src ** (2 ** powers[t])              (squarings or square roots, see _power_families)
+    m_t   = mean_j k_t[j]
+    a_t   = weight[t] * rowfactor(kxx[t], m_t)   (diagonal normalisation: 1/sqrt(kc(x, x)))
+    C    += a_t * dl_t * k_t                     (dl_t: the landmark side of the normalisation)
+    coef[t] = a_t,  cent[t] = a_t * (m_t - shift[t])   (the rank-one centring terms)
+
+The compiled step (numba, when it is installed: ``pip install mkdist[fast]``) keeps each row
+in L1 and touches the (b, n) block once per kernel.  Without numba, :func:`combine_numpy`
+computes the same sum a NumPy way (one thin GEMM per kernel, see there).  ``MKDIST_NUMBA=0``
+selects NumPy.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+__all__ = ["combine_numpy", "combine_compiled", "compiled_available", "MODE_CONSTANT",
+           "MODE_DIAGONAL_CENTRED", "MODE_DIAGONAL"]
+
+#: a_t = weight[t] (no normalisation, or trace normalisation folded into the weight)
+MODE_CONSTANT = 0
+#: a_t = weight[t] / sqrt(max(kxx - 2 m_t + shift[t], floor))  (centred, diagonal normalisation)
+MODE_DIAGONAL_CENTRED = 1
+#: a_t = weight[t] / sqrt(max(kxx, floor))  (diagonal normalisation without centring)
+MODE_DIAGONAL = 2
+
+
+def combine_numpy(src: np.ndarray, powers: np.ndarray, dlQ: np.ndarray, shift: np.ndarray, weight: np.ndarray,
+                  kxx: np.ndarray, mode: int, clip: bool, H: np.ndarray, coef: np.ndarray, cent: np.ndarray,
+                  offset: int, floor: float) -> None:
+    """The step in whole-block NumPy passes, each kernel through its own thin GEMM; ``src`` is overwritten.
+
+    Without a compiler, forming C costs three (b, n) passes and a row sum per kernel, no less
+    than the thin GEMM it saves (measured on W1), so this route projects each kernel on its
+    own: G_t = k_t @ [dl_t Q, 1/n] gives the projection and the row mean in one GEMM, and
+    ``H += a_t G_t`` -- the same sum as ``C @ Q``.
+
+    Parameters
+    ----------
+    src : ndarray of shape (b, n)
+        The view's source block: an exponentiated RBF family base, or a raw kernel block.
+    powers : ndarray of shape (q,), int
+        Kernel t is ``src ** 2 ** powers[t]`` (0: the block itself).
+    dlQ : ndarray of shape (q, n, c'), src's dtype
+        [dl_t Q, 1/n, zeros] (dl_t: 1 / sqrt of the centred landmark diagonal, ones without
+        diagonal normalisation; zero columns pad c' to a multiple of 8, which OpenBLAS
+        multiplies faster than c + 1 = 21).
+    shift, weight : ndarray of shape (q,), float64
+        The landmark kernel's grand mean s_t, and the kernel's weight (alpha^2, over the trace
+        scale for trace normalisation).
+    kxx : ndarray of shape (b, q), float64
+        k_t(x, x) of every row.
+    mode : int
+        ``MODE_CONSTANT``, ``MODE_DIAGONAL_CENTRED`` or ``MODE_DIAGONAL``.
+    clip : bool
+        Clip ``src`` at 1 first (an RBF base from the expanded squared distance, whose rounding
+        can leave an exponent a hair above 0).
+    H : ndarray of shape (b, c), float64
+        Accumulator of sum_t a_t k_t dl_t Q, updated in place.
+    coef, cent : ndarray of shape (b, Q), float64
+        Columns ``offset .. offset + q`` receive a_t and a_t (m_t - s_t).
+    offset : int
+    floor : float
+        Floor of the centred self-kernel before its square root.
+    """
+    q = len(powers)
+    c = H.shape[1]
+    if clip:
+        np.minimum(src, 1.0, out=src)
+    # Kernels derived by powers go first, so that the block itself is never copied.
+    order = sorted(range(q), key=lambda t: powers[t] == 0)
+    work = None
+    for t in order:
+        p = int(powers[t])
+        if p == 0:
+            k = src
+        else:
+            if work is None:
+                work = np.empty_like(src)
+            k = work
+            if p > 0:
+                np.multiply(src, src, out=k)
+                for _ in range(p - 1):
+                    np.multiply(k, k, out=k)
+            else:
+                np.sqrt(src, out=k)
+                for _ in range(-p - 1):
+                    np.sqrt(k, out=k)
+        G = (k @ dlQ[t]).astype(np.float64, copy=False)
+        m = G[:, c]
+        a = _row_factor(m, kxx[:, t], mode, shift[t], weight[t], floor)
+        coef[:, offset + t] = a
+        cent[:, offset + t] = a * (m - shift[t])
+        H += a[:, None] * G[:, :c]
+
+
+def _row_factor(m: np.ndarray, kxx: np.ndarray, mode: int, shift: float, weight: float, floor: float) -> np.ndarray:
+    if mode == MODE_DIAGONAL_CENTRED:
+        return weight / np.sqrt(np.maximum(kxx - 2.0 * m + shift, floor))
+    if mode == MODE_DIAGONAL:
+        return weight / np.sqrt(np.maximum(kxx, floor))
+    return np.full(m.shape, weight)
+
+
+def _combine_loops(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cent, offset, floor):
+    """The same step row by row (compiled by numba): each row is read once per kernel and its
+    derived values, row mean and accumulation stay in L1."""
+    b, n = src.shape
+    q = powers.shape[0]
+    base = np.empty(n, dtype=src.dtype)
+    work = np.empty(n, dtype=src.dtype)
+    base[0] = 1.0
+    one = base[0]  # 1 in src's dtype: float32 arithmetic stays float32
+    for i in range(b):
+        row = src[i]
+        if clip:
+            for j in range(n):
+                x = row[j]
+                base[j] = x if x < one else one
+        else:
+            for j in range(n):
+                base[j] = row[j]
+        crow = C[i]
+        for t in range(q):
+            p = powers[t]
+            tot = one - one
+            if p == 0:
+                for j in range(n):
+                    x = base[j]
+                    work[j] = x
+                    tot += x
+            elif p == 1:
+                for j in range(n):
+                    x = base[j] * base[j]
+                    work[j] = x
+                    tot += x
+            elif p == 2:
+                for j in range(n):
+                    x = base[j] * base[j]
+                    x = x * x
+                    work[j] = x
+                    tot += x
+            elif p == -1:
+                for j in range(n):
+                    x = np.sqrt(base[j])
+                    work[j] = x
+                    tot += x
+            elif p == -2:
+                for j in range(n):
+                    x = np.sqrt(np.sqrt(base[j]))
+                    work[j] = x
+                    tot += x
+            else:
+                for j in range(n):
+                    x = base[j]
+                    if p > 0:
+                        for _ in range(p):
+                            x = x * x
+                    else:
+                        for _ in range(-p):
+                            x = np.sqrt(x)
+                    work[j] = x
+                    tot += x
+            m = float(tot) / n
+            if mode == 1:
+                a = weight[t] / np.sqrt(max(kxx[i, t] - 2.0 * m + shift[t], floor))
+            elif mode == 2:
+                a = weight[t] / np.sqrt(max(kxx[i, t], floor))
+            else:
+                a = weight[t]
+            coef[i, offset + t] = a
+            cent[i, offset + t] = a * (m - shift[t])
+            af = one * a
+            d = dl[t]
+            for j in range(n):
+                crow[j] += af * d[j] * work[j]
+
+
+_COMPILED: list = []
+
+
+def compiled_available() -> bool:
+    """Whether the compiled combination is used: numba importable and not ``MKDIST_NUMBA=0``."""
+    if os.environ.get("MKDIST_NUMBA", "1") == "0":
+        return False
+    return _compiled() is not None
+
+
+def _compiled():
+    if not _COMPILED:
+        try:
+            import numba
+        except ImportError:
+            _COMPILED.append(None)
+        else:
+            # cache=True: the machine code is kept beside this module (or in numba's user cache),
+            # so a new worker process loads it instead of compiling again (~2 s per dtype).
+            # Reassociation lets the row sums vectorise; no finite-math assumptions.
+            _COMPILED.append(numba.njit(cache=True, nogil=True,
+                                        fastmath={"reassoc", "contract", "nsz"})(_combine_loops))
+    return _COMPILED[0]
+
+
+def combine_compiled(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cent, offset, floor) -> None:
+    """The step through the compiled loops: ``C += a_t dl_t k_t`` (numba must be installed).
+
+    Parameters as :func:`combine_numpy`, except ``dl`` : ndarray of shape (q, n) (the column
+    scales alone) and ``C`` : ndarray of shape (b, n) in src's dtype (the accumulator);
+    ``src`` is left as it is.
+    """
+    fn = _compiled()
+    if fn is None:
+        raise ImportError("numba is not installed: pip install 'mkdist[fast]'")
+    fn(src, powers, dl, shift, weight, kxx, int(mode), bool(clip), C, coef, cent, int(offset), float(floor))
