@@ -75,21 +75,33 @@ def test_numpy_and_compiled_steps_agree_on_one_view():
     b, n, c = 9, 40, 3
     src = rng.uniform(0.0, 1.0, size=(b, n))
     src[0, :4] = 1.0 + 1e-9  # clipped at 1 by both
-    powers = np.array([2, 0, -2])
-    dl = rng.uniform(0.5, 2.0, size=(3, n))
+    powers = np.array([2, 0, -2, 1, -1, 3, 4, 5, -3])  # every unrolled power, and the general loop (5, -3)
+    q = len(powers)
+    dl = rng.uniform(0.5, 2.0, size=(q, n))
     Q = rng.normal(size=(n, c))
-    dlQ = np.zeros((3, n, 8))
+    dlQ = np.zeros((q, n, 8))
     dlQ[:, :, :c] = dl[:, :, None] * Q
     dlQ[:, :, c] = 1.0 / n
-    shift, weight, kxx = np.array([0.1, 0.2, 0.3]), np.array([0.5, 1.0, 2.0]), np.ones((b, 3))
+    shift, weight, kxx = rng.uniform(0, 0.3, q), rng.uniform(0.5, 2, q), rng.uniform(1, 2, (b, q))
     for mode in (_fused.MODE_CONSTANT, _fused.MODE_DIAGONAL_CENTRED, _fused.MODE_DIAGONAL):
         H, C = np.zeros((b, c)), np.zeros((b, n))
-        coefs, cents = [np.full((b, 5), np.nan) for _ in range(2)], [np.full((b, 5), np.nan) for _ in range(2)]
+        coefs, cents = [np.full((b, q + 2), np.nan) for _ in range(2)], [np.full((b, q + 2), np.nan) for _ in range(2)]
         _fused.combine_numpy(src.copy(), powers, dlQ, shift, weight, kxx, mode, True, H, coefs[0], cents[0], 2, 1e-12)
         before = src.copy()
         _fused.combine_compiled(src, powers, dl, shift, weight, kxx, mode, True, C, coefs[1], cents[1], 2, 1e-12)
         np.testing.assert_array_equal(src, before)  # the compiled step leaves its source alone
         np.testing.assert_allclose(C @ Q, H, rtol=1e-12, atol=1e-12)
+        ref = np.zeros((b, c))  # the definition, kernel by kernel
+        for t, p in enumerate(powers):
+            k = np.minimum(src, 1.0) ** (2.0 ** p)
+            a = {_fused.MODE_CONSTANT: np.full(b, weight[t]),
+                 _fused.MODE_DIAGONAL_CENTRED:  # floored where the centred self-kernel is <= 0
+                     weight[t] / np.sqrt(np.maximum(kxx[:, t] - 2 * k.mean(axis=1) + shift[t], 1e-12)),
+                 _fused.MODE_DIAGONAL: weight[t] / np.sqrt(kxx[:, t])}[mode]
+            np.testing.assert_allclose(coefs[0][:, 2 + t], a, rtol=1e-12)
+            np.testing.assert_allclose(coefs[0][:, 2 + t] * (k.mean(axis=1) - shift[t]), cents[0][:, 2 + t])
+            ref += coefs[0][:, 2 + t][:, None] * (k * dl[t]) @ Q
+        np.testing.assert_allclose(H, ref, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(coefs[1], coefs[0], rtol=1e-12)
         np.testing.assert_allclose(cents[1], cents[0], rtol=1e-12, atol=1e-15)
         assert np.isnan(coefs[0][:, :2]).all() and not np.isnan(coefs[0][:, 2:]).any()  # columns offset..offset+q

@@ -75,35 +75,37 @@ def combine_numpy(src: np.ndarray, powers: np.ndarray, dlQ: np.ndarray, shift: n
     floor : float
         Floor of the centred self-kernel before its square root.
     """
-    q = len(powers)
     c = H.shape[1]
     if clip:
         np.minimum(src, 1.0, out=src)
-    # Kernels derived by powers go first, so that the block itself is never copied.
-    order = sorted(range(q), key=lambda t: powers[t] == 0)
+    # The block itself first, then the squared kernels in increasing power, each from the one
+    # before (one (b, n) buffer, no copy), then the square roots the same way.
+    ups = sorted((t for t in range(len(powers)) if powers[t] > 0), key=lambda t: powers[t])
+    downs = sorted((t for t in range(len(powers)) if powers[t] < 0), key=lambda t: -powers[t])
     work = None
-    for t in order:
-        p = int(powers[t])
-        if p == 0:
-            k = src
-        else:
-            if work is None:
-                work = np.empty_like(src)
-            k = work
-            if p > 0:
-                np.multiply(src, src, out=k)
-                for _ in range(p - 1):
-                    np.multiply(k, k, out=k)
+    for chain in ([t for t in range(len(powers)) if powers[t] == 0], ups, downs):
+        done = 0
+        for t in chain:
+            p = int(powers[t])
+            if p == 0:
+                k = src
             else:
-                np.sqrt(src, out=k)
-                for _ in range(-p - 1):
-                    np.sqrt(k, out=k)
-        G = (k @ dlQ[t]).astype(np.float64, copy=False)
-        m = G[:, c]
-        a = _row_factor(m, kxx[:, t], mode, shift[t], weight[t], floor)
-        coef[:, offset + t] = a
-        cent[:, offset + t] = a * (m - shift[t])
-        H += a[:, None] * G[:, :c]
+                if work is None:
+                    work = np.empty_like(src)
+                k = work
+                for step in range(done, abs(p)):
+                    prev = src if step == 0 else k
+                    if p > 0:
+                        np.multiply(prev, prev, out=k)
+                    else:
+                        np.sqrt(prev, out=k)
+                done = abs(p)
+            G = (k @ dlQ[t]).astype(np.float64, copy=False)
+            m = G[:, c]
+            a = _row_factor(m, kxx[:, t], mode, shift[t], weight[t], floor)
+            coef[:, offset + t] = a
+            cent[:, offset + t] = a * (m - shift[t])
+            H += a[:, None] * G[:, :c]
 
 
 def _row_factor(m: np.ndarray, kxx: np.ndarray, mode: int, shift: float, weight: float, floor: float) -> np.ndarray:
@@ -149,6 +151,21 @@ def _combine_loops(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cen
             elif p == 2:
                 for j in range(n):
                     x = base[j] * base[j]
+                    x = x * x
+                    work[j] = x
+                    tot += x
+            elif p == 3:
+                for j in range(n):
+                    x = base[j] * base[j]
+                    x = x * x
+                    x = x * x
+                    work[j] = x
+                    tot += x
+            elif p == 4:
+                for j in range(n):
+                    x = base[j] * base[j]
+                    x = x * x
+                    x = x * x
                     x = x * x
                     work[j] = x
                     tot += x
