@@ -23,10 +23,12 @@ selects NumPy.
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
-__all__ = ["combine_numpy", "combine_compiled", "compiled_available", "MODE_CONSTANT",
+__all__ = ["combine_numpy", "combine_compiled", "compiled_available", "prefetch", "prefetch_where_embedded",
+           "MODE_CONSTANT",
            "MODE_DIAGONAL_CENTRED", "MODE_DIAGONAL"]
 
 #: a_t = weight[t] (no normalisation, or trace normalisation folded into the weight)
@@ -206,28 +208,86 @@ def _combine_loops(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cen
 
 
 _COMPILED: list = []
+_LOCK = threading.Lock()
+_PREFETCHED: set = set()
 
 
 def compiled_available() -> bool:
-    """Whether the compiled combination is used: numba importable and not ``MKDIST_NUMBA=0``."""
+    """Whether the compiled combination is used: numba importable and not ``MKDIST_NUMBA=0``.
+
+    Decided by the environment alone, never by timing or by the size of a call, so that a row
+    gets the same float32 bits in any process, chunk or run (the two routes differ by float32
+    rounding, ~3e-6 on a unit embedding row).
+    """
     if os.environ.get("MKDIST_NUMBA", "1") == "0":
         return False
     return _compiled() is not None
 
 
 def _compiled():
-    if not _COMPILED:
-        try:
-            import numba
-        except ImportError:
-            _COMPILED.append(None)
-        else:
-            # cache=True: the machine code is kept beside this module (or in numba's user cache),
-            # so a new worker process loads it instead of compiling again (~2 s per dtype).
-            # Reassociation lets the row sums vectorise; no finite-math assumptions.
-            _COMPILED.append(numba.njit(cache=True, nogil=True,
-                                        fastmath={"reassoc", "contract", "nsz"})(_combine_loops))
+    with _LOCK:
+        if not _COMPILED:
+            try:
+                import numba
+            except ImportError:
+                _COMPILED.append(None)
+            else:
+                # cache=True: the machine code is kept beside this module (or in numba's user
+                # cache), so a new process loads it (~0.3-1 s with numba's import) instead of
+                # compiling again (~2-5 s per dtype).  Reassociation lets the row sums
+                # vectorise; no finite-math assumptions.
+                _COMPILED.append(numba.njit(cache=True, nogil=True,
+                                            fastmath={"reassoc", "contract", "nsz"})(_combine_loops))
     return _COMPILED[0]
+
+
+def _numba_installed() -> bool:
+    import importlib.util
+
+    return os.environ.get("MKDIST_NUMBA", "1") != "0" and importlib.util.find_spec("numba") is not None
+
+
+def prefetch(dtype: str) -> None:
+    """Load the compiled step for ``dtype`` in a background thread of this process, once.
+
+    A new process pays numba's import and the cached machine code's load (0.3-2 s, more on a
+    busy machine) at its first compiled call; started while the landmark model is fitted, that
+    time overlaps the fit instead of the first embed task.  Returns at once; a call that
+    arrives before the load is done waits for it (numba's compiler lock).
+    """
+    key = np.dtype(dtype).str
+    with _LOCK:
+        if key in _PREFETCHED or not _numba_installed():
+            return
+        _PREFETCHED.add(key)
+    threading.Thread(target=_load, args=(np.dtype(dtype),), name="mkdist-numba-prefetch", daemon=True).start()
+
+
+def _load(dtype: np.dtype) -> None:
+    fn = _compiled()
+    if fn is not None:
+        src = np.ones((1, 1), dtype=dtype)
+        fn(src, np.zeros(1, dtype=np.int64), np.ones((1, 1), dtype=dtype), np.zeros(1), np.ones(1), np.ones((1, 1)),
+           MODE_CONSTANT, True, np.zeros((1, 1), dtype=dtype), np.empty((1, 1)), np.empty((1, 1)), 0, 1e-12)
+
+
+def prefetch_where_embedded(dtype: str) -> None:
+    """:func:`prefetch` on every worker of the active Dask client (without waiting for them), or
+    in this process when there is none: where the rows will be embedded."""
+    if not _numba_installed():
+        return
+    from ._cluster import active_client
+
+    client = active_client()
+    if client is None:
+        prefetch(dtype)
+    else:
+        client.run(_prefetch_on_worker, np.dtype(dtype).str, wait=False)
+
+
+async def _prefetch_on_worker(dtype: str) -> None:
+    # A coroutine: distributed runs a function without waiting for it only if it is one.
+    prefetch(dtype)
 
 
 def combine_compiled(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cent, offset, floor) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from .._core._blocks import RowBlocks, cache_block_rows
+from .._core._fused import prefetch_where_embedded
 from .._core._kernel_specs import FittedKernel, resolve_kernel_specs
 from .._core._kernels import (
     CombinedProjection,
@@ -663,12 +664,15 @@ class MultipleKernelClustering(KernelLandmarkEstimator):
         self.n_clusters_choice_ = None
         n_clusters = self.n_clusters if k_range is None else (
             lambda stack: self._choose_n_clusters(stack, n, seed))
+        dtype = self.dtype or str(common_float_dtype(landmark_views))
+        # The workers (or this process) load the embedding's compiled step while the model is fitted.
+        prefetch_where_embedded(dtype)
         with blas_threads(1):  # faster than two on a quiet machine, and 10x faster on a busy one (mkdist._core._linalg)
             model, info = fit_landmark_model(
                 landmark_views, np.asarray(landmark_indices), n_clusters=n_clusters, kernels=self.kernels,
                 weights=self.weights, center=self.center, normalize=self.normalize,
                 normalize_embedding=self.normalize_embedding, scale=self.scale, max_iter=self.max_iter,
-                tol=self.tol, dtype=self.dtype or str(common_float_dtype(landmark_views)), random_state=seed,
+                tol=self.tol, dtype=dtype, random_state=seed,
                 embedding_dim=self.embedding_dim, embedding_scale=self._embedding_scale())
         self._set_fitted_views(landmark_views)
         self._set_model(model)
