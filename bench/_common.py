@@ -223,8 +223,9 @@ def worker_peak_rss(client) -> dict:
     return {addr: round(v / 2**30, 3) for addr, v in peaks.items()}
 
 
-def run_pipeline(N: int, store: Path, *, report: bool = False, cluster: str = "tuned", **params) -> dict:
-    """W1 at N rows through ``mkdist.cluster`` on a fresh 2-worker cluster (``cluster``: see
+def run_pipeline(N: int, store: Path, *, report: bool = False, cluster: str = "tuned", n_workers: int = 2,
+                 **params) -> dict:
+    """W1 at N rows through ``mkdist.cluster`` on a fresh ``n_workers`` x 1 thread cluster (``cluster``: see
     :data:`CLUSTERS`), end to end from Zarr into ``store`` (replaced).  With ``report`` the run writes its
     report as ``cluster_flow``
     does (``mkdist.cluster(report=True)``: the model's figures drawn by a background process while
@@ -242,8 +243,8 @@ def run_pipeline(N: int, store: Path, *, report: bool = False, cluster: str = "t
     if store.exists():
         shutil.rmtree(store)
     y = xr.open_zarr(src, consolidated=False)["y"].values
-    workers, client = local_cluster(cluster=cluster)
-    out: dict = {"N": N, "cluster": cluster}
+    workers, client = local_cluster(n_workers, cluster=cluster)
+    out: dict = {"N": N, "cluster": cluster, "n_workers": n_workers}
     try:
         client.run(import_library)  # workers import the library before the clock starts
         t0 = time.perf_counter()
