@@ -67,15 +67,20 @@ def test_float32_route_is_within_float32_noise_of_float64(setup, monkeypatch, ro
     assert np.abs(got - ref).max() > 1e-12 * scale  # float32 arithmetic, not a float64 route
 
 
-def test_numpy_and_compiled_steps_agree_on_one_view():
+@pytest.mark.parametrize("powers", [
+    [4, 0, 2],  # rbf-grid's family: the three kernels in two passes over each row
+    [2, 0, -2, 1, -1, 3, 4, 5, -3],  # kernel by kernel: every unrolled power, and the general loop (5, -3)
+])
+def test_numpy_and_compiled_steps_agree_on_one_view(powers):
     """The two combination steps on the same source block: sum_t a_t k_t dl_t Q (the NumPy step's H)
-    equals C @ Q (the compiled step's C), with the same a_t and centring terms."""
+    equals C @ Q (the compiled step's C), with the same a_t and centring terms, and both equal the
+    definition."""
     pytest.importorskip("numba")
     rng = np.random.default_rng(0)
     b, n, c = 9, 40, 3
     src = rng.uniform(0.0, 1.0, size=(b, n))
     src[0, :4] = 1.0 + 1e-9  # clipped at 1 by both
-    powers = np.array([2, 0, -2, 1, -1, 3, 4, 5, -3])  # every unrolled power, and the general loop (5, -3)
+    powers = np.array(powers)
     q = len(powers)
     dl = rng.uniform(0.5, 2.0, size=(q, n))
     Q = rng.normal(size=(n, c))

@@ -119,14 +119,68 @@ def _row_factor(m: np.ndarray, kxx: np.ndarray, mode: int, shift: float, weight:
 
 
 def _combine_loops(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cent, offset, floor):
-    """The same step row by row (compiled by numba): each row is read once per kernel and its
-    derived values, row mean and accumulation stay in L1."""
+    """The same step row by row (compiled by numba), the row in L1 throughout.
+
+    ``rbf-grid``'s family (a clipped source with powers 0, 2 and 4: sigma x 2, x 1, x 0.5) goes
+    through two passes over the row: the three row sums, then C += sum_t a_t dl_t k_t with the
+    kernels recomputed from the source (four squarings) rather than stored and read back, so
+    the (b, n) accumulator is read and written once for the three.  Any other source goes
+    kernel by kernel.
+    """
     b, n = src.shape
     q = powers.shape[0]
     base = np.empty(n, dtype=src.dtype)
     work = np.empty(n, dtype=src.dtype)
     base[0] = 1.0
     one = base[0]  # 1 in src's dtype: float32 arithmetic stays float32
+    zero = one - one
+    slot = np.full(5, -1)
+    for t in range(q):
+        if 0 <= powers[t] <= 4:
+            slot[powers[t]] = t
+    if clip and q == 3 and slot[0] >= 0 and slot[2] >= 0 and slot[4] >= 0:
+        t0, t1, t2 = slot[0], slot[2], slot[4]
+        d0, d1, d2 = dl[t0], dl[t1], dl[t2]
+        ts = (t0, t1, t2)
+        af = np.zeros(3, dtype=src.dtype)
+        for i in range(b):
+            row = src[i]
+            crow = C[i]
+            s0 = zero
+            s1 = zero
+            s2 = zero
+            for j in range(n):
+                x = row[j]
+                x = x if x < one else one
+                x4 = x * x
+                x4 = x4 * x4
+                x16 = x4 * x4
+                x16 = x16 * x16
+                s0 += x
+                s1 += x4
+                s2 += x16
+            for u in range(3):
+                t = ts[u]
+                m = float((s0, s1, s2)[u]) / n
+                if mode == 1:
+                    a = weight[t] / np.sqrt(max(kxx[i, t] - 2.0 * m + shift[t], floor))
+                elif mode == 2:
+                    a = weight[t] / np.sqrt(max(kxx[i, t], floor))
+                else:
+                    a = weight[t]
+                coef[i, offset + t] = a
+                cent[i, offset + t] = a * (m - shift[t])
+                af[u] = one * a
+            f0, f1, f2 = af[0], af[1], af[2]
+            for j in range(n):
+                x = row[j]
+                x = x if x < one else one
+                x4 = x * x
+                x4 = x4 * x4
+                x16 = x4 * x4
+                x16 = x16 * x16
+                crow[j] += f0 * d0[j] * x + f1 * d1[j] * x4 + f2 * d2[j] * x16
+        return
     for i in range(b):
         row = src[i]
         if clip:
