@@ -206,6 +206,11 @@ def first_call_s() -> dict:
     return {"cold_cache_s": run[0], "warm_cache_s": run[1]}
 
 
+def _embed_task_s(run: dict) -> float:
+    """Worker seconds in the embed stage's row tasks (the embedding written by the same task)."""
+    return sum(v for k, v in (run.get("task_compute_s") or {}).items() if "embed" in k)
+
+
 def _warm_args(dtype) -> tuple:
     src = np.ones((2, 4), dtype=dtype)
     return (src, np.array([0]), np.ones((1, 4), dtype=dtype), np.zeros(1), np.ones(1), np.ones((2, 1)), 1, True,
@@ -243,6 +248,9 @@ def part_roofline(args) -> dict:
         runs = [run_pipeline(N, OUT / "stores" / f"roofline-{route}-{N}.zarr", cluster="plain", n_workers=1)
                 for _ in range(args.repeats)]
         stages[route] = {"embed_s": [r["stages"]["embed_s"] for r in runs],
+                         # the workers' seconds in the embed tasks themselves (task stream)
+                         "embed_task_compute_s": [_embed_task_s(r) for r in runs],
+                         "task_compute_s": runs[-1].get("task_compute_s"),
                          "end_to_end_s": [r["end_to_end_s"] for r in runs],
                          "rows_per_s_median": N / median([r["stages"]["embed_s"] for r in runs]),
                          "scores": runs[-1]["scores"], "load_1min_after": os.getloadavg()[0]}
@@ -321,7 +329,9 @@ def part_scaling(args) -> dict:
         f_lloyd = med(W, lambda x: x["floor"]["lloyd_s"])
         named = sum(med(W, lambda x, k=k: x["pipeline"]["stages"][k]) for k in ("sample_s", "fit_s", "embed_s",
                                                                                   "kmeans_s", "write_s"))
+        task = med(W, lambda x: _embed_task_s(x["pipeline"]))
         table[W] = {"end_to_end_s": e2e, "embed_s": emb, "kmeans_s": km, "named_stages_s": named,
+                    "embed_task_compute_s": task, "embed_task_rows_per_s_per_worker": N / task if task else None,
                     "outside_named_stages_s": e2e - named,
                     "embed_rows_per_s_per_worker": N / (W * emb), "kmeans_rows_per_s_per_worker": N / (W * km),
                     "floor_total_s": f_tot, "floor_embed_s": f_emb, "floor_lloyd_s": f_lloyd,

@@ -41,7 +41,7 @@ MODE_DIAGONAL = 2
 
 def combine_numpy(src: np.ndarray, powers: np.ndarray, dlQ: np.ndarray, shift: np.ndarray, weight: np.ndarray,
                   kxx: np.ndarray, mode: int, clip: bool, H: np.ndarray, coef: np.ndarray, cent: np.ndarray,
-                  offset: int, floor: float) -> None:
+                  offset: int, floor: float, work: np.ndarray | None = None) -> None:
     """The step in whole-block NumPy passes, each kernel through its own thin GEMM; ``src`` is overwritten.
 
     Without a compiler, forming C costs three (b, n) passes and a row sum per kernel, no less
@@ -76,6 +76,8 @@ def combine_numpy(src: np.ndarray, powers: np.ndarray, dlQ: np.ndarray, shift: n
     offset : int
     floor : float
         Floor of the centred self-kernel before its square root.
+    work : ndarray of shape (b, n), src's dtype, optional
+        Where the derived kernels are formed (allocated when needed if not given).
     """
     c = H.shape[1]
     if clip:
@@ -84,7 +86,6 @@ def combine_numpy(src: np.ndarray, powers: np.ndarray, dlQ: np.ndarray, shift: n
     # before (one (b, n) buffer, no copy), then the square roots the same way.
     ups = sorted((t for t in range(len(powers)) if powers[t] > 0), key=lambda t: powers[t])
     downs = sorted((t for t in range(len(powers)) if powers[t] < 0), key=lambda t: -powers[t])
-    work = None
     for chain in ([t for t in range(len(powers)) if powers[t] == 0], ups, downs):
         done = 0
         for t in chain:

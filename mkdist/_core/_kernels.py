@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -536,6 +537,26 @@ class CombinedProjection:
         self.U = dl @ Q
         self.V = (dl * prep.row_means[order]) @ Q if self.center else np.zeros_like(self.U)
 
+    def _buffers(self, b: int) -> dict:
+        """This thread's (rows, n) working arrays, reused from block to block.
+
+        A fresh 1 MB array per block is a fresh mapping whenever malloc's mmap threshold is
+        below it (a nanny's MALLOC_TRIM_THRESHOLD_ pins it at 128 KiB): its first touch faults
+        every page, which cost more than the GEMM that fills it.  Per thread, since a Dask
+        worker may run several tasks at once.
+        """
+        local = self.__dict__.setdefault("_local", threading.local())
+        work = getattr(local, "work", None)
+        if work is None or work["arg"].shape[0] < b:
+            shape = (b, self.n_landmarks)
+            work = local.work = {k: np.empty(shape, dtype=self.dtype) for k in ("arg", "C", "other", "derived")}
+        return work
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_local", None)  # the working arrays stay with their threads
+        return state
+
     def _slots(self, ps, powers, order, prep, weights) -> dict:
         """The combination step's arrays for kernels ``ps`` of one source, filling slots from len(order)."""
         n = self.n_landmarks
@@ -556,11 +577,14 @@ class CombinedProjection:
         """The weighted, projected kernel rows of one row block, shape (b, c), float64."""
         dt = self.dtype
         b = next(iter(views_block.values())).shape[0]
-        n = self.n_landmarks
         compiled = compiled_available()
+        work = self._buffers(b)
         # The compiled step sums the kernels into C for one GEMM with Q; the NumPy one projects
         # each kernel and sums the projections in H (see mkdist._core._fused).
-        C = np.zeros((b, n), dtype=dt) if compiled else None
+        C = None
+        if compiled:
+            C = work["C"][:b]
+            C.fill(0)
         H = None if compiled else np.zeros((b, self.Q.shape[1]))
         coef = np.empty((b, self.n_slots))
         cent = np.empty((b, self.n_slots))
@@ -571,7 +595,7 @@ class CombinedProjection:
                                  coef, cent, s["offset"], _DIAG_FLOOR)
             else:
                 combine_numpy(blk, s["powers"], s["dlQ"], s["shift"], s["weight"], kxx, self.mode, clip, H,
-                              coef, cent, s["offset"], _DIAG_FLOOR)
+                              coef, cent, s["offset"], _DIAG_FLOOR, work=work["derived"][:b])
 
         buffer = None
         for src in self.sources:
@@ -581,14 +605,14 @@ class CombinedProjection:
                 Xa[:, :-2] = X
                 Xa[:, -2] = row_sq_norms(X)
                 Xa[:, -1] = 1.0
-                arg = Xa @ src["LaT"]  # -c0 ||x - l||^2
+                arg = np.matmul(Xa, src["LaT"], out=work["arg"][:b])  # -c0 ||x - l||^2
                 single = len(src["families"]) == 1
                 for ratio, s in src["families"]:
                     blk = np.exp(arg, out=arg) if single else np.exp(arg * ratio)
                     combine(blk, s, np.ones((b, len(s["kernels"]))), True)
             if src["other"]:
                 if buffer is None:
-                    buffer = np.empty((b, n), dtype=dt)
+                    buffer = work["other"][:b]
                 ks = [k for k, _ in src["other"]]
                 for (k, s), blk in zip(src["other"], _view_kernels(X, src["landmarks"], ks, buffer)):
                     combine(blk, s, self_kernel(views_block, k, dtype=np.float64)[:, None], False)
