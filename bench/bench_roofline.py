@@ -407,13 +407,30 @@ def part_labels(args) -> dict:
         raise SystemExit("--part labels needs --reference-python (the interpreter of an older checkout)")
     OUT.mkdir(parents=True, exist_ok=True)
     y = xr.open_zarr(w1_input(args.n), consolidated=False)["y"].values
-    ref, ref_info = _labels_with(args.reference_python, args.n, "reference", W1)
-    out = {"N": args.n, "w1": {"reference": {**ref_info, "scores": mkdist.clustering_scores(y, ref)}}}
+    # W1 end to end, each run its own process and LocalCluster(2 x 1): the older checkout, this
+    # one compiled and this one on NumPy, in an order that rotates every round (the machine is
+    # shared: only the same round compares).
+    kinds = {"reference": (args.reference_python, None), "compiled": (sys.executable, "1"),
+             "numpy": (sys.executable, "0")}
+    names = list(kinds)
+    seconds: dict = {k: [] for k in kinds}
+    labels: dict = {}
+    for r in range(args.repeats):
+        for kind in names[r % 3:] + names[:r % 3]:
+            python, flag = kinds[kind]
+            if flag is not None:
+                os.environ["MKDIST_NUMBA"] = flag
+            lab, info = _labels_with(python, args.n, kind, W1)
+            seconds[kind].append(info["seconds"])
+            # a checkout and route gives the same labels every run (same seed, same bits)
+            assert np.array_equal(lab, labels.setdefault(kind, lab)), f"{kind}: labels differ run to run"
+    ref = labels["reference"]
+    out = {"N": args.n, "w1": {"seconds": seconds, "seconds_median": {k: median(v) for k, v in seconds.items()},
+                               "reference": {"scores": mkdist.clustering_scores(y, ref)}}}
     routes = {"compiled": "1", "numpy": "0"}
-    for route, flag in routes.items():
-        os.environ["MKDIST_NUMBA"] = flag
-        lab, info = _labels_with(sys.executable, args.n, route, W1)
-        out["w1"][route] = {**info, "scores": mkdist.clustering_scores(y, lab),
+    for route in routes:
+        lab = labels[route]
+        out["w1"][route] = {"scores": mkdist.clustering_scores(y, lab),
                             "identical_labels": bool(np.array_equal(lab, ref)),
                             "rows_differing_up_to_renaming": int(round((1 - mkdist.clustering_accuracy(ref, lab))
                                                                        * len(ref))),

@@ -27,7 +27,14 @@ import numpy as np
 
 from ..errors import InputValidationError
 from ._distances import _sq_from_gram, bandwidth_statistic, check_bandwidth, row_sq_norms
-from ._fused import combine_compiled, combine_numpy, compiled_available
+from ._fused import (
+    MODE_CONSTANT,
+    MODE_DIAGONAL,
+    MODE_DIAGONAL_CENTRED,
+    combine_compiled,
+    combine_numpy,
+    compiled_available,
+)
 from ._kernel_specs import FittedKernel, KernelSpec
 from ._scaling import FeatureScaling
 
@@ -506,9 +513,9 @@ class CombinedProjection:
         self._Q64 = Q
         self.center = bool(prep.center)
         if prep.normalize == "diagonal":
-            self.mode = 1 if prep.center else 2  # _fused.MODE_DIAGONAL_CENTRED / MODE_DIAGONAL
+            self.mode = MODE_DIAGONAL_CENTRED if prep.center else MODE_DIAGONAL
         else:
-            self.mode = 0  # _fused.MODE_CONSTANT
+            self.mode = MODE_CONSTANT  # trace normalisation: a constant, folded into the weights
         active = [p for p in range(len(kernels)) if weights[p] > 0]
         self.sources: list[dict] = []  # per view: RBF families, then the other kernels
         order: list[int] = []  # kernel p of every slot t, in the order the sources fill them
@@ -574,7 +581,16 @@ class CombinedProjection:
                 "weight": np.asarray([weights[p] / s for p, s in zip(ps, scale)], dtype=np.float64)}
 
     def __call__(self, views_block: Mapping[str, np.ndarray]) -> np.ndarray:
-        """The weighted, projected kernel rows of one row block, shape (b, c), float64."""
+        """The weighted, projected kernel rows of one row block.
+
+        Parameters
+        ----------
+        views_block : dict of str to ndarray of shape (b, d_v)
+
+        Returns
+        -------
+        ndarray of shape (b, c), float64
+        """
         dt = self.dtype
         b = next(iter(views_block.values())).shape[0]
         compiled = compiled_available()
