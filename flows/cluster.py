@@ -51,7 +51,7 @@ def cluster_flow(source: Any, store: str, n_clusters: int | str | list[int], ker
                  overwrite: bool = False, label_key: str | None = None, progress: bool = False,
                  connect_timeout: float | None = None, labels_out: str | None = None,
                  id_column: str | None = None, report: bool = True, views: dict | None = None,
-                 method: str | None = DEFAULT_METHOD, options: dict | None = None) -> dict:
+                 method: str | None = DEFAULT_METHOD, options: dict | None = None, missing: str | None = None) -> dict:
     """Cluster every point of ``source``; results in ``store``.
 
     Parameters
@@ -94,6 +94,9 @@ def cluster_flow(source: Any, store: str, n_clusters: int | str | list[int], ker
     options : dict, optional
         Parameters of the method's estimator (``weights``, ``scale``, ...), ``method_params``,
         or ``write_kernel_blocks`` (see ``mkdist.pipeline.RunConfig.from_options``).
+    missing : {"refuse", "impute"}, optional
+        Missing cells: refuse the input (default), or cluster every row with its missing
+        cells imputed (see ``mkdist.cluster``); also a key of a ``source`` dict.
 
     Returns
     -------
@@ -103,7 +106,7 @@ def cluster_flow(source: Any, store: str, n_clusters: int | str | list[int], ker
     logger = get_run_logger()
     config = RunConfig.from_options(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
                                     random_state=random_state, method=method, **(options or {}))
-    source = as_input(source, views=views, id_column=id_column, label_column=label_key)
+    source = as_input(source, views=views, id_column=id_column, label_column=label_key, missing=missing)
     plan = plan_run(source, store, config, labels_out=labels_out, overwrite=overwrite, report=report)
     if isinstance(source, InputSource) and plan.opened.message():
         logger.info("%s", plan.opened.message())

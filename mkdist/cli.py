@@ -39,7 +39,7 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 INTERRUPT_GRACE_S = 4.0
 #: Options that are the CLI's and the flow's, not the estimator's.
 RUN_KEYS = ("n_clusters", "kernels", "n_landmarks", "random_state", "method", "label_key", "labels_out",
-            "id_column", "views", "dask_address", "n_workers", "storage_options")
+            "id_column", "views", "dask_address", "n_workers", "storage_options", "missing")
 INTERRUPTED = "mkdist: interrupted; re-run the same command to resume."
 
 
@@ -342,7 +342,8 @@ def _request(source: str, store: str, merged: dict[str, Any]):
     config = RunConfig.from_options(**{k: v for k, v in merged.items() if k not in RUN_KEYS or k in run_keys})
     config.check_params()  # before mkdist.pipeline loads scikit-learn, Dask and xarray (2-3 s)
     opened = InputSource(source, views=merged.get("views"), id_column=merged.get("id_column"),
-                         label_column=merged.get("label_key"), storage_options=options).open()
+                         label_column=merged.get("label_key"), storage_options=options,
+                         missing=merged.get("missing")).open()
     k = config.n_clusters
     k_max = k[1] if isinstance(k, list) else k  # "auto": its k_max follows the landmarks (checked at planning)
     if isinstance(k_max, int) and k_max > opened.n_rows:
@@ -483,6 +484,10 @@ def _cluster_options(fn):
                                                 "ACC/NMI to the metrics.")
 @click.option("--config", "config_path", default=None,
               help="TOML/JSON/YAML file of run options (a [views] table, id_column, estimator parameters, ...).")
+@click.option("--missing", type=click.Choice(["refuse", "impute"]), default=None,
+              help="Missing cells (nulls, NaN): refuse the input, naming them (default), or impute: cluster every "
+                   "row, each missing cell filled from the 10 rows most like it; --labels-out then says per row "
+                   "how many cells were imputed (missing_cells).")
 @click.option("--n-landmarks", type=click.IntRange(min=1), default=None)
 @click.option("--kernels", default=None, help="Kernel set name (auto, rbf-grid, rbf, mkkm12, ...).")
 @click.option("--method", default=None,
@@ -494,15 +499,15 @@ def _cluster_options(fn):
               help="Replace what is in the way: a store holding a different run (recomputed from scratch) and a "
                    "--labels-out of another run.  A store of this same run is resumed, never recomputed.")
 @_cluster_options
-def run(source, store, n_clusters, view_items, id_column, labels_out, label_key, config_path, n_landmarks, kernels,
-        method, random_state, overwrite, dask_address, n_workers, connect_timeout, use_prefect, as_json, quiet,
+def run(source, store, n_clusters, view_items, id_column, labels_out, label_key, config_path, missing, n_landmarks,
+        kernels, method, random_state, overwrite, dask_address, n_workers, connect_timeout, use_prefect, as_json, quiet,
         debug):
     """Cluster INPUT; results and model go to STORE.  The same command again resumes it."""
     _environment(quiet, debug)
     t0 = time.perf_counter()
     given = dict(n_clusters=n_clusters, n_landmarks=n_landmarks, kernels=kernels, method=method,
                  random_state=random_state, dask_address=dask_address, n_workers=n_workers, label_key=label_key,
-                 labels_out=labels_out, id_column=id_column)
+                 labels_out=labels_out, id_column=id_column, missing=missing)
 
     def request():
         merged = _run_options(config_path, given, view_items)
@@ -634,6 +639,9 @@ def _result_line(summary: dict, store: str, seconds: float, nothing_to_do: bool)
                 f"({summary.get('method')}) in {seconds:.1f} s; store {store}")
         if resumed:
             what += f" (resumed after {resumed[-1]})"
+    missing = summary.get("missing") or {}
+    if missing.get("rows") is not None:
+        what += f"; {missing['rows']:,} rows with missing cells clustered ({missing['cells']:,} cells imputed)"
     scores = summary.get("scores") or {}
     if scores.get("acc") is not None:
         what += f"; ACC {scores['acc']:.4f}"
@@ -668,6 +676,9 @@ def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
                    "else the position).")
 @click.option("--view", "view_items", multiple=True, metavar="NAME=COLUMNS",
               help="A view of a table, as for `mkdist run` (default: the model's views).")
+@click.option("--missing", type=click.Choice(["refuse", "impute"]), default=None,
+              help="Missing cells of INPUT: impute fills them with the model's fill values (the model's run must "
+                   "have imputed); default: as the model's run did.")
 @click.option("--fail-on-drift", is_flag=True, help="Exit 3 (after storing the labels) when the batch drifted.")
 @click.option("--drift-threshold", "drift_threshold", multiple=True,
               help="NAME=VALUE overriding a drift threshold (share_beyond_fit_p99, cluster_tv, cluster_psi, "
@@ -675,7 +686,7 @@ def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--overwrite", is_flag=True,
               help="Replace what is in the way: an output store of another batch, a --labels-out of another run.")
 @_cluster_options
-def assign(model_store, source, output, labels_out, id_column, view_items, fail_on_drift, drift_threshold,
+def assign(model_store, source, output, labels_out, id_column, view_items, missing, fail_on_drift, drift_threshold,
            overwrite, dask_address, n_workers, connect_timeout, use_prefect, as_json, quiet, debug):
     """Label new data with a stored model (no refit) and report its drift from the fit.
 
@@ -691,7 +702,7 @@ def assign(model_store, source, output, labels_out, id_column, view_items, fail_
         thresholds = _thresholds(drift_threshold)  # before mkdist.pipeline loads (2-3 s)
         _refuse_missing_store(model_store)
         views = parse_view_option(view_items) if view_items else None
-        batch = InputSource(source, views=views, id_column=id_column)
+        batch = InputSource(source, views=views, id_column=id_column, missing=missing)
         _check_scheduler(dask_address, connect_timeout)
         from mkdist.pipeline import check_assign
 
@@ -733,6 +744,9 @@ def assign(model_store, source, output, labels_out, id_column, view_items, fail_
         verdict = ("DRIFTED: " + "; ".join(summary["drift"]["reasons"])) if drifted else "no drift"
         line = (f"assigned {summary['N']:,} rows with the model in {model_store} in {time.perf_counter() - t0:.1f} s; "
                 f"{verdict}; output {output}")
+        imputed = summary.get("missing") or {}
+        if imputed.get("rows") is not None:
+            line += f"; {imputed['rows']:,} rows with missing cells ({imputed['cells']:,} cells imputed)"
         if summary.get("labels_out"):
             line += f"; labels {summary['labels_out']}"
         if summary.get("report"):

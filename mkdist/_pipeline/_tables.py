@@ -16,7 +16,8 @@ nulls beside the numbers to cluster.  This module decides, from the files' metad
 * an undeclared integer column that looks like a row id (unique and monotone) is refused,
   naming it: clustered as a feature, it splits the rows into id ranges;
 * nulls in a feature (from the column statistics) and in the id column are refused before
-  any work, naming the column, the count and the first row.
+  any work, naming the column, the count and the first row; with ``missing="impute"`` the
+  features' nulls pass (as NaN, which the run fills), the id column's never do.
 
 Only ``pyarrow`` and ``fsspec`` are imported here (no Dask, xarray or scikit-learn), so the
 command line runs every one of these checks in well under a second.  :func:`table_views`
@@ -50,6 +51,8 @@ DEFAULT_VIEW = "features"
 #: in any order, not only for monotone values.
 _ID_LIKE_NAMES = ("id", "index", "key", "uuid", "row", "rowid", "row_id", "row_number")
 _GLOB_CHARS = "*?["
+#: What every refusal of missing values offers (``missing="impute"``: the run fills them).
+MISSING_HINT = "pass --missing impute (missing='impute') to cluster those rows too, their missing cells imputed"
 #: Bytes of a row chunk of the views (as for NumPy input): big enough to amortise task
 #: overhead, small enough that a worker holds a handful at once.
 _CHUNK_BYTES = 32 * 2**20
@@ -504,7 +507,7 @@ def _normalise_declaration(views: Any) -> dict[str, list[str]] | None:
 
 
 def plan_views(table: ParquetTable, views: Any = None, *, id_column: str | None = None,
-               label_column: str | None = None) -> ViewPlan:
+               label_column: str | None = None, missing: str | None = None) -> ViewPlan:
     """Sort a table's columns into views; refuse what cannot be clustered, naming it.
 
     Parameters
@@ -517,6 +520,9 @@ def plan_views(table: ParquetTable, views: Any = None, *, id_column: str | None 
         The rows' ids: never a feature.
     label_column : str, optional
         True labels (for scores): never a feature.
+    missing : {"refuse", "impute"}, optional
+        "impute" lets nulls in the features through (the run fills them); nulls in the id
+        column are refused either way.  Default "refuse".
 
     Returns
     -------
@@ -599,7 +605,8 @@ def plan_views(table: ParquetTable, views: Any = None, *, id_column: str | None 
                                 else _describe(c.kind, c.arrow_type)))
         plan = ViewPlan(chosen, ignored, True, id_column, label_column)
         _refuse_row_id_features(table, [c for cols in chosen.values() for c in cols], explicit)
-    _refuse_nulls(table, [c for cols in plan.views.values() for c in cols], id_column)
+    features = [c for cols in plan.views.values() for c in cols] if missing != "impute" else []
+    _refuse_nulls(table, features, id_column)
     return plan
 
 
@@ -649,7 +656,7 @@ def _refuse_nulls(table: ParquetTable, features: Sequence[str], id_column: str |
                                    "cannot be joined back; fill them or drop those rows")
     others = f" (also: {', '.join(f'{c} {table.columns[c].nulls}' for c in with_nulls[1:])})" if with_nulls[1:] else ""
     raise InputValidationError(f"column {name!r} has {n} missing value{'s' * (n > 1)} ({where}){others}: fill or "
-                               "drop them, or leave the column out of the views")
+                               f"drop them, leave the column out of the views, or {MISSING_HINT}")
 
 
 def _id_suffix(table: ParquetTable, id_column: str | None, row: int | None, column: str) -> str:
