@@ -606,7 +606,7 @@ def _refuse_empty(rows: RowBlocks, parts: dict, n_empty_rows: int, feature_names
         first = _first_row(rows, None, None)
         where = describe_row(first) if describe_row is not None else f"row {first}"
         raise InputValidationError(
-            f"{n_empty_rows} row{'s have' if n_empty_rows > 1 else ' has'} no value in any view (first at {where}): "
+            f"{n_empty_rows} row{'s have' if n_empty_rows > 1 else ' has'} no value in any view, first at {where}: "
             "there is nothing to cluster such a row on, imputed or not; drop those rows")
 
 

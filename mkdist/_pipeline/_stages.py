@@ -31,7 +31,8 @@ import numpy as np
 from .._core._blocks import report_passes
 from .._core._cluster import active_client, compute, compute_here, persist_and_wait
 from .._core._kmeans import assign_with_distance
-from .._core._missing import N_NEIGHBORS, Imputer, count_missing, donor_indices, fill_views
+from .._core import _missing
+from .._core._missing import Imputer, count_missing, donor_indices, fill_views
 from .._core._sampling import gather_rows
 from .._core._state import dataset_to_state, state_to_dataset, to_jsonable
 from .._methods._registry import AUTO_METHOD, get_method
@@ -303,7 +304,7 @@ def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool =
         if donors is not None:
             at = np.searchsorted(take, donors)
             imputer = Imputer(list(rows), [stats[v]["mean"] for v in rows], [stats[v]["std"] for v in rows],
-                              [r[at] for r in rows.values()], N_NEIGHBORS)
+                              [r[at] for r in rows.values()], _missing.N_NEIGHBORS)
         if idx is not None:
             at = np.searchsorted(take, idx)
             picked = [r[at] for r in rows.values()]
