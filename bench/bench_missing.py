@@ -10,10 +10,11 @@ one-hot encoded into indicator columns (NaN in all indicators of a missing categ
 through ``mkdist.cluster(..., missing="impute", labels_out=...)`` on a LocalCluster with
 two worker processes.  ACC is computed once over all rows (one matching of clusters to
 segments, from the labels written out joined by id) and then reported for the complete
-rows and for the rows with missing cells.  Two fills: the run's (the mean of the 10
-nearest donors, ``mkdist._core._missing.N_NEIGHBORS``) and the column mean
-(``N_NEIGHBORS = 0``); two view layouts: every column in one view, and the issue's two
-views (numbers, indicators).
+rows and for the rows with missing cells.  Three fills: the run's (the mean of the 10
+nearest donors, ``mkdist._core._missing.N_NEIGHBORS``), the nearest donor's value
+(``N_NEIGHBORS = 1``) and the column mean (``N_NEIGHBORS = 0``); two view layouts: every
+column in one view, and the issue's two views (numbers, indicators).  Every run uses
+``scale="standard"`` (the columns' units differ).
 
 ``cost``: the same run on a table with missing cells (``missing="impute"``) and on the same
 table without them (the default, ``missing="refuse"``): seconds per stage.
@@ -108,7 +109,7 @@ def quality(args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="mkdist-bench-missing-"))
     layouts = {"one view": {"all": NUMERIC + [f"{c}={v}" for c, vs in CATEGORIES.items() for v in vs]},
                "two views": {"numbers": NUMERIC, "categories": [f"{c}={v}" for c, vs in CATEGORIES.items() for v in vs]}}
-    fills = {"neighbours": _missing.N_NEIGHBORS, "column mean": 0}
+    fills = {"neighbours": _missing.N_NEIGHBORS, "nearest donor": 1, "column mean": 0}
     cells = []
     from distributed import Client, LocalCluster
 
