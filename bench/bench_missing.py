@@ -107,8 +107,8 @@ def quality(args) -> dict:
     from mkdist._core import _missing
 
     tmp = Path(tempfile.mkdtemp(prefix="mkdist-bench-missing-"))
-    layouts = {"one view": {"all": NUMERIC + [f"{c}={v}" for c, vs in CATEGORIES.items() for v in vs]},
-               "two views": {"numbers": NUMERIC, "categories": [f"{c}={v}" for c, vs in CATEGORIES.items() for v in vs]}}
+    indicators = [f"{c}={v}" for c, vs in CATEGORIES.items() for v in vs]
+    layouts = {"one view": {"all": NUMERIC + indicators}, "two views": {"numbers": NUMERIC, "categories": indicators}}
     fills = {"neighbours": _missing.N_NEIGHBORS, "nearest donor": 1, "column mean": 0}
     cells = []
     from distributed import Client, LocalCluster

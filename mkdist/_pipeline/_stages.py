@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from .._core import _missing
 from .._core._blocks import report_passes
 from .._core._cluster import active_client, compute, compute_here, persist_and_wait
 from .._core._kmeans import assign_with_distance
-from .._core import _missing
 from .._core._missing import Imputer, count_missing, donor_indices, fill_views
 from .._core._sampling import gather_rows
 from .._core._state import dataset_to_state, state_to_dataset, to_jsonable
