@@ -1,7 +1,8 @@
 """Missing cells clustered, not dropped (issue 33, item 2), printing JSON.
 
     python bench/bench_missing.py --part quality --n 20000 --seeds 0,1,2
-    python bench/bench_missing.py --part cost --n 1000000
+    python bench/bench_missing.py --part cost --n 1000000 --repeats 3
+    python bench/bench_missing.py --part cpu --n 1000000
 
 ``quality``: the customer table of :func:`make_customer_table` (6 segments in 3 pairs: four
 numeric columns separate the pairs only, two string columns split each pair, with 10%
@@ -16,8 +17,12 @@ nearest donors, ``mkdist._core._missing.N_NEIGHBORS``), the nearest donor's valu
 column in one view, and the issue's two views (numbers, indicators).  Every run uses
 ``scale="standard"`` (the columns' units differ).
 
-``cost``: the same run on a table with missing cells (``missing="impute"``) and on the same
-table without them (the default, ``missing="refuse"``): seconds per stage.
+``cost``: the same run on the table without missing cells (the default, ``missing="refuse"``)
+and with them (``missing="impute"``, filled with the column mean and with the 10
+neighbours' mean), interleaved, ``--repeats`` times: seconds per stage, medians.
+
+``cpu``: CPU seconds of the fill, of the per-row counts and of the embedding of the same row
+chunks, in one process (see :func:`cpu`); on the bench table and with a hole in every row.
 """
 
 from __future__ import annotations
@@ -161,21 +166,27 @@ def quality(args) -> dict:
 
 def cost(args) -> dict:
     import mkdist
+    from mkdist._core import _missing
 
     tmp = Path(tempfile.mkdtemp(prefix="mkdist-bench-missing-cost-"))
-    holes = with_indicators(make_customer_table(args.n, 0))
-    full = with_indicators(make_customer_table(args.n, 0, missing_numeric=0.0, missing_category=0.0))
+    tables = {"holes": with_indicators(make_customer_table(args.n, 0)),
+              "full": with_indicators(make_customer_table(args.n, 0, missing_numeric=0.0, missing_category=0.0))}
     views = {"all": NUMERIC + [f"{c}={v}" for c, vs in CATEGORIES.items() for v in vs]}
+    # The middle arm separates the fill's neighbour search from what reading a table with
+    # nulls and filling a cell at all cost.
+    arms = (("refuse, no missing cells", "full", "refuse", _missing.N_NEIGHBORS),
+            ("impute, column mean", "holes", "impute", 0),
+            ("impute, 10 neighbours", "holes", "impute", _missing.N_NEIGHBORS))
     out = {"part": "cost", "n": args.n, "runs": []}
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, Client(cluster):
         for repeat in range(args.repeats):
-            for name, df, missing in (("refuse, no missing cells", full, "refuse"),
-                                      ("impute, 6% rows with missing cells", holes, "impute")):
-                path = tmp / f"{missing}.parquet"
+            for name, table, missing, k in arms:
+                path = tmp / f"{table}.parquet"
                 if not path.exists():
-                    df.to_parquet(path, index=False, row_group_size=131072)
+                    tables[table].to_parquet(path, index=False, row_group_size=131072)
+                _missing.N_NEIGHBORS = k
                 store = tmp / "run.zarr"
                 t0 = time.perf_counter()
                 res = mkdist.cluster(str(path), str(store), 6, random_state=0, id_column="customer_id", views=views,
@@ -185,22 +196,69 @@ def cost(args) -> dict:
                                     "acc": res.metrics["scores"]["acc"], "missing": res.metrics.get("missing")})
                 print(out["runs"][-1], file=sys.stderr, flush=True)
                 shutil.rmtree(store, ignore_errors=True)
+    _missing.N_NEIGHBORS = arms[-1][3]
     shutil.rmtree(tmp, ignore_errors=True)
-    for name in {r["run"] for r in out["runs"]}:
+    out["medians"] = {}
+    for name, *_ in arms:
         runs = [r for r in out["runs"] if r["run"] == name]
-        out[f"median total_s, {name}"] = float(np.median([r["total_s"] for r in runs]))
-        out[f"median embed_s, {name}"] = float(np.median([r["timings"]["embed_s"] for r in runs]))
+        out["medians"][name] = {"total_s": float(np.median([r["total_s"] for r in runs])),
+                                "embed_s": float(np.median([r["timings"]["embed_s"] for r in runs]))}
+    base = [r for r in out["runs"] if r["run"] == arms[0][0]]
+    for name, *_ in arms[1:]:
+        runs = [r for r in out["runs"] if r["run"] == name]
+        out["medians"][name]["embed_ratio_to_refuse (paired by repeat)"] = float(np.median(
+            [r["timings"]["embed_s"] / b["timings"]["embed_s"] for r, b in zip(runs, base)]))
+    return out
+
+
+def cpu(args) -> dict:
+    """CPU seconds of the fill against the embedding it is fused with, in this one process
+    (``time.process_time``: a busy machine slows the wall clock of both alike, not the CPU
+    time of either), per row chunk of the table as a run reads it."""
+    from mkdist import MultipleKernelClustering
+    from mkdist._core._missing import Imputer, donor_indices, missing_per_row
+
+    out = {"part": "cpu", "n": args.n, "cases": {}}
+    cols = NUMERIC + [f"{c}={v}" for c, vs in CATEGORIES.items() for v in vs]
+    for case, share in (("6% of rows with a missing cell (the bench table)", None), ("every row misses a cell", 1.0)):
+        X = with_indicators(make_customer_table(args.n, 0))[cols].to_numpy(np.float32)
+        if share is not None:
+            rng = np.random.default_rng(1)
+            X[np.arange(args.n), rng.integers(0, len(NUMERIC), args.n)] = np.nan
+        donors = donor_indices(args.n, 0)
+        imp = Imputer(["all"], [np.nanmean(X, 0)], [np.nanstd(X, 0)], [X[donors]])
+        landmarks = np.sort(np.random.default_rng(2).choice(args.n, 1000, replace=False))
+        model = MultipleKernelClustering(6, n_landmarks=1000, random_state=0, scale="standard").fit(
+            {"all": imp.fill([X[landmarks]])[0]})
+        chunks = [X[i:i + 131072] for i in range(0, args.n, 131072)]
+        t = {"fill": 0.0, "count": 0.0, "embed": 0.0}
+        for chunk in chunks:
+            t0 = time.process_time()
+            filled = imp.fill_view([chunk], 0)
+            t1 = time.process_time()
+            missing_per_row([chunk])
+            t2 = time.process_time()
+            model.transform({"all": filled})
+            t3 = time.process_time()
+            t["fill"] += t1 - t0
+            t["count"] += t2 - t1
+            t["embed"] += t3 - t2
+        holes = int(np.isnan(X).any(axis=1).sum())
+        out["cases"][case] = {"rows with missing cells": holes, **{f"{k}_cpu_s": round(v, 2) for k, v in t.items()},
+                              "fill / embed": round(t["fill"] / t["embed"], 3),
+                              "fill us per row with missing cells": round(1e6 * t["fill"] / max(holes, 1), 1)}
+        print(case, out["cases"][case], file=sys.stderr, flush=True)
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--part", choices=["quality", "cost"], default="quality")
+    ap.add_argument("--part", choices=["quality", "cost", "cpu"], default="quality")
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    result = quality(args) if args.part == "quality" else cost(args)
+    result = {"quality": quality, "cost": cost, "cpu": cpu}[args.part](args)
     emit({**result, "machine": machine()})
 
 

@@ -91,8 +91,12 @@ def _brute_fill(rows: np.ndarray, donors: np.ndarray, mean, scale, k: int) -> np
     return out
 
 
-def test_the_fill_is_the_mean_of_the_nearest_donors_on_the_observed_cells():
+@pytest.mark.parametrize("most_rows", [False, True])
+def test_the_fill_is_the_mean_of_the_nearest_donors_on_the_observed_cells(most_rows):
     a, b, _, _ = _with_holes(seed=3)
+    if most_rows:  # most donors miss cells too (another path of the distances)
+        rng = np.random.default_rng(4)
+        a[np.flatnonzero(rng.random(a.shape[0]) < 0.7), rng.integers(0, 5)] = np.nan
     donors = donor_indices(a.shape[0], seed=5, n_donors=200)
     imp = Imputer(["a", "b"], [np.nanmean(a, 0), np.nanmean(b, 0)], [np.nanstd(a, 0), np.nanstd(b, 0)],
                   [a[donors], b[donors]], n_neighbors=7)

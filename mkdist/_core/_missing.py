@@ -45,7 +45,8 @@ N_NEIGHBORS = 10
 #: Rows with missing cells filled at once (bounds the (rows, n_donors) distance arrays).
 FILL_BATCH_ROWS = 1024
 #: Nearest donors looked at per row, in multiples of ``n_neighbors``: a feature averages the
-#: first ``n_neighbors`` of them that observe it (fewer only when more than 2/3 of them miss it).
+#: first ``n_neighbors`` of them that observe it (searched again among the donors that observe
+#: it when more than 2/3 of the candidates miss it).
 CANDIDATES = 3
 
 
@@ -107,7 +108,8 @@ class Imputer:
         # The donors' side of the distance GEMM (see _estimates): rows [seen; z^2; -2 z].
         self._donor_terms = np.vstack([Sd.T, (Zd * Zd).T, -2.0 * Zd.T]).astype(np.float32)
         self._incomplete = np.flatnonzero(~self._donor_seen.all(axis=1))
-        self._donor_unseen_t = (~self._donor_seen[self._incomplete]).T.astype(np.float32)
+        self._donor_unseen_t = (~self._donor_seen).T.astype(np.float32)
+        self._observing = self._donor_seen.sum(axis=0)
         self._donor_raw = np.where(self._donor_seen, np.hstack(self.donors) if self.donors else Z, 0.0)
 
     @property
@@ -173,10 +175,15 @@ class Imputer:
         dist /= np.maximum(observed, 1.0)
         if self._incomplete.size:
             # A donor that misses cells shares fewer features with a row: only those columns
-            # need their own count.
-            shared = observed - seen.astype(np.float32) @ self._donor_unseen_t
-            dist[:, self._incomplete] *= observed / np.maximum(shared, 1.0)
-            dist[:, self._incomplete] = np.where(shared > 0, dist[:, self._incomplete], np.inf)
+            # need their own count (all of them, without indexing, when most donors miss some).
+            every = self._incomplete.size > self.n_donors // 2
+            cols = slice(None) if every else self._incomplete
+            shared = observed - seen.astype(np.float32) @ self._donor_unseen_t[:, cols]
+            part = dist if every else dist[:, cols]
+            part *= observed / np.maximum(shared, 1.0)
+            part[shared == 0] = np.inf
+            if not every:
+                dist[:, cols] = part
         dist[observed[:, 0] == 0] = np.inf
         # The nearest few times k donors, nearest first; each feature averages the first k of
         # them that observe it (all k when the donors miss nothing, as most do).
@@ -193,6 +200,19 @@ class Imputer:
         count = use.sum(axis=1)
         total = np.where(use, self._donor_raw[:, lo + cols][near], 0.0).sum(axis=1)
         out[:, cols] = np.where(count > 0, total / np.maximum(count, 1), out[:, cols])
+        # A feature that most donors miss can leave fewer than k among the candidates: those
+        # cells get their own search over the donors that observe it (rare unless a column is
+        # mostly missing).
+        short = (count < k) & (count < self._observing[lo + cols])
+        for c in np.flatnonzero(short.any(axis=0)):
+            f, rows_c = lo + cols[c], np.flatnonzero(short[:, c])
+            sub = np.where(self._donor_seen[:, f], dist[rows_c], np.inf)
+            m = min(k, int(self._observing[f]))
+            nn = np.argpartition(sub, m - 1, axis=1)[:, :m]
+            ok = np.isfinite(np.take_along_axis(sub, nn, axis=1))
+            n_ok = ok.sum(axis=1)
+            mean = np.where(ok, self._donor_raw[nn, f], 0.0).sum(axis=1) / np.maximum(n_ok, 1)
+            out[rows_c, cols[c]] = np.where(n_ok > 0, mean, out[rows_c, cols[c]])
         return out
 
     # ------------------------------------------------------------------ state
