@@ -627,16 +627,12 @@ def _result_line(summary: dict, store: str, seconds: float, nothing_to_do: bool)
     elif resumed and not summary.get("computed_stages"):
         what = f"{store} already holds this run; wrote what was missing in {seconds:.1f} s"
     else:
-        from mkdist._core._nclusters import why_ambiguous
+        from mkdist._core._nclusters import k_verdict
 
         choice = summary.get("n_clusters_choice") or {}
-        chosen = ""
-        if choice.get("chosen_by_fit"):
-            chosen = (f" (K AMBIGUOUS: {why_ambiguous(choice)}, best guess; runner-up {choice['runner_up']})"
-                      if choice.get("ambiguous") else
-                      f" (K chosen, confidence {choice['confidence']:.2f}, runner-up {choice['runner_up']})")
-        what = (f"clustered {int(summary.get('N') or 0):,} rows into {summary.get('n_clusters')} clusters{chosen} "
-                f"({summary.get('method')}) in {seconds:.1f} s; store {store}")
+        chosen = f"; {k_verdict(choice)}" if choice.get("chosen_by_fit") else ""
+        what = (f"clustered {int(summary.get('N') or 0):,} rows into {summary.get('n_clusters')} clusters "
+                f"({summary.get('method')}) in {seconds:.1f} s{chosen}; store {store}")
         if resumed:
             what += f" (resumed after {resumed[-1]})"
     missing = summary.get("missing") or {}

@@ -89,9 +89,10 @@ def test_integer_k_is_used_as_given_and_the_rule_only_hints():
 def test_no_clear_gap_still_fits_the_best_guess_and_warns_ambiguous():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 3))  # one Gaussian blob: no cluster structure
-    with pytest.warns(AmbiguousNClustersWarning, match=r"ambiguous in k = 2\.\.\d+: .*best guess.*runner-up"):
+    with pytest.warns(AmbiguousNClustersWarning, match=r"K = \d+ is a guess: .*next candidates \d+ \(votes") as w:
         est = mkdist.MultipleKernelClustering(n_clusters="auto", n_landmarks=300, random_state=0).fit(X)
     assert est.n_clusters_choice_.ambiguous
+    assert est.n_clusters_choice_.verdict() in str(w[0].message)  # the same words as the CLI, inspect, report
     assert len(np.unique(est.labels_)) == est.n_clusters_ == est.n_clusters_choice_.n_clusters
 
 
@@ -186,10 +187,11 @@ def test_cli_n_clusters_auto_end_to_end_and_inspect_shows_the_choice(npz_input, 
     r = _cli("run", "--input", str(npz_input), "--store", str(store), "--n-clusters", "auto", "--label-key", "y",
              "--n-landmarks", "200", "--random-state", "0", "--dask-address", dask_address, "--quiet")
     assert r.returncode == 0, r.stderr
-    assert "into 4 clusters (K chosen, confidence" in r.stdout and "runner-up" in r.stdout
+    assert "into 4 clusters (mkc) in" in r.stdout
+    assert "; K = 4 (confidence 0.97, a clear gap); next candidates " in r.stdout
     r = _cli("inspect", str(store))
     assert r.returncode == 0, r.stderr
-    assert 'n_clusters="auto" chose K = 4' in r.stdout
+    assert 'n_clusters="auto": K = 4 (confidence 0.97, a clear gap); next candidates' in r.stdout
     assert "confidence" in r.stdout and "runner-up" in r.stdout and "candidates" in r.stdout
     assert "knn-eigengap-votes" in r.stdout
     # What `inspect --json` prints is this dict (the CLI's --json output: tests/test_flows.py).
@@ -238,18 +240,18 @@ def _spectrum_text(choice, k=4):
 
 
 @pytest.mark.parametrize("choice, k, shown", [
-    (_choice(), 4, "K = 4 chosen by the K rule\nconfidence 0.90, runner-up 6"),
-    (_choice(ambiguous=True, confidence=0.2), 4, "K rule: no clear gap (confidence 0.20)\nfitted with the best guess"),
-    (_choice(chosen_by_fit=False, asked=4), 4, "K rule: K = 4 (= K)"),
-    (_choice(chosen_by_fit=False, asked=3), 3, "K rule: K = 4? (confidence 0.90)"),
-    (_choice(chosen_by_fit=False, asked=3, ambiguous=True, confidence=0.1), 3, "K rule: no clear gap"),
+    (_choice(), 4, "K rule: K = 4 (confidence 0.90)\nnext: 6 (votes 0.10)"),
+    (_choice(ambiguous=True, confidence=0.2), 4, "K rule: K = 4 is a guess (confidence 0.20)\nnext: 6 (votes 0.10)"),
+    (_choice(chosen_by_fit=False, asked=4), 4, "K rule (K given): K = 4 (confidence 0.90)"),
+    (_choice(chosen_by_fit=False, asked=3), 3, "K rule (K given): K = 4 (confidence 0.90)"),
+    (_choice(chosen_by_fit=False, asked=3, ambiguous=True, confidence=0.1), 3, "K rule (K given): K = 4 is a guess"),
 ])
 def test_report_spectrum_hint_is_the_k_rules_verdict(choice, k, shown):
     texts, caption, figs = _spectrum_text(choice, k)
     assert shown in texts
     assert "largest ratio" not in texts and "K = 1?" not in texts  # never the old ratio heuristic
     assert "knn-eigengap-votes" in caption
-    assert "k_choice" in figs.figures and "runner-up 6" in figs.figures["k_choice"].figure.axes[0].get_title()
+    assert "k_choice" in figs.figures and "next 6 (votes 0.10)" in figs.figures["k_choice"].figure.axes[0].get_title()
 
 
 def test_a_modularity_choice_says_so_in_the_report_and_inspect():
@@ -274,6 +276,33 @@ def test_a_modularity_choice_says_so_in_the_report_and_inspect():
     for text in (choice_lines(veto)[0], _choice_text(veto)):
         assert f"largest eigengap (K = {veto['runner_up']}) gives a much less modular partition" in text
         assert "no clear" not in text
+
+
+@pytest.mark.parametrize("choice", [
+    _choice(n_clusters=9, ambiguous=True, confidence=0.52, evidence="gap", coverage=0.85, sizes_agree=3, votes=0.82,
+            candidates=[[9, 0.82], [10, 0.09], [8, 0.09]]),
+    _choice(confidence=0.97, evidence="clear gap", coverage=1.0, sizes_agree=3, votes=0.9),
+])
+def test_cli_line_inspect_report_and_summary_say_the_same_verdict(choice):
+    """Issue 36: one helper words the verdict ("K = 9 is a guess: ..." with the next candidates and
+    their votes) for the CLI's result line, ``mkdist inspect``, the report's table and the markdown."""
+    from mkdist._core._nclusters import k_verdict
+    from mkdist._report._summary import choice_lines, summary_markdown
+    from mkdist._report._tables import _choice_text
+    from mkdist.cli import _result_line
+
+    verdict = k_verdict(choice)
+    assert verdict.startswith("K = 9 is a guess: an eigengap, but its groups are not clearly apart (85%")  \
+        if choice["ambiguous"] else verdict.startswith("K = 4 (confidence 0.97, a clear gap); next candidates 6")
+    assert "next candidates 10 (votes 0.09), 8 (0.09)" in verdict if choice["ambiguous"] else True
+    summary = {"N": 150, "n_clusters": choice["n_clusters"], "method": "mkc", "n_clusters_choice": choice,
+               "computed_stages": ["model"]}
+    shown = {"cli": _result_line(summary, "s.zarr", 1.0, False), "inspect": choice_lines(choice)[0],
+             "report": _choice_text(choice), "markdown": summary_markdown(summary)}
+    for where, text in shown.items():
+        assert verdict in text, where
+    given = _choice_text({**choice, "chosen_by_fit": False, "asked": 3})
+    assert given.startswith(f"given by hand; the K rule says: {verdict}")
 
 
 def test_report_without_a_k_rule_verdict_shows_no_guess():

@@ -10,7 +10,18 @@ import sys
 import numpy as np
 import pytest
 
-from mkdist._core._nclusters import RULE, NClustersChoice, choose_n_clusters, default_k_max, default_n_neighbors
+from mkdist._core._nclusters import (
+    CLEAR_GAP_COVERAGE,
+    EVIDENCE_CONFIDENCE,
+    RULE,
+    TRUSTED_CONFIDENCE,
+    NClustersChoice,
+    choose_n_clusters,
+    default_k_max,
+    default_n_neighbors,
+    demanded_k_max,
+    k_verdict,
+)
 from mkdist.errors import InputValidationError
 
 
@@ -171,7 +182,8 @@ def test_a_coarse_gap_whose_groups_divide_further_is_over_ruled_by_modularity(mo
     assert "most modular" in choice.verdict()
     monkeypatch.setattr(_nclusters, "MODULARITY_MARGIN", float("inf"))   # without the veto: the coarse split
     gap_only = choose_n_clusters(K)
-    assert (gap_only.n_clusters, gap_only.ambiguous) == (2, False) and gap_only.confidence > 0.9
+    assert (gap_only.n_clusters, gap_only.evidence, gap_only.ambiguous) == (2, "clear gap", False)
+    assert gap_only.votes > 0.9
 
 
 @pytest.mark.parametrize("group_distance, sub_separation, expected", [(60.0, 2.0, 2), (8.0, 3.0, 8)])
@@ -180,7 +192,10 @@ def test_a_gap_that_disconnects_the_graph_or_is_as_modular_as_any_stands(group_d
     # that keeps >= 99% of the edges inside its groups is not over-ruled (as with unequal sizes).
     # Separated blobs: the largest gap is at the 8 blobs and modularity agrees.
     choice = choose_n_clusters(rbf_kernel(two_groups_of_four(group_distance, sub_separation, seed=0)))
-    assert (choice.n_clusters, choice.criterion, choice.ambiguous) == (expected, "eigengap", False)
+    assert (choice.n_clusters, choice.criterion) == (expected, "eigengap")
+    # Trusted only where the groups are apart: the far groups (100% of the edges inside), not the 8
+    # blobs, which touch (94%; issue 36: a stable gap between touching groups is a guess).
+    assert choice.ambiguous == (choice.coverage < CLEAR_GAP_COVERAGE) == (expected == 8)
 
 
 def test_identical_landmarks_do_not_break_the_graph():
@@ -212,13 +227,13 @@ def test_range_limits_are_respected():
 
 
 def test_default_range_and_neighbours():
-    assert default_k_max(1000) == 50 and default_k_max(2000) == 50 and default_k_max(300) == 30
+    assert default_k_max(1000) == 50 and default_k_max(2000) == 50 and default_k_max(300) == 20
     assert default_n_neighbors(1000, 50) == 10
     assert default_n_neighbors(1000, 10) == 16  # sqrt(n) / 2 caps it when k_max is small
     assert default_n_neighbors(165, 16) == 5
     X, _ = blobs(3, 100, seed=8)
     choice = choose_n_clusters(rbf_kernel(X))
-    assert choice.k_range == (2, 30) and choice.n_neighbors == default_n_neighbors(300, 30)
+    assert choice.k_range == (2, 20) and choice.n_neighbors == default_n_neighbors(300, 20)
     # Very few landmarks: the default k_max is raised to k_min.
     assert choose_n_clusters(rbf_kernel(X[:12]), n_resamples=0).k_range == (2, 2)
 
@@ -295,17 +310,82 @@ def test_result_is_frozen_and_serialises():
     assert {"n_clusters", "confidence", "runner_up", "candidates", "ambiguous", "rule"} <= set(doc)
     assert doc["n_clusters"] == 4 and isinstance(doc["candidates"][0], list)
     assert 0.0 <= doc["confidence"] <= 1.0
-    # The confidence is a share of n_resamples + 1 votes.
-    votes = choice.confidence * (choice.n_resamples + 1)
+    # The votes are a share of n_resamples + 1 spectra; the confidence is the calibrated one of the evidence.
+    votes = choice.votes * (choice.n_resamples + 1)
     assert votes == pytest.approx(round(votes))
+    assert choice.confidence == EVIDENCE_CONFIDENCE[choice.evidence]
 
 
-def test_confidence_without_resamples_is_all_or_nothing():
+def test_votes_without_resamples_are_all_or_nothing():
     X, _ = blobs(4, 40, seed=12)
     K = rbf_kernel(X)
-    assert choose_n_clusters(K, n_resamples=0).confidence == 1.0
+    assert choose_n_clusters(K, n_resamples=0).votes == 1.0
     assert choose_n_clusters(rbf_kernel(np.random.default_rng(0).normal(size=(300, 5))),
-                             n_resamples=0).confidence == 0.0
+                             n_resamples=0).votes == 0.0
+
+
+# ----------------------------------------------------------------------------- trust (issue 36)
+def test_only_a_clear_gap_is_trusted():
+    # The calibrated confidences: only a clear gap reaches the default threshold.
+    assert [e for e, c in EVIDENCE_CONFIDENCE.items() if c >= TRUSTED_CONFIDENCE] == ["clear gap"]
+    X, _ = blobs(5, 60, seed=21)
+    choice = choose_n_clusters(rbf_kernel(X))
+    assert (choice.n_clusters, choice.evidence, choice.ambiguous) == (5, "clear gap", False)
+    assert choice.coverage >= CLEAR_GAP_COVERAGE and choice.sizes_agree >= 2 and choice.votes >= 0.5
+    assert choice.confidence == EVIDENCE_CONFIDENCE["clear gap"]
+    # Asking for less trust (a lower threshold) lets weaker evidence through; the choice is the same K.
+    K = rbf_kernel(two_groups_of_four(4.0, 2.0, seed=0))
+    assert choose_n_clusters(K, min_confidence=0.0).n_clusters == choose_n_clusters(K).n_clusters
+    assert not choose_n_clusters(K, min_confidence=0.0).ambiguous
+
+
+def test_iris_is_searched_where_its_clusters_can_be_and_its_nine_is_a_guess():
+    # Issue 36: standardised iris (150 rows) got K = 9, confidence 0.55, not flagged.  Now the range stops
+    # at 150 // 15 = 10 (fifteen rows per cluster) and its 9 is called a guess, saying why, with the next
+    # candidates and their votes.
+    from sklearn.datasets import load_iris
+
+    X = load_iris().data
+    choice = choose_n_clusters(rbf_kernel((X - X.mean(axis=0)) / X.std(axis=0)))
+    assert choice.k_range == (2, 10) and choice.ambiguous and choice.evidence != "clear gap"
+    text = choice.verdict()
+    assert text.startswith(f"K = {choice.n_clusters} is a guess: ")
+    assert f"next candidates {choice.candidates[1][0]} (votes {choice.candidates[1][1]:.2f})" in text
+
+
+def test_many_small_clusters_that_the_spectrum_shows_clearly_are_found_beyond_the_small_data_range():
+    # 15 separated clusters of 11 points (165 rows): beyond 165 // 15 = 11, but a clear gap at 15 within
+    # 165 // 10 = 16 (yale_a3's shape) is taken.
+    X, _ = blobs(15, 11, seed=2)
+    choice = choose_n_clusters(rbf_kernel(X))
+    assert (choice.n_clusters, choice.evidence, choice.k_range) == (15, "clear gap", (2, 16))
+    # ... and only then: with the range given, the rule stays in it.
+    assert choose_n_clusters(rbf_kernel(X), k_max=11).n_clusters <= 11
+    assert default_k_max(165) == 11 and demanded_k_max(165) == 16 and default_k_max(1000) == 50
+
+
+@pytest.mark.parametrize("choice, expected", [
+    ({"n_clusters": 9, "confidence": 0.52, "ambiguous": True, "criterion": "eigengap", "evidence": "gap",
+      "coverage": 0.853, "sizes_agree": 3, "votes": 0.82, "candidates": [[9, 0.82], [10, 0.09], [8, 0.09]]},
+     "K = 9 is a guess: an eigengap, but its groups are not clearly apart (85% of the landmark graph's edges "
+     "inside them; a clear gap keeps 95%) (confidence 0.52); next candidates 10 (votes 0.09), 8 (0.09)"),
+    ({"n_clusters": 7, "confidence": 0.06, "ambiguous": True, "criterion": "modularity", "evidence": "modularity veto",
+      "no_structure_share": 0.0, "runner_up": 3, "votes": 0.0, "candidates": [[7, 0.0], [3, 1.0]]},
+     "K = 7 is a guess: the largest eigengap (K = 3) gives a much less modular partition than K = 7 (the most "
+     "modular partition of the landmark graph) (confidence 0.06); next candidates 3 (votes 1.00)"),
+    ({"n_clusters": 5, "confidence": 0.2, "ambiguous": True, "criterion": "eigengap", "evidence": "unstable gap",
+      "votes": 0.18, "candidates": [[5, 0.18], [4, 0.45]]},
+     "K = 5 is a guess: its eigengap is the largest in only 18% of the landmark resamples (confidence 0.20); "
+     "next candidates 4 (votes 0.45)"),
+    ({"n_clusters": 4, "confidence": 0.97, "ambiguous": False, "criterion": "eigengap", "evidence": "clear gap",
+      "candidates": [[4, 1.0]]},
+     "K = 4 (confidence 0.97, a clear gap); next candidates none"),
+    # A choice stored before the fifth round (no evidence recorded) still reads.
+    ({"n_clusters": 6, "confidence": 0.3, "ambiguous": True, "criterion": "eigengap", "candidates": [[6, 0.3]]},
+     "K = 6 is a guess: no clear eigengap (confidence 0.30); next candidates none"),
+])
+def test_the_verdict_in_the_users_words(choice, expected):
+    assert k_verdict(choice) == expected
 
 
 def test_import_needs_neither_sklearn_nor_dask():

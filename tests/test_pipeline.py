@@ -333,9 +333,11 @@ def test_run_options_reach_other_methods_or_are_refused(data, tmp_path):
         RunConfig.from_options(n_clusters=3, kernels="rbf-grid", method="rff-power")
     with pytest.raises(InputValidationError, match="give it once"):
         RunConfig.from_options(n_clusters=3, scale="minmax", method="late-fusion", method_params={"scale": "standard"})
-    # Estimator parameters are run options too; the method's run defaults apply unless given.
+    # Estimator parameters are run options too; the estimator's own defaults apply unless given (issue 36:
+    # a run and the estimator fitted alike give the same labels).
     mkc = RunConfig.from_options(n_clusters=3, weights="uniform").make_estimator()
-    assert mkc.weights == "uniform" and mkc.n_init == 3
+    assert mkc.weights == "uniform" and mkc.get_params() == {**MultipleKernelClustering(3).get_params(),
+                                                             "weights": "uniform"}
     assert RunConfig.from_options(n_clusters=3, n_init=7).make_estimator().n_init == 7
     with pytest.raises(InputValidationError, match="does not take `gamma`"):
         RunConfig.from_options(n_clusters=3, gamma=1.0)
@@ -366,3 +368,30 @@ def test_iterative_fits_show_their_passes_as_progress(dask_client, data, tmp_pat
     total = re.findall(r"model: (\d+) passes over [\d,]+ rows in", err)
     shown = re.findall(r"model: pass (\d+) over the rows", err)
     assert total and int(total[0]) == max(map(int, shown)) >= 1, err[-500:]
+
+
+@pytest.fixture(scope="module")
+def iris():
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    return (X - X.mean(axis=0)) / X.std(axis=0), y
+
+
+@pytest.mark.parametrize("method", ["mkc", "nystrom", "rff-power", "mv-rff-power", "late-fusion"])
+def test_pipeline_labels_are_the_estimators(dask_client, iris, tmp_path, method):
+    """Issue 36: the same views, K, method and seed give the estimator's labels through
+    ``mkdist.cluster``, in memory or on the cluster, whatever the chunking.  Seed 1 on standardised
+    iris is where the pipeline's former k-means defaults (3 restarts) lost a third of the NMI."""
+    X, _ = iris
+    seed = 1
+    want = np.asarray(mkdist.get_method(method)(n_clusters=3, random_state=seed).fit([X]).labels_)
+    got = {"numpy": cluster([X], str(tmp_path / "numpy.zarr"), 3, method=method, random_state=seed).labels}
+    got["dask, 40-row chunks"] = cluster([da.from_array(X, chunks=(40, -1))], str(tmp_path / "dask.zarr"), 3,
+                                         method=method, random_state=seed).labels
+    for how, labels in got.items():
+        np.testing.assert_array_equal(np.asarray(labels), want, err_msg=how)
+    if method == "mkc":
+        # "auto" picks this method's branch on dense views: the same labels again.
+        auto = cluster([X], str(tmp_path / "auto.zarr"), 3, method="auto", random_state=seed)
+        np.testing.assert_array_equal(np.asarray(auto.labels), want)

@@ -351,7 +351,9 @@ def as_views(X: Any, *, min_samples: int = 1) -> dict[str, Any]:
     ----------
     X : array-like of shape (n_samples, n_features), or list/tuple/dict of such arrays
         A single array is one view named ``"view0"``; a list or tuple gives
-        ``"view0" ... "view{V-1}"``; a dict keeps its (string) keys.
+        ``"view0" ... "view{V-1}"``; a dict keeps its (string) keys.  pandas DataFrames are
+        read by column (:func:`mkdist._core._columns.frame_views`): one DataFrame is the view
+        ``"features"`` of its numeric columns, each DataFrame of a list or dict one view.
     min_samples : int, default=1
         Minimum number of rows.
 
@@ -361,6 +363,11 @@ def as_views(X: Any, *, min_samples: int = 1) -> dict[str, Any]:
         Every view has the same number of rows. Arrays are not copied (a scipy.sparse view
         is densified: see ``_densify_sparse``).
     """
+    from ._columns import frame_views, has_frames
+
+    if has_frames(X):
+        # pandas DataFrames take the table path: views by column kind, categories one-hot encoded.
+        X = frame_views(X)[0]
     if getattr(X, "ndim", None) == 1:
         raise InputValidationError(
             f"Expected a 2-D array (n_samples, n_features), got a 1-D array of shape {X.shape}: view "

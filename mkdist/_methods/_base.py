@@ -31,6 +31,7 @@ from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .._core._cluster import persist_and_wait
+from .._core._columns import frame_views, has_frames
 from .._core._kernel_specs import resolve_kernel_specs
 from .._core._kmeans import KMeansResult, assign_labels, assign_with_distance, kmeans
 from .._core._sampling import gather_rows, sample_landmark_indices
@@ -175,9 +176,6 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
     stage_plan: ClassVar[tuple[str, ...]] = FIT_PREDICT
     #: Tag of the saved state; bump the version when the state's layout changes.
     state_format: ClassVar[str] = ""
-    #: Parameter values ``mkdist.cluster`` uses unless the run gives them (measured reasons
-    #: in the subclasses' docstrings).
-    run_defaults: ClassVar[dict[str, Any]] = {}
     #: Extra stages a run may ask for (e.g. ``"kernel_blocks"``, with a method of that name).
     optional_stages: ClassVar[tuple[str, ...]] = ()
     #: Fitted attribute whose presence means "fitted".
@@ -229,9 +227,18 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
 
     def _checked_input(self, X) -> tuple[dict[str, Any], dict[str, Any]]:
         """The input as named views, and the values the parameter check resolved against it."""
-        views = as_views(X)
+        views = self._input_views(X, fitting=True)
         self._check_arity(views)
         return views, self._check_params(int(next(iter(views.values())).shape[0]), views)
+
+    def _input_views(self, X, *, fitting: bool) -> dict[str, Any]:
+        """``X`` as named views; DataFrames through the table path, their categories learned
+        by a fit (``categories_``) and reused to encode what is predicted."""
+        if has_frames(X):
+            X, categories = frame_views(X, None if fitting else getattr(self, "categories_", None))
+            if fitting:
+                self.categories_ = categories
+        return as_views(X)
 
     def _check_params(self, n_samples: int, views: dict) -> dict[str, Any]:
         """The constraint table, then the data-dependent checks of ``_check_params_vs_input``."""
@@ -260,18 +267,19 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
     def _check_k_range(self, n_landmarks: int, what: str = "landmarks") -> tuple[int, int] | None:
         """(k_min, k_max) the K choice searches on ``n_landmarks`` landmarks, None for an integer K.
 
-        "auto" searches [2, min(50, n // 10)] (``mkdist._core._nclusters.default_k_max``: at least
-        ten landmarks per cluster at the largest K).  Refused here, before any heavy work: a
+        "auto" searches [2, min(50, n // 15)] (``mkdist._core._nclusters.default_k_max``: at least
+        fifteen landmarks per cluster at the largest K), and reads up to min(50, n // 10) when the
+        spectrum shows a clear gap there (the k_max returned).  Refused here, before any heavy work: a
         range whose k_max is not below the number of landmarks (the gap after the k_max-th
         eigenvalue needs one more), or fewer than 4 landmarks.
         """
-        from .._core._nclusters import default_k_max
+        from .._core._nclusters import _default_search
 
         asked = n_clusters_range(self.n_clusters)
         if asked is None:
             return None
         k_min, k_max = asked
-        k_max = max(default_k_max(n_landmarks), k_min) if k_max is None else k_max
+        k_max = _default_search(n_landmarks, k_min)[1] if k_max is None and n_landmarks >= 4 else (k_max or k_min)
         if n_landmarks < 4 or k_max >= n_landmarks:
             raise InputValidationError(
                 f"n_clusters={self.n_clusters!r} searches K up to {k_max}, which needs more than {k_max} {what} "
@@ -306,12 +314,13 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         self.n_clusters_choice_ = None
         if k_range is None:
             return int(self.n_clusters)
-        choice = choose_n_clusters(kernel, k_min=k_range[0], k_max=k_range[1], kernel_weights=kernel_weights,
-                                   random_state=seed)
+        # "auto" leaves k_max to the rule: it searches a narrower range on small data (fifth round).
+        choice = choose_n_clusters(kernel, k_min=k_range[0], k_max=n_clusters_range(self.n_clusters)[1],
+                                   kernel_weights=kernel_weights, random_state=seed)
         self.n_clusters_choice_ = choice
         if choice.ambiguous:
-            warnings.warn(f"n_clusters={self.n_clusters!r}: {choice.verdict()}; the fit uses K = "
-                          f"{choice.n_clusters}. Give n_clusters as an integer if you know K.",
+            warnings.warn(f"n_clusters={self.n_clusters!r}: {choice.verdict()}. The fit uses K = "
+                          f"{choice.n_clusters}; give n_clusters as an integer if you know K.",
                           AmbiguousNClustersWarning, stacklevel=4)
         else:
             logger.info("n_clusters=%r chose %s", self.n_clusters, choice.verdict())
@@ -341,7 +350,7 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         -------
         NClustersChoice or None
         """
-        from .._core._nclusters import choose_n_clusters, default_k_max
+        from .._core._nclusters import choose_n_clusters
 
         choice = self.__dict__.get("n_clusters_choice_")
         if choice is not None:
@@ -350,9 +359,7 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
             K = self.landmark_kernel()
             hint = None
             if K is not None and K.shape[0] >= 4:
-                n = K.shape[0]
-                hint = choose_n_clusters(K, k_min=2, k_max=min(max(default_k_max(n), 2), n - 1),
-                                         random_state=0)
+                hint = choose_n_clusters(K, k_min=2, random_state=0)
             self._n_clusters_hint = hint
         return self._n_clusters_hint
 
@@ -383,7 +390,7 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         Views match by name; unnamed views (a list, a tuple or one array) match by position.
         """
         check_is_fitted(self, self._fitted_attr)
-        views = as_views(X)
+        views = self._input_views(X, fitting=False)
         check_finite(views)
         names = self.view_names_
         cls = type(self).__name__
@@ -438,7 +445,8 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         attrs = {
             "format": self.state_format,
             "params": encode_params(self),
-            "views": {"names": list(self.view_names_), "n_features": dict(self.n_features_per_view_)},
+            "views": {"names": list(self.view_names_), "n_features": dict(self.n_features_per_view_),
+                      **({"categories": self.categories_} if getattr(self, "categories_", None) else {})},
             "diagnostics": to_jsonable({k: v for k, v in getattr(self, "diagnostics_", {}).items()
                                         if k != "timings"}),
             "n_clusters_choice": _choice_dict(self.__dict__.get("n_clusters_choice_")),
@@ -458,6 +466,8 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         est.view_names_ = list(views["names"])
         est.n_features_per_view_ = {k: int(v) for k, v in views["n_features"].items()}
         est.n_features_in_ = int(sum(est.n_features_per_view_.values()))
+        if views.get("categories"):
+            est.categories_ = {k: list(v) for k, v in views["categories"].items()}
         est.diagnostics_ = {**attrs.get("diagnostics", {}), "timings": {}}
         from .._core._nclusters import NClustersChoice
 

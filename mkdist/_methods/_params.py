@@ -60,6 +60,7 @@ MKC: dict[str, list] = {
     "center": [Boolean()],
     "normalize": [Options("diagonal", "trace", None)],
     "normalize_embedding": [Boolean()],
+    "embedding_scale": [Options("auto", "unit", "eigenvalue")],
     "scale": [Options(None, *SCALINGS)],
     "max_iter": [Interval(Integral, 1, None)],
     "tol": [Interval(Real, 0, None, closed="neither")],

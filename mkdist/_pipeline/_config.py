@@ -63,8 +63,8 @@ class RunConfig:
         (and a resumed run adopts the stored one).
     params : dict, default={}
         Parameters of the method's estimator given for this run; the others are the
-        estimator's defaults, except the method's ``run_defaults`` (e.g. fewer k-means
-        restarts for ``mkc`` at scale; see the estimator's docstring).
+        estimator's defaults, so a run and the estimator fitted with the same parameters and
+        seed give the same labels (tests/test_pipeline.py, ``test_pipeline_labels_are_the_estimators``).
     write_kernel_blocks : bool, default=False
         Also store every partial kernel block P_p (N x n x m values: 24 GB in float32 for
         N = 1M, n = 1000, m = 6), for methods that offer it (``optional_stages``).
@@ -161,10 +161,8 @@ class RunConfig:
         return self
 
     def make_estimator(self):
-        """The method's estimator with this run's parameters (the method's ``run_defaults`` first)."""
-        cls = self.estimator_class
-        params = {**cls.run_defaults, **self.params}
-        return cls(n_clusters=self.n_clusters, random_state=self.random_state, **params)
+        """The method's estimator with this run's parameters (its own defaults for the others)."""
+        return self.estimator_class(n_clusters=self.n_clusters, random_state=self.random_state, **self.params)
 
     def check_params(self) -> None:
         """Check the run's parameters against the method's constraint table (no input needed;

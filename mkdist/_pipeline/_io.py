@@ -16,10 +16,11 @@ from mkdist.storage._remote import options_for
 
 from .._core._blocks import RowBlocks, align_row_chunks
 from .._core._cluster import compute
+from .._core._columns import MISSING_HINT
 from .._core._missing import all_missing_rows
 from .._core._validation import as_views, is_dask_array
 from ..errors import InputValidationError, StoreExistsError
-from ._tables import MISSING_HINT, is_table_source
+from ._tables import is_table_source
 
 __all__ = ["load_views", "views_fingerprint", "scan_views", "load_ids", "write_labels_parquet",
            "check_labels_out", "check_missing", "DEFAULT_CHUNK_BYTES", "MISSING_OPTIONS"]
@@ -171,6 +172,9 @@ class InputSource:
         Rows per chunk (default: the source's own chunking, or about 32 MiB per chunk).
     storage_options : dict, optional
         fsspec options for remote locations (credentials, endpoint).
+    categories : dict of str to list, optional
+        Tables: column -> its categories, fixed (a fitted model's, so that a new batch is
+        encoded as the data it was fitted on); default: read from the table.
     missing : {"refuse", "impute"}, optional
         Missing cells (a table's nulls, NaN): "refuse" (None means it) stops the run before any
         work, naming the column and the first row; "impute" clusters every row, its missing
@@ -183,6 +187,7 @@ class InputSource:
     label_column: str | None = None
     chunk_rows: int | None = None
     storage_options: dict | None = None
+    categories: dict | None = None
     missing: str | None = None
 
     def __post_init__(self):
@@ -226,7 +231,8 @@ def as_input(source: Any, *, views: Any = None, id_column: str | None = None, la
         return as_input(InputSource.from_json(source), views=views, id_column=id_column, label_column=label_column,
                         chunk_rows=chunk_rows, storage_options=storage_options, missing=missing)
     if isinstance(source, (str, os.PathLike)):
-        return InputSource(os.fspath(source), views, id_column, label_column, chunk_rows, storage_options, missing)
+        return InputSource(os.fspath(source), views, id_column, label_column, chunk_rows, storage_options,
+                           missing=missing)
     check_missing(missing)
     return source
 
@@ -284,7 +290,7 @@ class OpenedInput:
     def describe_row(self, row: int) -> str:
         """'row 17' or, with an id column of a table, "row 17 (customer_id 'C17')"."""
         if self.kind == "table" and self.source.id_column:
-            from ._tables import _id_suffix
+            from .._core._columns import _id_suffix
 
             suffix = _id_suffix(self.table, self.source.id_column, row, "")
             return f"row {row} ({suffix.lstrip(', ')})" if suffix else f"row {row}"
@@ -361,11 +367,10 @@ def open_input(source: InputSource) -> OpenedInput:
 
         table = ParquetTable.open(source.location, source.storage_options)
         plan = plan_views(table, source.views, id_column=source.id_column, label_column=source.label_column,
-                          missing=source.missing)
+                          categories=source.categories, missing=source.missing)
         fingerprint = _hash({"table": table.fingerprint, "plan": plan.to_json(), "chunk_rows": source.chunk_rows,
                              **_missing_key(source.missing)})
-        return OpenedInput(source, kind, table.n_rows, {v: len(c) for v, c in plan.views.items()},
-                           dict(plan.views), fingerprint, plan, table)
+        return OpenedInput(source, kind, table.n_rows, plan.widths(), plan.feature_names(), fingerprint, plan, table)
     if source.views is not None and isinstance(source.views, Mapping):
         raise InputValidationError(f"views by columns apply to tables (Parquet); {source.location} is {kind}: "
                                    "name its variables instead, e.g. views=['pix', 'fac']")
@@ -461,8 +466,10 @@ def load_views(source: Any, *, views: Any = None, chunk_rows: int | None = None,
 
     Parameters
     ----------
-    source : array, list/tuple/dict of arrays, xarray.Dataset, str/Path or InputSource
-        NumPy or Dask arrays (one per view); an xarray Dataset (one variable per view, a
+    source : array, list/tuple/dict of arrays, DataFrame, xarray.Dataset, str/Path or InputSource
+        NumPy or Dask arrays (one per view); a pandas or dask DataFrame (read by column like a
+        Parquet table: ``views``, ``id_column``, categories; a dask DataFrame lazily, one task
+        per partition); an xarray Dataset (one variable per view, a
         shared sample dimension); a path or fsspec URL to Parquet (a file, a directory of
         files or a glob), a Zarr group (xarray layout or plain 2-D arrays), or a .npy/.npz
         file.  Variables named ``y``/``labels`` in Zarr/xarray/.npz inputs are labels, not
@@ -495,6 +502,11 @@ def load_views(source: Any, *, views: Any = None, chunk_rows: int | None = None,
     """
     import xarray as xr
 
+    from .._core._columns import is_frame
+
+    if is_frame(source):
+        return _frame_views(source, views=views, id_column=id_column, label_column=label_column,
+                            chunk_rows=chunk_rows)
     source = as_input(source, views=views, id_column=id_column, label_column=label_column,
                       chunk_rows=chunk_rows, storage_options=storage_options, missing=missing)
     if isinstance(source, InputSource):
@@ -504,6 +516,71 @@ def load_views(source: Any, *, views: Any = None, chunk_rows: int | None = None,
     else:
         raw = source
     return _aligned(raw, chunk_rows)
+
+
+# ----------------------------------------------------------------------------- DataFrames
+def _frame_views(frame: Any, *, views: Any, id_column: str | None, label_column: str | None,
+                 chunk_rows: int | None, categories: Mapping | None = None) -> dict[str, Any]:
+    """A pandas DataFrame's views (in memory, encoded once) or a dask DataFrame's (lazily, one
+    encoding task per partition), by the same column rules as a Parquet table."""
+    from .._core._columns import ArrowTable, encode_views, frame_to_arrow, plan_views, view_layout
+
+    if type(frame).__module__.split(".")[0] == "pandas":
+        table = ArrowTable(frame_to_arrow(frame))
+        plan = plan_views(table, views, id_column=id_column, label_column=label_column, categories=categories)
+        columns = list(dict.fromkeys(c for cols in plan.views.values() for c in cols))
+        return _aligned(encode_views(table.read((0, table.n_rows), columns), view_layout(table, plan)), chunk_rows)
+    from ._tables import DaskFrameTable, dask_frame_views
+
+    table = DaskFrameTable(frame)
+    plan = plan_views(table, views, id_column=id_column, label_column=label_column, categories=categories)
+    return _aligned(dask_frame_views(table, plan, chunk_rows), None)
+
+
+def frame_input(frame: Any, store: Any, *, storage_options: Mapping[str, Any] | None = None) -> str:
+    """Write a DataFrame as Parquet beside a run store, once, and return its location.
+
+    A run reads its input again at every stage, on every worker, and on resume: a frame in
+    this process's memory serves none of them.  It is written to ``<store>.input/`` under a
+    name derived from its content (pandas: a hash of its Arrow buffers; dask: its graph's
+    token), so the same frame is written once and a re-run finds (and resumes from) the same
+    file; another frame never replaces one a stored run was made from.  A dask DataFrame is
+    written by the workers (``to_parquet``), never collected.
+
+    Returns
+    -------
+    str
+        The Parquet file (pandas) or directory (dask), read as any table.
+    """
+    import fsspec
+
+    base = f"{os.fspath(store).rstrip('/')}.input"
+    fs, root = fsspec.core.url_to_fs(base, **options_for(base, storage_options))
+    if type(frame).__module__.split(".")[0] == "pandas":
+        import pyarrow.parquet as pq
+
+        from .._core._columns import ArrowTable, frame_to_arrow
+
+        data = frame_to_arrow(frame)
+        name = f"frame-{ArrowTable(data).fingerprint.split(':')[-1][:24]}.parquet"
+        target = posixpath.join(root, name)
+        if not fs.exists(target):
+            fs.makedirs(root, exist_ok=True)
+            tmp = posixpath.join(root, f".{name}.tmp-{os.getpid()}")
+            with fs.open(tmp, "wb") as f:
+                pq.write_table(data, f)
+            fs.mv(tmp, target)
+    else:
+        from dask.base import tokenize
+
+        name = f"frame-{tokenize(frame)[:24]}"
+        target = posixpath.join(root, name)
+        if not fs.exists(target):
+            tmp = posixpath.join(root, f".{name}.tmp-{os.getpid()}")
+            frame.to_parquet(fs.unstrip_protocol(tmp), storage_options=options_for(base, storage_options) or None)
+            fs.invalidate_cache(root)
+            fs.mv(tmp, target, recursive=True)
+    return fs.unstrip_protocol(target) if fs.protocol not in ("file", ("file", "local")) else target
 
 
 def views_fingerprint(views: Mapping[str, Any], missing: str | None = None) -> str:

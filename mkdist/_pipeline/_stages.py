@@ -31,6 +31,7 @@ import numpy as np
 from .._core import _missing
 from .._core._blocks import report_passes
 from .._core._cluster import active_client, compute, compute_here, persist_and_wait
+from .._core._columns import is_frame
 from .._core._kmeans import assign_with_distance
 from .._core._missing import Imputer, count_missing, donor_indices, fill_views
 from .._core._sampling import gather_rows
@@ -45,6 +46,7 @@ from ._io import (
     OpenedInput,
     check_labels_out,
     check_missing,
+    frame_input,
     load_ids,
     load_views,
     refuse_overlap,
@@ -407,6 +409,9 @@ def input_record(opened: OpenedInput) -> dict[str, Any]:
               "id_column": opened.source.id_column, "label_column": opened.source.label_column}
     if opened.plan is not None:
         record["views"] = opened.plan.views
+        if opened.plan.categories:
+            # The vocabulary of every categorical column: a new batch is encoded with it.
+            record["categories"] = opened.plan.categories
     return record
 
 
@@ -422,6 +427,8 @@ def like_model(source: Any, model) -> Any:
     changes = {}
     if source.views is None:
         changes["views"] = record["views"]
+    if record.get("categories") and source.categories is None:
+        changes["categories"] = record["categories"]
     if source.id_column is None and record.get("id_column"):
         from ._tables import ParquetTable
 
@@ -546,6 +553,11 @@ def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
     t0 = time.perf_counter()
     config = _config(store)
     est = config.make_estimator()
+    categories = (store.attrs.get("input") or {}).get("categories")
+    if categories:
+        # Which features are categories, as an estimator fitted on a DataFrame knows it
+        # (categories_): kept with the model, it encodes DataFrames given to it later.
+        est.categories_ = categories
     if "landmarks" in stage_plan(config):
         ds = store.read_stage("landmarks")
         names = list(ds.attrs["view_names"])
@@ -861,6 +873,9 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
     from mkdist.storage import RunStore
 
     thresholds = check_thresholds(drift_thresholds)
+    if is_frame(source):
+        # Read by column like the model's table, from a Parquet copy beside the output (see frame_input).
+        source = frame_input(source, output)
     est, vs, fingerprint, opened = check_assign(model_store, source, output, overwrite=overwrite,
                                                 chunk_rows=chunk_rows, missing=missing)
     source = opened.source if opened is not None else source

@@ -400,18 +400,15 @@ def _choice_hint(choice: Mapping, k: int) -> tuple[str, int | None]:
     from this figure's eigenvalue ratios: the ratio of consecutive kernel eigenvalues put the
     largest gap after the first eigenvalue on most data sets (bench/RESULTS.md, issue 25).
     """
-    conf = float(choice.get("confidence") or 0.0)
-    best, runner = int(choice.get("n_clusters") or 0), choice.get("runner_up")
+    from .._core._nclusters import k_headline, next_candidates
+
+    best = int(choice.get("n_clusters") or 0)
+    nxt = f"next: {next_candidates(choice)}"
     if choice.get("chosen_by_fit"):
-        if choice.get("ambiguous"):
-            return (f"K rule: no clear gap (confidence {conf:.2f})\nfitted with the best guess K = {best},"
-                    f"\nrunner-up {runner}"), None
-        return f"K = {best} chosen by the K rule\nconfidence {conf:.2f}, runner-up {runner}", None
-    if choice.get("ambiguous"):
-        return (f"K rule: no clear gap (confidence {conf:.2f});\nbest guess {best}, runner-up {runner}"), None
-    if best == k:
-        return f"K rule: K = {best} (= K)\nconfidence {conf:.2f}, runner-up {runner}", None
-    return f"K rule: K = {best}? (confidence {conf:.2f})\nrunner-up {runner}", best
+        return f"K rule: {k_headline(choice)}\n{nxt}", None
+    if choice.get("ambiguous") or best == k:
+        return f"K rule (K given): {k_headline(choice)}\n{nxt}", None
+    return f"K rule (K given): {k_headline(choice)}\n{nxt}", best
 
 
 def _spectrum_figures(data: Mapping) -> list[ReportFigure] | str:
@@ -501,11 +498,9 @@ def _k_choice_figures(data: Mapping) -> list[ReportFigure] | str:
         ax2.set_ylim(0, 1.05)
         ax2.set_ylabel("share of votes", color=_RED)
         ax2.legend(fontsize=8, loc="upper right")
-    conf = float(choice.get("confidence") or 0.0)
-    if choice.get("ambiguous"):
-        title = f"K rule: no clear gap (confidence {conf:.2f}); best guess {best}, runner-up {runner}"
-    else:
-        title = f"K rule: K = {best}, confidence {conf:.2f}, runner-up {runner}"
+    from .._core._nclusters import k_headline, next_candidates
+
+    title = f"K rule: {k_headline(choice)}; next {next_candidates(choice)}"
     _set_title(ax, title, fontsize=10, color=_RED if choice.get("ambiguous") else "black")
     given = "" if choice.get("chosen_by_fit") else f" K = {k_fit} was given by hand; this is what the rule says."
     caption = ("The K rule (" + str(choice.get("rule")) + "): bars are the gaps between consecutive eigenvalues "
@@ -523,8 +518,9 @@ def _k_choice_figures(data: Mapping) -> list[ReportFigure] | str:
                    if choice.get("criterion") == "modularity" else
                    f"The chosen K (orange) has the largest gap in {k_lo}..{k_hi} (grey: outside). ") +
                "Red diamonds: the share of resampled landmark sets (80% each) whose largest gap falls at each "
-               "candidate; the confidence is that share for K over all k, and under 0.5 the choice is called "
-               "ambiguous: the fit still uses the best guess, and the runner-up is worth trying." + given)
+               "candidate (the votes). The confidence is calibrated: the share of the bench's choices resting on "
+               f"the same evidence ({choice.get('evidence') or 'not recorded'}) that had the labels' K; under 0.9 "
+               "K is a guess: the fit still uses it, and the next candidates are worth trying." + given)
     return [ReportFigure("k_choice", "Choosing K", caption, "model", fig)]
 
 

@@ -42,35 +42,37 @@ def _pep_lines(pep: dict) -> list[str]:
 
 
 def choice_lines(choice: dict | None, indent: str = "  ") -> list[str]:
-    """The K rule's verdict as ``mkdist inspect`` and the markdown summary show it: chosen K (or
-    "ambiguous"), confidence, runner-up, the candidates with their vote shares, the rule."""
+    """The K rule's verdict as ``mkdist inspect`` and the markdown summary show it: the verdict in
+    the user's words (``k_verdict``), what the confidence means, the votes, the candidates, the rule."""
     if not choice:
         return []
-    from .._core._nclusters import how_chosen, why_ambiguous  # scipy: not at `import mkdist.pipeline`
+    from .._core._nclusters import TRUSTED_CONFIDENCE, k_verdict  # scipy: not at `import mkdist.pipeline`
 
     asked = choice.get("asked")
-    how = how_chosen(choice)
     if choice.get("chosen_by_fit"):
-        head = f"n_clusters={json.dumps(asked)} chose K = {choice['n_clusters']}{how}"
-        if choice.get("ambiguous"):
-            head = (f"n_clusters={json.dumps(asked)}: AMBIGUOUS, {why_ambiguous(choice)}; fitted with the best guess "
-                    f"K = {choice['n_clusters']}{how}")
+        head = f"n_clusters={json.dumps(asked)}: {k_verdict(choice)}"
     else:
-        head = (f"K = {asked} given; the K rule would say "
-                + (f"ambiguous (best guess {choice['n_clusters']}{how})" if choice.get("ambiguous")
-                   else f"K = {choice['n_clusters']}"))
+        head = f"K = {asked} given; the K rule says: {k_verdict(choice)}"
     cands = ", ".join(f"{k} ({s:.2f})" for k, s in (choice.get("candidates") or [])[:8])
     k_lo, k_hi = choice.get("k_range") or ("?", "?")
     spectra = choice.get("n_resamples", 0) + 1
     flat = choice.get("no_structure_share") or 0.0
-    return [f"{indent}{head}",
-            f"{indent}  confidence {choice['confidence']:.2f}: share of the {spectra} landmark spectra (all, and "
-            f"resamples of 80%) whose largest gap over k = 1..{k_hi} is at K; ambiguous below 0.5"
-            + (f" ({flat:.2f} had it at k = 1: one connected group)" if flat else ""),
-            f"{indent}  runner-up {choice['runner_up']}; candidates (K: share of the spectra whose largest gap "
-            f"in {k_lo}..{k_hi} is there) {cands}",
-            f"{indent}  rule {choice.get('rule')}, K searched in {k_lo}..{k_hi}, "
-            f"{choice.get('n_landmarks')} landmarks, {choice.get('n_neighbors')} neighbours"]
+    votes = choice.get("votes")
+    evidence = choice.get("evidence")
+    lines = [f"{indent}{head}"]
+    if evidence:
+        lines.append(f"{indent}  confidence {choice['confidence']:.2f}: of the bench's choices resting on a "
+                     f"{evidence!r}, that share had the labels' K; below {TRUSTED_CONFIDENCE} K is a guess")
+    if votes is not None or not evidence:
+        share = float(votes if votes is not None else choice["confidence"])
+        lines.append(f"{indent}  votes {share:.2f}: share of the {spectra} landmark spectra (all, and resamples "
+                     f"of 80%) whose largest gap over k = 1..{k_hi} is at K"
+                     + (f" ({flat:.2f} had it at k = 1: one connected group)" if flat else ""))
+    lines += [f"{indent}  runner-up {choice['runner_up']}; candidates (K: share of the spectra whose largest gap "
+              f"in {k_lo}..{k_hi} is there) {cands}",
+              f"{indent}  rule {choice.get('rule')}, K searched in {k_lo}..{k_hi}, "
+              f"{choice.get('n_landmarks')} landmarks, {choice.get('n_neighbors')} neighbours"]
+    return lines
 
 
 def summary_markdown(summary: dict, store: str | None = None) -> str:
@@ -81,12 +83,9 @@ def summary_markdown(summary: dict, store: str | None = None) -> str:
             lines.append(f"| {key} | {_fmt(summary[key])} |")
     choice = summary.get("n_clusters_choice")
     if choice and choice.get("chosen_by_fit"):
-        from .._core._nclusters import why_ambiguous
+        from .._core._nclusters import k_verdict
 
-        why = f"AMBIGUOUS ({why_ambiguous(choice)}), best guess " if choice["ambiguous"] else ""
-        lines.append(f"| K choice | {why}"
-                     f"{choice['n_clusters']}; confidence {choice['confidence']:.2f}, runner-up "
-                     f"{choice['runner_up']} ({choice['rule']}) |")
+        lines.append(f"| K choice | {k_verdict(choice)} ({choice['rule']}) |")
     if summary.get("resumed_stages"):
         lines.append(f"| resumed stages | {', '.join(summary['resumed_stages'])} |")
     if summary.get("missing"):

@@ -34,23 +34,14 @@ def _fmt(x: Any) -> str:
 
 
 def _choice_text(choice: Mapping) -> str | None:
-    """The K rule's verdict in one table cell: chosen K (or "ambiguous"), confidence, runner-up,
-    the candidates with their vote shares."""
+    """The K rule's verdict in one table cell, in the words of the CLI and ``mkdist inspect``
+    (``k_verdict``), then the rule."""
     if not choice:
         return None
-    from .._core._nclusters import how_chosen, why_ambiguous  # scipy: not at `import mkdist.pipeline`
+    from .._core._nclusters import k_verdict  # scipy: not at `import mkdist.pipeline`
 
-    cands = ", ".join(f"{int(k)}: {float(v):.2f}" for k, v in (choice.get("candidates") or [])[:6])
-    conf, runner, best = float(choice.get("confidence") or 0), choice.get("runner_up"), choice.get("n_clusters")
-    how = how_chosen(choice)
-    if choice.get("chosen_by_fit"):
-        head = (f"ambiguous ({why_ambiguous(choice)}): fitted with the best guess {best}{how}"
-                if choice.get("ambiguous") else f"chosen: {best}{how}")
-    else:
-        head = (f"given by hand; the K rule is ambiguous ({why_ambiguous(choice)}; best guess {best}{how})"
-                if choice.get("ambiguous") else f"given by hand; the K rule says {best}{how}")
-    return (f"{head} (confidence {conf:.2f}, runner-up {runner}; candidates with vote shares {cands}; "
-            f"rule {choice.get('rule')})")
+    head = k_verdict(choice) if choice.get("chosen_by_fit") else f"given by hand; the K rule says: {k_verdict(choice)}"
+    return f"{head} (rule {choice.get('rule')})"
 
 
 def missing_text(missing: dict) -> str:

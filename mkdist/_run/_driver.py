@@ -24,6 +24,7 @@ from typing import Any
 
 from mkdist.storage._remote import probe_run, register_options
 
+from .._core._columns import is_frame
 from .._methods._registry import DEFAULT_METHOD
 from .._pipeline._config import ClusterResult, RunConfig
 from .._pipeline._io import (
@@ -32,6 +33,7 @@ from .._pipeline._io import (
     as_input,
     check_labels_out,
     check_missing,
+    frame_input,
     load_ids,
     refuse_file_store,
     write_labels_parquet,
@@ -373,9 +375,12 @@ def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], ke
 
     Parameters
     ----------
-    source : array, list/dict of arrays, xarray.Dataset, path/URL or InputSource
+    source : array, list/dict of arrays, DataFrame, xarray.Dataset, path/URL or InputSource
         Anything :func:`mkdist.load_views` reads: NumPy, Dask, xarray, Zarr, Parquet (a file,
-        a directory of files, a glob; any fsspec URL), .npy/.npz.
+        a directory of files, a glob; any fsspec URL), .npy/.npz.  A pandas or dask DataFrame
+        is read as a table (``views``, ``id_column``, categories, ``labels_out`` by id): it is
+        written once as Parquet beside the store (``<store>.input/``, named by its content),
+        so that every stage, every worker and a resumed run read the same rows.
     store : str or Path
         Run store location (local directory or fsspec URL).  Reused for resuming when it
         holds this input and these parameters; otherwise refused unless ``overwrite``.
@@ -455,6 +460,9 @@ def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], ke
     """
     config = RunConfig.from_options(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
                                     random_state=random_state, method=method, **params)
+    if is_frame(source):
+        # A run reads its input at every stage and on resume: the frame becomes a table beside the store.
+        source = frame_input(source, store, storage_options=storage_options)
     source = as_input(source, views=views, id_column=id_column, label_column=label_column, chunk_rows=chunk_rows,
                       storage_options=storage_options, missing=missing)
     # One set of options for every remote location of the run: the input's, the store's and the

@@ -1,0 +1,232 @@
+"""Tables as they come (issue 33): categorical views, missing cells, DataFrames in; prints JSON.
+
+    python bench/bench_tables.py --part customers --n 20000 --seeds 0,1,2
+    python bench/bench_tables.py --part penguins --seeds 0,1,2,3,4
+    python bench/bench_tables.py --part cost --n 1000000
+    python bench/bench_tables.py --part identical --n 20000
+
+``customers``: the customer table of ``bench_missing.make_customer_table`` (six segments in
+three pairs; four numeric columns separate the pairs only, the string columns ``plan`` and
+``channel`` split each pair with 10% noise; ~4% of the rows miss a numeric cell, ~2% a
+category).  mkdist gets it as a pandas DataFrame with two views, ``usage`` (the numbers) and
+``profile`` (the two string columns: a categorical view), ``missing="impute"``,
+``scale="standard"``; against numbers alone (mkdist, same options), one-hot + k-means
+(scikit-learn: numbers standardised, column means for missing numbers, a missing category
+all-zero), and k-prototypes (the ``kmodes`` package, Huang init, numbers standardised, the
+mean / mode for missing cells) with the same K.  ACC over every row, then for the complete
+rows and the rows with missing cells (one matching of clusters to segments).
+
+``penguins``: Palmer penguins (344 rows, 2 with no measurement, 11 without ``sex``): views
+``body`` (the four measurements) and ``place`` (``island``, ``sex``), K = 3, species NMI and the
+wall time of ``mkdist.cluster`` from the DataFrame, against k-means (standardised + one-hot,
+mean/mode fill) and k-prototypes.
+
+``cost``: a table of N rows with the customer numbers and three categorical columns (2, 2
+and 50 categories): the embed stage with the numeric view alone and with the categorical view
+beside it, on a LocalCluster(2 x 1); the categorical view's cost per row is the difference.
+
+``identical``: the same table as a pandas DataFrame, a dask DataFrame and a Parquet file:
+labels compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from _common import emit, machine
+from bench_missing import NUMERIC, make_customer_table
+
+CATEGORICAL = ["plan", "channel"]
+
+
+def _acc(y, labels, groups):
+    from scipy.optimize import linear_sum_assignment
+
+    k = int(max(y.max(), labels.max())) + 1
+    counts = np.zeros((k, k))
+    np.add.at(counts, (labels, y), 1)
+    rows, cols = linear_sum_assignment(-counts)
+    mapping = np.zeros(k, dtype=int)
+    mapping[rows] = cols
+    hit = mapping[labels] == y
+    return {name: round(float(hit[mask].mean()), 4) for name, mask in groups.items()}
+
+
+def _baseline_matrices(df: pd.DataFrame, numeric: list[str], categorical: list[str]):
+    """Standardised numbers (column means for missing ones), one-hot categories (a missing one
+    all zero), and the categories as strings with the mode for a missing one (k-prototypes)."""
+    X = df[numeric].to_numpy(float)
+    X = np.where(np.isnan(X), np.nanmean(X, axis=0), X)
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    onehot = pd.get_dummies(df[categorical].astype("string"), dummy_na=False).to_numpy(float)
+    cats = df[categorical].astype(object)
+    cats = cats.fillna({c: cats[c].mode()[0] for c in categorical}).to_numpy(str)
+    return X, onehot, cats
+
+
+def _kmeans(X, k, seed):
+    from sklearn.cluster import KMeans
+
+    return KMeans(k, n_init=10, random_state=seed).fit_predict(X)
+
+
+def _kprototypes(X, cats, k, seed):
+    from kmodes.kprototypes import KPrototypes
+
+    data = np.concatenate([X.astype(object), cats], axis=1)
+    return np.asarray(KPrototypes(n_clusters=k, init="Huang", n_init=3, random_state=seed, n_jobs=1).fit_predict(
+        data, categorical=list(range(X.shape[1], data.shape[1]))))
+
+
+def customers(args) -> dict:
+    import mkdist
+
+    tmp = Path(tempfile.mkdtemp(prefix="mkdist-bench-tables-"))
+    cells = []
+    for seed in args.seeds:
+        df = make_customer_table(args.n, seed)
+        y = df["segment"].to_numpy()
+        number_hole = df[NUMERIC].isna().any(axis=1).to_numpy()
+        category_hole = df[CATEGORICAL].isna().any(axis=1).to_numpy()
+        groups = {"all": np.ones(len(df), bool), "complete": ~(number_hole | category_hole),
+                  "with missing cells": number_hole | category_hole}
+        runs = {"mkdist: usage + profile (categorical)": {"usage": NUMERIC, "profile": CATEGORICAL},
+                "mkdist: numbers alone": {"usage": NUMERIC}}
+        for name, views in runs.items():
+            t0 = time.perf_counter()
+            res = mkdist.cluster(df, tmp / "run.zarr", 6, views=views, id_column="customer_id", missing="impute",
+                                 scale="standard", random_state=seed, overwrite=True)
+            seconds = time.perf_counter() - t0
+            cells.append({"seed": seed, "method": name, "seconds": round(seconds, 2),
+                          **_acc(y, np.asarray(res.labels), groups)})
+        X, onehot, cats = _baseline_matrices(df, NUMERIC, CATEGORICAL)
+        for name, fit in (("one-hot + k-means", lambda: _kmeans(np.hstack([X, onehot]), 6, seed)),
+                          ("k-prototypes (kmodes)", lambda: _kprototypes(X, cats, 6, seed))):
+            t0 = time.perf_counter()
+            labels = fit()
+            cells.append({"seed": seed, "method": name, "seconds": round(time.perf_counter() - t0, 2),
+                          **_acc(y, labels, groups)})
+        print(pd.DataFrame([c for c in cells if c["seed"] == seed]).to_string(), file=sys.stderr)
+    shutil.rmtree(tmp, ignore_errors=True)
+    table = pd.DataFrame(cells).groupby("method")[["all", "complete", "with missing cells", "seconds"]].mean()
+    return {"part": "customers", "n": args.n, "seeds": args.seeds, "cells": cells,
+            "mean": {m: {k: round(float(v), 4) for k, v in row.items()} for m, row in table.iterrows()}}
+
+
+def penguins(args) -> dict:
+    import palmerpenguins
+
+    import mkdist
+
+    df = palmerpenguins.load_penguins()
+    df.insert(0, "penguin", [f"P{i:03d}" for i in range(len(df))])
+    y = df["species"].astype("category").cat.codes.to_numpy()
+    numeric, categorical = ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"], ["island", "sex"]
+    tmp = Path(tempfile.mkdtemp(prefix="mkdist-bench-penguins-"))
+    cells = []
+    for seed in args.seeds:
+        t0 = time.perf_counter()
+        res = mkdist.cluster(df, tmp / "run.zarr", 3, views={"body": numeric, "place": categorical},
+                             id_column="penguin", missing="impute", scale="standard", random_state=seed,
+                             overwrite=True)
+        seconds = time.perf_counter() - t0
+        cells.append({"seed": seed, "method": "mkdist (body + place, impute)", "seconds": round(seconds, 2),
+                      "nmi": round(mkdist.nmi(y, np.asarray(res.labels)), 4)})
+        res = mkdist.cluster(df, tmp / "run.zarr", 3, views={"body": numeric}, id_column="penguin",
+                             missing="impute", scale="standard", random_state=seed, overwrite=True)
+        cells.append({"seed": seed, "method": "mkdist (body, impute)", "nmi": round(mkdist.nmi(y, np.asarray(
+            res.labels)), 4)})
+        X, onehot, cats = _baseline_matrices(df, numeric, categorical)
+        cells.append({"seed": seed, "method": "k-means (standardised + one-hot)",
+                      "nmi": round(mkdist.nmi(y, _kmeans(np.hstack([X, onehot]), 3, seed)), 4)})
+        cells.append({"seed": seed, "method": "k-means (standardised numbers)",
+                      "nmi": round(mkdist.nmi(y, _kmeans(X, 3, seed)), 4)})
+        cells.append({"seed": seed, "method": "k-prototypes (kmodes)",
+                      "nmi": round(mkdist.nmi(y, _kprototypes(X, cats, 3, seed)), 4)})
+    shutil.rmtree(tmp, ignore_errors=True)
+    table = pd.DataFrame(cells).groupby("method")[["nmi", "seconds"]].agg(["mean", "min", "max"])
+    print(table.to_string(), file=sys.stderr)
+    return {"part": "penguins", "rows": len(df), "seeds": args.seeds, "cells": cells,
+            "mean_nmi": {m: round(float(v), 4) for m, v in table[("nmi", "mean")].items()},
+            "median_seconds_mkdist": float(np.median([c["seconds"] for c in cells if "seconds" in c]))}
+
+
+def _cost_table(n: int, seed: int = 0) -> pd.DataFrame:
+    df = make_customer_table(n, seed, missing_numeric=0.0, missing_category=0.0)
+    rng = np.random.default_rng(seed)
+    df["region"] = np.asarray([f"R{i:02d}" for i in range(50)], dtype=object)[rng.integers(0, 50, n)]
+    return df
+
+
+def cost(args) -> dict:
+    from distributed import Client, LocalCluster
+
+    import mkdist
+
+    tmp = Path(tempfile.mkdtemp(prefix="mkdist-bench-cost-"))
+    path = tmp / "mixed.parquet"
+    _cost_table(args.n).to_parquet(path, index=False, row_group_size=200_000)
+    runs = {"numeric view": {"usage": NUMERIC},
+            "numeric + categorical view": {"usage": NUMERIC, "profile": CATEGORICAL + ["region"]}}
+    out = {}
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, Client(cluster):
+        for rnd in range(args.rounds):
+            for name, views in runs.items():
+                t0 = time.perf_counter()
+                res = mkdist.cluster(str(path), str(tmp / "run.zarr"), 6, views=views, id_column="customer_id",
+                                     scale="standard", random_state=0, overwrite=True)
+                wall = time.perf_counter() - t0
+                out.setdefault(name, []).append({"wall_s": round(wall, 2), **{k: round(v, 2) for k, v in
+                                                                             res.timings.items()}})
+    shutil.rmtree(tmp, ignore_errors=True)
+    med = {name: {k: float(np.median([r[k] for r in rs])) for k in rs[0]} for name, rs in out.items()}
+    embed = {name: m.get("embedding", float("nan")) for name, m in med.items()}
+    extra = embed["numeric + categorical view"] - embed["numeric view"]
+    return {"part": "cost", "n": args.n, "rounds": args.rounds, "runs": out, "median": med,
+            "embed_us_per_row": {k: round(1e6 * v / args.n, 3) for k, v in embed.items()},
+            "categorical_view_us_per_row": round(1e6 * extra / args.n, 3),
+            "note": "the categorical view: 3 columns, 54 indicator features, 3 RBF kernels"}
+
+
+def identical(args) -> dict:
+    import dask.dataframe as dd
+
+    import mkdist
+
+    df = make_customer_table(args.n, 0)
+    tmp = Path(tempfile.mkdtemp(prefix="mkdist-bench-identical-"))
+    df.to_parquet(tmp / "t.parquet", index=False)
+    kwargs = dict(views={"usage": NUMERIC, "profile": CATEGORICAL}, id_column="customer_id", missing="impute",
+                  random_state=0)
+    labels = {}
+    for name, source in (("pandas", df), ("dask", dd.from_pandas(df, npartitions=4)), ("parquet", tmp / "t.parquet")):
+        labels[name] = np.asarray(mkdist.cluster(source, tmp / f"{name}.zarr", 6, **kwargs).labels)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {"part": "identical", "n": args.n,
+            "pandas == parquet": bool(np.array_equal(labels["pandas"], labels["parquet"])),
+            "dask == parquet": bool(np.array_equal(labels["dask"], labels["parquet"])),
+            "dask vs parquet ARI": round(float(mkdist.ari(labels["dask"], labels["parquet"])), 6)}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=["customers", "penguins", "cost", "identical"], required=True)
+    parser.add_argument("--n", type=int, default=20_000)
+    parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    result = {"customers": customers, "penguins": penguins, "cost": cost, "identical": identical}[args.part](args)
+    emit({**result, "machine": machine()})
+
+
+if __name__ == "__main__":
+    main()
