@@ -6,15 +6,16 @@
 
 ``quality``: the customer table of :func:`make_customer_table` (6 segments in 3 pairs: four
 numeric columns separate the pairs only, two string columns split each pair, with 10%
-noise each; ~4% of the rows miss a numeric cell, ~2% a category), its string columns
-one-hot encoded into indicator columns (NaN in all indicators of a missing category), run
-through ``mkdist.cluster(..., missing="impute", labels_out=...)`` on a LocalCluster with
-two worker processes.  ACC is computed once over all rows (one matching of clusters to
+noise each; ~4% of the rows miss a numeric cell, ~2% a category), run through
+``mkdist.cluster(..., missing="impute", labels_out=...)`` on a LocalCluster with two worker
+processes.  ACC is computed once over all rows (one matching of clusters to
 segments, from the labels written out joined by id) and then reported for the complete
 rows and for the rows with missing cells.  Three fills: the run's (the mean of the 10
 nearest donors, ``mkdist._core._missing.N_NEIGHBORS``), the nearest donor's value
-(``N_NEIGHBORS = 1``) and the column mean (``N_NEIGHBORS = 0``); two view layouts: every
-column in one view, and the issue's two views (numbers, indicators).  Every run uses
+(``N_NEIGHBORS = 1``) and the column mean (``N_NEIGHBORS = 0``); two view layouts: the
+issue's, a numeric view and a categorical view of the two string columns (one-hot encoded by
+the table layer, a missing category NaN in all its indicators), and one view of the numbers
+with indicator columns written into the table (:func:`with_indicators`).  Every run uses
 ``scale="standard"`` (the columns' units differ).
 
 ``cost``: the same run on the table without missing cells (the default, ``missing="refuse"``)
@@ -113,7 +114,9 @@ def quality(args) -> dict:
 
     tmp = Path(tempfile.mkdtemp(prefix="mkdist-bench-missing-"))
     indicators = [f"{c}={v}" for c, vs in CATEGORIES.items() for v in vs]
-    layouts = {"one view": {"all": NUMERIC + indicators}, "two views": {"numbers": NUMERIC, "categories": indicators}}
+    # (views, whether the table has the string columns or their indicator columns)
+    layouts = {"numbers + categorical view": ({"usage": NUMERIC, "profile": list(CATEGORIES)}, False),
+               "one view, indicator columns": ({"all": NUMERIC + indicators}, True)}
     fills = {"neighbours": _missing.N_NEIGHBORS, "nearest donor": 1, "column mean": 0}
     cells = []
     from distributed import Client, LocalCluster
@@ -121,19 +124,21 @@ def quality(args) -> dict:
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, Client(cluster):
         for seed in args.seeds:
             df = make_customer_table(args.n, seed)
-            path = tmp / f"customers-{seed}.parquet"
-            with_indicators(df).to_parquet(path, index=False)
+            paths = {False: tmp / f"customers-{seed}.parquet", True: tmp / f"indicators-{seed}.parquet"}
+            df.to_parquet(paths[False], index=False)
+            with_indicators(df).to_parquet(paths[True], index=False)
             numeric_hole = df[NUMERIC].isna().any(axis=1).to_numpy()
             category_hole = df[list(CATEGORIES)].isna().any(axis=1).to_numpy()
             groups = {"all": np.ones(len(df), bool), "complete": ~(numeric_hole | category_hole),
                       "with missing cells": numeric_hole | category_hole, "missing a number": numeric_hole,
                       "missing a category": category_hole}
-            for layout, views in layouts.items():
+            for layout, (views, indicator_columns) in layouts.items():
                 for fill, k in fills.items():
                     _missing.N_NEIGHBORS = k
                     store, out = tmp / "run.zarr", tmp / "labels.parquet"
                     t0 = time.perf_counter()
-                    res = mkdist.cluster(str(path), str(store), 6, random_state=seed, id_column="customer_id",
+                    res = mkdist.cluster(str(paths[indicator_columns]), str(store), 6, random_state=seed,
+                                         id_column="customer_id",
                                          views=views, label_column="segment", missing="impute", labels_out=str(out),
                                          scale="standard", overwrite=True)
                     seconds = time.perf_counter() - t0
