@@ -306,3 +306,26 @@ def test_cli_missing_impute_from_the_config_file_twice_and_a_typo(table, dask_ad
                 "--missing", "imput")
     assert typo.returncode == 2 and "'imput' is not one of 'refuse', 'impute'" in typo.stderr
     assert not (tmp_path / "t.zarr").exists()
+
+
+def test_a_dataframe_with_a_categorical_view_and_missing_categories(table, tmp_path, dask_client):
+    # The setting: numbers and a categorical view, some numbers and some categories missing.
+    a, y = table["a"], table["y"]
+    rng = np.random.default_rng(7)
+    df = pd.DataFrame({f"a{j}": a[:, j] for j in range(5)})
+    df["customer_id"] = table["ids"]
+    kind = np.array(["red", "green", "blue"], dtype=object)[y]
+    kind[rng.choice(y.size, 15, replace=False)] = None
+    df["kind"] = kind
+    views = {"numbers": "a*", "kind": ["kind"]}
+    with pytest.raises(InputValidationError, match="column 'a0' has .* or pass --missing impute"):
+        load_views(df, views=views, id_column="customer_id")
+    loaded = load_views(df, views=views, id_column="customer_id", missing="impute")
+    assert np.isnan(loaded["kind"].compute()).all(axis=1).sum() == 15  # a missing category: NaN in all indicators
+    res = mkdist.cluster(df, str(tmp_path / "s.zarr"), 3, n_landmarks=100, random_state=0, views=views,
+                         id_column="customer_id", missing="impute", labels_out=str(tmp_path / "l.parquet"), y_true=y)
+    labels = pd.read_parquet(tmp_path / "l.parquet")
+    assert len(labels) == y.size and labels["cluster"].notna().all()
+    expected = np.isnan(a).sum(axis=1) + 3 * pd.isna(kind)
+    np.testing.assert_array_equal(labels.set_index("customer_id").loc[table["ids"], "missing_cells"], expected)
+    assert res.metrics["scores"]["acc"] == 1.0

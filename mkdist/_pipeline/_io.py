@@ -505,7 +505,7 @@ def load_views(source: Any, *, views: Any = None, chunk_rows: int | None = None,
     from .._core._columns import is_frame
 
     if is_frame(source):
-        return _frame_views(source, views=views, id_column=id_column, label_column=label_column,
+        return _frame_views(source, views=views, id_column=id_column, label_column=label_column, missing=missing,
                             chunk_rows=chunk_rows)
     source = as_input(source, views=views, id_column=id_column, label_column=label_column,
                       chunk_rows=chunk_rows, storage_options=storage_options, missing=missing)
@@ -520,20 +520,23 @@ def load_views(source: Any, *, views: Any = None, chunk_rows: int | None = None,
 
 # ----------------------------------------------------------------------------- DataFrames
 def _frame_views(frame: Any, *, views: Any, id_column: str | None, label_column: str | None,
-                 chunk_rows: int | None, categories: Mapping | None = None) -> dict[str, Any]:
+                 chunk_rows: int | None, categories: Mapping | None = None,
+                 missing: str | None = None) -> dict[str, Any]:
     """A pandas DataFrame's views (in memory, encoded once) or a dask DataFrame's (lazily, one
     encoding task per partition), by the same column rules as a Parquet table."""
     from .._core._columns import ArrowTable, encode_views, frame_to_arrow, plan_views, view_layout
 
     if type(frame).__module__.split(".")[0] == "pandas":
         table = ArrowTable(frame_to_arrow(frame))
-        plan = plan_views(table, views, id_column=id_column, label_column=label_column, categories=categories)
+        plan = plan_views(table, views, id_column=id_column, label_column=label_column, categories=categories,
+                          missing=check_missing(missing))
         columns = list(dict.fromkeys(c for cols in plan.views.values() for c in cols))
         return _aligned(encode_views(table.read((0, table.n_rows), columns), view_layout(table, plan)), chunk_rows)
     from ._tables import DaskFrameTable, dask_frame_views
 
     table = DaskFrameTable(frame)
-    plan = plan_views(table, views, id_column=id_column, label_column=label_column, categories=categories)
+    plan = plan_views(table, views, id_column=id_column, label_column=label_column, categories=categories,
+                      missing=check_missing(missing))
     return _aligned(dask_frame_views(table, plan, chunk_rows), None)
 
 
