@@ -326,6 +326,6 @@ def test_a_dataframe_with_a_categorical_view_and_missing_categories(table, tmp_p
                          id_column="customer_id", missing="impute", labels_out=str(tmp_path / "l.parquet"), y_true=y)
     labels = pd.read_parquet(tmp_path / "l.parquet")
     assert len(labels) == y.size and labels["cluster"].notna().all()
-    expected = np.isnan(a).sum(axis=1) + 3 * pd.isna(kind)
+    expected = np.isnan(a).sum(axis=1) + pd.isna(kind)  # a missing category is one cell, not its 3 indicators
     np.testing.assert_array_equal(labels.set_index("customer_id").loc[table["ids"], "missing_cells"], expected)
     assert res.metrics["scores"]["acc"] == 1.0

@@ -53,12 +53,18 @@ FILL_BATCH_ROWS = 1024
 CANDIDATES = 3
 
 
-def missing_per_row(blocks: Sequence[np.ndarray]) -> np.ndarray:
-    """Missing (NaN) cells of every row over all views, int32, shape (b,)."""
+def missing_per_row(blocks: Sequence[np.ndarray], counted: Sequence | None = None) -> np.ndarray:
+    """Missing (NaN) cells of every row over all views, int32, shape (b,).
+
+    ``counted`` (per view: None, or a bool mask of its features) names the features that
+    stand for a table cell: a categorical column's indicators are all NaN when its cell is
+    missing, and only its first counts, so the count is of the table's cells.
+    """
     total = np.zeros(blocks[0].shape[0], dtype=np.int32)
-    for b in blocks:
+    for j, b in enumerate(blocks):
         if np.issubdtype(np.asarray(b).dtype, np.floating):
-            total += np.isnan(b).sum(axis=1, dtype=np.int32)
+            mask = None if counted is None else counted[j]
+            total += np.isnan(b if mask is None else b[:, mask]).sum(axis=1, dtype=np.int32)
     return total
 
 
@@ -246,8 +252,8 @@ def _fill_task(*args, view: int):
     return imputer.fill_view(blocks, view)
 
 
-def _count_task(*blocks):
-    return missing_per_row(blocks)
+def _count_task(*blocks, counted=None):
+    return missing_per_row(blocks, counted)
 
 
 def fill_views(views: Mapping[str, object], imputer: Imputer) -> dict[str, object]:
@@ -285,13 +291,19 @@ def fill_views(views: Mapping[str, object], imputer: Imputer) -> dict[str, objec
     return {n: out[n] for n in views}
 
 
-def count_missing(views: Mapping[str, object]):
-    """Missing cells per row over all views, int32, shape (N,) (lazy for Dask views)."""
+def count_missing(views: Mapping[str, object], cells: Mapping[str, np.ndarray] | None = None):
+    """Missing cells per row over all views, int32, shape (N,) (lazy for Dask views).
+
+    ``cells``: view -> bool mask of the features that stand for a table cell (see
+    :func:`missing_per_row`); a view not named counts every feature.
+    """
     arrays = list(views.values())
+    counted = None if not cells else [cells.get(name) for name in views]
     if not is_dask_array(arrays[0]):
-        return missing_per_row([np.asarray(a) for a in arrays])
+        return missing_per_row([np.asarray(a) for a in arrays], counted)
     import dask.array as da
     from dask.base import tokenize
 
-    return da.map_blocks(_count_task, *arrays, dtype=np.int32, drop_axis=1, chunks=(arrays[0].chunks[0],),
-                         meta=np.empty((0,), dtype=np.int32), name=f"mkdist-missing-cells-{tokenize(*arrays)}")
+    return da.map_blocks(_count_task, *arrays, counted=counted, dtype=np.int32, drop_axis=1,
+                         chunks=(arrays[0].chunks[0],), meta=np.empty((0,), dtype=np.int32),
+                         name=f"mkdist-missing-cells-{tokenize(*arrays, counted)}")

@@ -399,7 +399,18 @@ def _stage_views(store, views: Any):
     imputer = run_imputer(store)
     if imputer is None:
         return views, None
-    return fill_views(views, imputer), count_missing(views)
+    return fill_views(views, imputer), count_missing(views, table_cells(store))
+
+
+def table_cells(store) -> dict[str, np.ndarray] | None:
+    """Per categorical view of the run's table, which of its features stand for one cell (the
+    first indicator of each column), so that a missing category counts as one cell."""
+    record = store.attrs.get("input") or {}
+    categories = record.get("categories")
+    if not categories:
+        return None
+    return {view: np.concatenate([np.arange(len(categories[c])) == 0 for c in cols])
+            for view, cols in record["views"].items() if cols and all(c in categories for c in cols)}
 
 
 def input_record(opened: OpenedInput) -> dict[str, Any]:
@@ -900,7 +911,7 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
                 # Refuses NaN (unless imputed) / overflow / constant views before any write.
                 batch_stats = scan_views(vs, missing="impute" if imputer is not None else "refuse", **described)
             views = vs if imputer is None else fill_views(vs, imputer)
-            extra = () if imputer is None else (count_missing(vs),)
+            extra = () if imputer is None else (count_missing(vs, table_cells(src)),)
             labels, distance = est.assign_with_distance(views)
             labels, distance, *extra = _persist((_int32(labels), distance.astype(np.float32), *extra), progress,
                                                 "assign", int(labels.shape[0]))
