@@ -49,33 +49,71 @@ class BadInput(click.ClickException):
     exit_code = EXIT_BAD_INPUT
 
 
-def parse_n_clusters(value: Any) -> int | str | list[int]:
+def parse_n_clusters(value: Any) -> Any:
     """``--n-clusters`` (or ``n_clusters`` in --config): K, "auto", or a range "K_MIN:K_MAX"
-    (a config file may give a list [k_min, k_max]).  Ranges are checked further against the
-    method when the run is planned."""
-    if isinstance(value, bool):
-        raise BadInput(f"--n-clusters {value!r}: give K (e.g. 10), auto, or a range K_MIN:K_MAX (e.g. 3:20)")
-    if isinstance(value, int) or (isinstance(value, list) and len(value) == 2):
+    (a config file may give a list [k_min, k_max]).
+
+    Only the command line's spelling is read here; whether the value is a K the method takes
+    is the library's check (one message for every refusal, with the flag's name: a value this
+    cannot read, such as "many" or "2.5", is passed on as it is and refused there)."""
+    if isinstance(value, (bool, int, list)):
         return value
-    text = str(value).strip().lower()
-    if text == "auto":
+    text = str(value).strip()
+    if text.lower() == "auto":
         return "auto"
     lo, sep, hi = text.partition(":")
     try:
         return [int(lo), int(hi)] if sep else int(text)
     except ValueError:
-        raise BadInput(f"--n-clusters {value!r}: give K (e.g. 10), auto, or a range K_MIN:K_MAX (e.g. 3:20)") \
-            from None
+        return text
 
 
 class _NClustersType(click.ParamType):
     name = "K|auto|K_MIN:K_MAX"
 
     def convert(self, value, param, ctx):
-        try:
-            return parse_n_clusters(value)
-        except BadInput as exc:
-            self.fail(exc.message.split(": ", 1)[1], param, ctx)
+        return parse_n_clusters(value)
+
+
+#: How the command line writes values that the library's messages write as Python (backquoted).
+CLI_TERMS = {'"auto"': "auto", "(k_min, k_max)": "K_MIN:K_MAX", "(3, 20)": "3:20"}
+
+
+def _typed(value: Any) -> str:
+    """A value as it is typed on the command line (a range as K_MIN:K_MAX)."""
+    if isinstance(value, (list, tuple)):
+        return ":".join(str(v) for v in value)
+    return str(value)
+
+
+def _command_flags() -> dict[str, str]:
+    """Parameter name -> its flag, for the running command's options (``n_clusters`` -> ``--n-clusters``)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return {}
+    return {p.name: max((o for o in p.opts if o.startswith("--")), key=len) for p in ctx.command.params
+            if isinstance(p, click.Option) and any(o.startswith("--") for o in p.opts)}
+
+
+def for_command_line(exc: Exception) -> str:
+    """An error's message in the command line's words: each backquoted parameter name that is an
+    option of the command becomes its flag, a ``ParameterError``'s value is shown as typed
+    (``--n-clusters 5:3``), and the Python spellings of values in :data:`CLI_TERMS` become the
+    command line's; names that are not options (``--config`` keys) keep their backquotes."""
+    import re
+
+    from mkdist.errors import ParameterError
+
+    flags = _command_flags()
+    text = str(exc)
+    if isinstance(exc, ParameterError) and exc.parameter in flags:
+        text = flags[exc.parameter] + (f" {_typed(exc.value)}" if exc.show_value else "") + exc.rest
+
+    def word(match: re.Match) -> str:
+        term = match.group(1)
+        return flags.get(term) or CLI_TERMS.get(term) or match.group(0)
+
+    return re.sub(r"`([^`]+)`", word, text)
 
 
 def _environment(quiet: bool, debug: bool) -> None:
@@ -230,7 +268,7 @@ def _guard(fn, debug: bool) -> Any:
     except (MkdistError, BadInput, click.BadParameter, FileNotFoundError, FileExistsError) as exc:
         if debug:
             traceback.print_exc()
-        message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+        message = exc.format_message() if isinstance(exc, click.ClickException) else for_command_line(exc)
         click.echo(f"mkdist: bad input: {message}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
@@ -345,8 +383,10 @@ def _request(source: str, store: str, merged: dict[str, Any]):
                          label_column=merged.get("label_key"), storage_options=options).open()
     k = config.n_clusters
     k_max = k[1] if isinstance(k, list) else k  # "auto": its k_max follows the landmarks (checked at planning)
-    if isinstance(k_max, int) and k_max > opened.n_rows:
-        raise BadInput(f"n_clusters={k} is more than the {opened.n_rows:,} rows of {source}; lower --n-clusters")
+    if isinstance(k_max, int):
+        from mkdist._core._validation import check_k_at_most
+
+        check_k_at_most(k, k_max, opened.n_rows, "rows", "")  # the estimator's own check, before it loads
     return config, opened, request_key(opened.fingerprint, config.to_json())
 
 

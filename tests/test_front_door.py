@@ -148,7 +148,8 @@ def test_mistakes_are_refused_in_one_line_with_nothing_created(table, tmp_path, 
     args = ["--input", str(path), "--store", str(store), "--n-clusters", "4", *VIEWS]
     expect = {"missing": "not found: ", "store is a file": "is a file; a run store is a directory",
               "wrong column": "column 'a99' is not in", "nan": "column 'b2' holds NaN or infinity in 2 rows, first at "
-              "row 10 (customer_id '", "k > rows": "n_clusters"}[case]
+              "row 10 (customer_id '",
+              "k > rows": "--n-clusters 4: K is more than the 3 rows; lower --n-clusters."}[case]
     if case == "missing":
         args[1] = str(path).replace("customers", "customer")
         expect += args[1]
