@@ -31,6 +31,8 @@ from urllib.parse import urlparse
 
 import click
 
+from mkdist._pipeline._dask_runtime import IN_PROCESS_MAX_ROWS, in_process_max_rows
+
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 #: Seconds to wait for an existing Dask scheduler (``--connect-timeout``, MKDIST_CONNECT_TIMEOUT).
@@ -487,9 +489,12 @@ def main() -> None:
 def _cluster_options(fn):
     for option in reversed([
         click.option("--dask-address", default=None,
-                     help="Existing scheduler, e.g. tcp://host:8786 (default: a LocalCluster for the run)."),
+                     help="Existing scheduler, e.g. tcp://host:8786 (default: this process for an input of at most "
+                          f"MKDIST_IN_PROCESS_MAX_ROWS rows, {IN_PROCESS_MAX_ROWS:,} unless set; else a LocalCluster "
+                          "for the run)."),
         click.option("--n-workers", type=click.IntRange(min=1), default=None,
-                     help="Workers of the LocalCluster (default 2)."),
+                     help="Worker processes of a LocalCluster for the run (default 2); given, the LocalCluster is "
+                          "started whatever the input's size."),
         click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True),
                      default=lambda: float(os.environ.get("MKDIST_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT)),
                      show_default="10, or MKDIST_CONNECT_TIMEOUT", help="Seconds to wait for --dask-address."),
@@ -558,6 +563,7 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
 
     def prepare():
         _check_scheduler(merged.get("dask_address"), connect_timeout)
+        in_process_max_rows()  # a bad MKDIST_IN_PROCESS_MAX_ROWS: refused before any work
         return _plan(config, opened, store, merged, overwrite)
 
     plan = _guard(prepare, debug)
@@ -567,15 +573,18 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
         _handle_interrupts()
         if flow:
             return _run_flow(plan, merged, store, overwrite, connect_timeout, quiet, debug)
-        import contextlib
-
-        from mkdist.pipeline import dask_client, drive_run
+        from mkdist.pipeline import drive_run, in_process, run_scheduler
 
         # A finished run that only lacks its labels output writes it from the store: reads and
         # writes in this process, no LocalCluster to start (a given scheduler is still used).
-        cluster = contextlib.nullcontext() if plan.complete and not merged.get("dask_address") else \
-            dask_client(merged.get("dask_address"), merged.get("n_workers"), connect_timeout=connect_timeout)
-        with cluster:
+        if plan.complete and not (merged.get("dask_address") or os.environ.get("MKDIST_DASK_ADDRESS")):
+            where = in_process()
+        else:
+            where = run_scheduler(merged.get("dask_address"), merged.get("n_workers"), n_rows=_rows(plan),
+                                  connect_timeout=connect_timeout, echo=None if quiet else _note)
+        with where as scheduler:
+            if not quiet and not plan.complete and scheduler.kind != "local-cluster":
+                _note(f"computing on: {_where_line(scheduler, _rows(plan))}")
             try:
                 result = drive_run(plan, progress=not quiet, label_key=merged.get("label_key"), owner="mkdist run",
                                    echo=None if quiet else _note)
@@ -587,6 +596,19 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
 
     summary = _guard(go, debug)
     _print_result(summary, store, as_json, quiet, time.perf_counter() - t0)
+
+
+def _rows(plan) -> int:
+    """Rows of a planned run's input (from its views' shapes: nothing read)."""
+    return int(next(iter(plan.views.values())).shape[0])
+
+
+def _where_line(scheduler, n_rows: int) -> str:
+    """Where a run computes, and why when it is this process."""
+    if scheduler.kind != "in-process":
+        return scheduler.describe()
+    return (f"{scheduler.describe()}: {n_rows:,} rows, at most {in_process_max_rows():,} "
+            "(MKDIST_IN_PROCESS_MAX_ROWS), so no Dask cluster to start")
 
 
 def _run_flow(plan, merged: dict, store: str, overwrite: bool, connect_timeout: float, quiet: bool,
@@ -735,10 +757,10 @@ def assign(model_store, source, output, labels_out, id_column, view_items, fail_
         _check_scheduler(dask_address, connect_timeout)
         from mkdist.pipeline import check_assign
 
-        check_assign(model_store, batch, output, overwrite=overwrite)
-        return thresholds, batch
+        _, views, _ = check_assign(model_store, batch, output, overwrite=overwrite)
+        return thresholds, batch, int(next(iter(views.values())).shape[0])
 
-    thresholds, batch = _guard(prepare, debug)
+    thresholds, batch, n_rows = _guard(prepare, debug)
     flow = use_prefect if use_prefect is not None else _prefect_api_configured()
 
     def go():
@@ -755,9 +777,12 @@ def assign(model_store, source, output, labels_out, id_column, view_items, fail_
                 return assign_flow(model_store=model_store, source=batch.to_json(), output=output,
                                    dask_address=dask_address, n_workers=n_workers,
                                    connect_timeout=connect_timeout, **options)
-        from mkdist.pipeline import dask_client, drive_assign
+        from mkdist.pipeline import drive_assign, run_scheduler
 
-        with dask_client(dask_address, n_workers, connect_timeout=connect_timeout):
+        with run_scheduler(dask_address, n_workers, n_rows=n_rows, connect_timeout=connect_timeout,
+                           echo=None if quiet else _note) as scheduler:
+            if not quiet and scheduler.kind != "local-cluster":
+                _note(f"computing on: {_where_line(scheduler, n_rows)}")
             try:
                 return drive_assign(model_store, batch, output, **options)
             except KeyboardInterrupt:

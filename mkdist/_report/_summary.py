@@ -89,6 +89,8 @@ def summary_markdown(summary: dict, store: str | None = None) -> str:
                      f"{choice['runner_up']} ({choice['rule']}) |")
     if summary.get("resumed_stages"):
         lines.append(f"| resumed stages | {', '.join(summary['resumed_stages'])} |")
+    if (summary.get("scheduler") or {}).get("description"):
+        lines.append(f"| computed on | {summary['scheduler']['description']} |")
     for k, v in (summary.get("scores") or {}).items():
         lines.append(f"| {k} | {v:.4f} |")
     if summary.get("timings"):
