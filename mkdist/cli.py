@@ -757,7 +757,7 @@ def assign(model_store, source, output, labels_out, id_column, view_items, fail_
         _check_scheduler(dask_address, connect_timeout)
         from mkdist.pipeline import check_assign
 
-        _, views, _ = check_assign(model_store, batch, output, overwrite=overwrite)
+        views = check_assign(model_store, batch, output, overwrite=overwrite)[1]
         return thresholds, batch, int(next(iter(views.values())).shape[0])
 
     thresholds, batch, n_rows = _guard(prepare, debug)

@@ -82,7 +82,7 @@ def test_the_cli_says_where_it_computes_and_both_ways_agree(small_table, tmp_pat
     here = _cli(*args, "--store", str(tmp_path / "here.zarr"))
     assert here.returncode == 0, here.stderr
     assert ("computing on: in-process (" in here.stderr
-            and "600 rows, at most 50,000 (MKDIST_IN_PROCESS_MAX_ROWS), so no Dask cluster to start" in here.stderr)
+            and "600 rows, at most 1,000,000 (MKDIST_IN_PROCESS_MAX_ROWS), so no Dask cluster to start" in here.stderr)
     assert "starting a local Dask cluster" not in here.stderr
     assert json.loads(here.stdout)["scheduler"]["kind"] == "in-process"
     # Above the threshold: a LocalCluster, announced before it starts.
@@ -93,6 +93,12 @@ def test_the_cli_says_where_it_computes_and_both_ways_agree(small_table, tmp_pat
                                                    "address": json.loads(big.stdout)["scheduler"]["address"],
                                                    "description": "local Dask cluster (2 workers)"}
     np.testing.assert_array_equal(_labels(tmp_path / "here.zarr"), _labels(tmp_path / "cluster.zarr"))
+    # `assign` decides the same way from its batch's rows.
+    assigned = _cli("assign", "--model-store", str(tmp_path / "here.zarr"), "--input", str(small_table), "--output",
+                    str(tmp_path / "assigned.zarr"))
+    assert assigned.returncode == 0, assigned.stderr
+    assert "computing on: in-process (" in assigned.stderr and "assigned 600 rows" in assigned.stdout
+    np.testing.assert_array_equal(_labels(tmp_path / "assigned.zarr"), _labels(tmp_path / "here.zarr"))
     # A threshold that is not a number is refused, naming the variable.
     bad = _cli(*args, "--store", str(tmp_path / "bad.zarr"), env_extra={"MKDIST_IN_PROCESS_MAX_ROWS": "lots"})
     assert bad.returncode == 2 and "MKDIST_IN_PROCESS_MAX_ROWS='lots' must be an integer" in bad.stderr, bad.stderr
