@@ -70,7 +70,7 @@ def cluster_flow(source: Any, store: str, n_clusters: int | str | list[int], ker
     dask_address : str, optional
         Scheduler of an existing Dask cluster (``tcp://host:8786``); default: the
         ``MKDIST_DASK_ADDRESS`` environment variable, else the flow's own process for an input
-        of at most ``MKDIST_IN_PROCESS_MAX_ROWS`` rows (50,000 unless set), or a LocalCluster
+        of at most ``MKDIST_IN_PROCESS_MAX_ROWS`` rows (1,000,000 unless set), or a LocalCluster
         with ``n_workers`` worker processes for this run (given ``n_workers``: always one);
         see ``mkdist.pipeline.run_scheduler``.
     connect_timeout : float, optional

@@ -2,10 +2,17 @@
 
 A run given no scheduler (no address, no ``MKDIST_DASK_ADDRESS``, no active ``distributed.Client``)
 computes in its own process when its input has at most :data:`IN_PROCESS_MAX_ROWS` rows, and
-starts a LocalCluster of worker processes above that (:func:`run_scheduler`).  Starting the
-cluster costs seconds before the first stage (its workers import the numerical stack), which
-is most of a small run; on large inputs worker processes pay it back (measured in
-``bench/RESULTS.md``, "Small tables").
+starts a LocalCluster of worker processes above that (:func:`run_scheduler`).
+
+Why rows, and why 1,000,000 (``bench/RESULTS.md``, "Small tables"; a 16-column table, ``mkdist
+run`` end to end, alternating): the in-process run (Dask's threads, one BLAS thread each) was
+faster than a run that starts a LocalCluster of two workers in 20 of 21 pairs from 300 to
+1,000,000 rows on the 2-core machine, by a median of 10 s at 50k and 200k rows (8-9 s against
+16-19 s) and 14-26 s at 1M, with identical labels; its peak memory was 1 GiB at 1M rows.  No
+larger input was measured: above it a run keeps the worker processes' memory limits and
+isolation, and their start-up is a small part of a run that long.  The passes over the rows
+cost per row (the embedding's kernels are rows x landmarks per kernel), so the threshold counts
+rows, not bytes; a very wide table was not measured.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ logger = logging.getLogger("mkdist")
 DEFAULT_CONNECT_TIMEOUT = 10.0
 #: Rows up to which a run given no scheduler computes in its own process
 #: (``MKDIST_IN_PROCESS_MAX_ROWS``); see the module docstring.
-IN_PROCESS_MAX_ROWS = 50_000
+IN_PROCESS_MAX_ROWS = 1_000_000
 
 
 def in_process_max_rows() -> int:
