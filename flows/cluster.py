@@ -22,9 +22,9 @@ from mkdist.pipeline import (
     RunConfig,
     as_input,
     dashboard_link,
-    dask_client,
     drive_run,
     plan_run,
+    run_scheduler,
     summary_markdown,
 )
 
@@ -69,8 +69,10 @@ def cluster_flow(source: Any, store: str, n_clusters: int | str | list[int], ker
         Model parameters (see ``mkdist.MultipleKernelClustering``).
     dask_address : str, optional
         Scheduler of an existing Dask cluster (``tcp://host:8786``); default: the
-        ``MKDIST_DASK_ADDRESS`` environment variable, else a LocalCluster with ``n_workers``
-        worker processes for this run.
+        ``MKDIST_DASK_ADDRESS`` environment variable, else the flow's own process for an input
+        of at most ``MKDIST_IN_PROCESS_MAX_ROWS`` rows (1,000,000 unless set), or a LocalCluster
+        with ``n_workers`` worker processes for this run (given ``n_workers``: always one);
+        see ``mkdist.pipeline.run_scheduler``.
     connect_timeout : float, optional
         Seconds to wait for ``dask_address`` (default 10, or ``MKDIST_CONNECT_TIMEOUT``).
     overwrite : bool, default=False
@@ -111,11 +113,15 @@ def cluster_flow(source: Any, store: str, n_clusters: int | str | list[int], ker
     if isinstance(source, InputSource) and plan.opened.message():
         logger.info("%s", plan.opened.message())
     # The lease is held by this (the flow's) process, where every stage task runs.
-    with dask_client(dask_address, n_workers, connect_timeout=connect_timeout) as client:
-        # Only a link that opens: a scheduler without bokeh serves a "needs bokeh" page there.
-        link = dashboard_link(client)
-        logger.info("Dask dashboard: %s", link or "not served by this scheduler (it needs bokeh>=3.1 installed "
-                    "next to the scheduler)")
+    n_rows = int(next(iter(plan.views.values())).shape[0])
+    with run_scheduler(dask_address, n_workers, n_rows=n_rows, connect_timeout=connect_timeout,
+                       echo=logger.info) as scheduler:
+        logger.info("computing on: %s", scheduler.describe())
+        if scheduler.client is not None:
+            # Only a link that opens: a scheduler without bokeh serves a "needs bokeh" page there.
+            link = dashboard_link(scheduler.client)
+            logger.info("Dask dashboard: %s", link or "not served by this scheduler (it needs bokeh>=3.1 "
+                        "installed next to the scheduler)")
         result = drive_run(plan, progress=progress, label_key=label_key, step=prefect_step,
                            owner="mkdist cluster_flow", echo=logger.info)
     summary = result.metrics

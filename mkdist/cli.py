@@ -31,6 +31,8 @@ from urllib.parse import urlparse
 
 import click
 
+from mkdist._pipeline._dask_runtime import IN_PROCESS_MAX_ROWS, in_process_max_rows
+
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 #: Seconds to wait for an existing Dask scheduler (``--connect-timeout``, MKDIST_CONNECT_TIMEOUT).
@@ -49,33 +51,71 @@ class BadInput(click.ClickException):
     exit_code = EXIT_BAD_INPUT
 
 
-def parse_n_clusters(value: Any) -> int | str | list[int]:
+def parse_n_clusters(value: Any) -> Any:
     """``--n-clusters`` (or ``n_clusters`` in --config): K, "auto", or a range "K_MIN:K_MAX"
-    (a config file may give a list [k_min, k_max]).  Ranges are checked further against the
-    method when the run is planned."""
-    if isinstance(value, bool):
-        raise BadInput(f"--n-clusters {value!r}: give K (e.g. 10), auto, or a range K_MIN:K_MAX (e.g. 3:20)")
-    if isinstance(value, int) or (isinstance(value, list) and len(value) == 2):
+    (a config file may give a list [k_min, k_max]).
+
+    Only the command line's spelling is read here; whether the value is a K the method takes
+    is the library's check (one message for every refusal, with the flag's name: a value this
+    cannot read, such as "many" or "2.5", is passed on as it is and refused there)."""
+    if isinstance(value, (bool, int, list)):
         return value
-    text = str(value).strip().lower()
-    if text == "auto":
+    text = str(value).strip()
+    if text.lower() == "auto":
         return "auto"
     lo, sep, hi = text.partition(":")
     try:
         return [int(lo), int(hi)] if sep else int(text)
     except ValueError:
-        raise BadInput(f"--n-clusters {value!r}: give K (e.g. 10), auto, or a range K_MIN:K_MAX (e.g. 3:20)") \
-            from None
+        return text
 
 
 class _NClustersType(click.ParamType):
     name = "K|auto|K_MIN:K_MAX"
 
     def convert(self, value, param, ctx):
-        try:
-            return parse_n_clusters(value)
-        except BadInput as exc:
-            self.fail(exc.message.split(": ", 1)[1], param, ctx)
+        return parse_n_clusters(value)
+
+
+#: How the command line writes values that the library's messages write as Python (backquoted).
+CLI_TERMS = {'"auto"': "auto", "(k_min, k_max)": "K_MIN:K_MAX", "(3, 20)": "3:20"}
+
+
+def _typed(value: Any) -> str:
+    """A value as it is typed on the command line (a range as K_MIN:K_MAX)."""
+    if isinstance(value, (list, tuple)):
+        return ":".join(str(v) for v in value)
+    return str(value)
+
+
+def _command_flags() -> dict[str, str]:
+    """Parameter name -> its flag, for the running command's options (``n_clusters`` -> ``--n-clusters``)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return {}
+    return {p.name: max((o for o in p.opts if o.startswith("--")), key=len) for p in ctx.command.params
+            if isinstance(p, click.Option) and any(o.startswith("--") for o in p.opts)}
+
+
+def for_command_line(exc: Exception) -> str:
+    """An error's message in the command line's words: each backquoted parameter name that is an
+    option of the command becomes its flag, a ``ParameterError``'s value is shown as typed
+    (``--n-clusters 5:3``), and the Python spellings of values in :data:`CLI_TERMS` become the
+    command line's; names that are not options (``--config`` keys) keep their backquotes."""
+    import re
+
+    from mkdist.errors import ParameterError
+
+    flags = _command_flags()
+    text = str(exc)
+    if isinstance(exc, ParameterError) and exc.parameter in flags:
+        text = flags[exc.parameter] + (f" {_typed(exc.value)}" if exc.show_value else "") + exc.rest
+
+    def word(match: re.Match) -> str:
+        term = match.group(1)
+        return flags.get(term) or CLI_TERMS.get(term) or match.group(0)
+
+    return re.sub(r"`([^`]+)`", word, text)
 
 
 def _environment(quiet: bool, debug: bool) -> None:
@@ -230,7 +270,7 @@ def _guard(fn, debug: bool) -> Any:
     except (MkdistError, BadInput, click.BadParameter, FileNotFoundError, FileExistsError) as exc:
         if debug:
             traceback.print_exc()
-        message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+        message = exc.format_message() if isinstance(exc, click.ClickException) else for_command_line(exc)
         click.echo(f"mkdist: bad input: {message}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
@@ -346,8 +386,10 @@ def _request(source: str, store: str, merged: dict[str, Any]):
                          missing=merged.get("missing")).open()
     k = config.n_clusters
     k_max = k[1] if isinstance(k, list) else k  # "auto": its k_max follows the landmarks (checked at planning)
-    if isinstance(k_max, int) and k_max > opened.n_rows:
-        raise BadInput(f"n_clusters={k} is more than the {opened.n_rows:,} rows of {source}; lower --n-clusters")
+    if isinstance(k_max, int):
+        from mkdist._core._validation import check_k_at_most
+
+        check_k_at_most(k, k_max, opened.n_rows, "rows", "")  # the estimator's own check, before it loads
     return config, opened, request_key(opened.fingerprint, config.to_json())
 
 
@@ -448,9 +490,12 @@ def main() -> None:
 def _cluster_options(fn):
     for option in reversed([
         click.option("--dask-address", default=None,
-                     help="Existing scheduler, e.g. tcp://host:8786 (default: a LocalCluster for the run)."),
+                     help="Existing scheduler, e.g. tcp://host:8786 (default: this process for an input of at most "
+                          f"MKDIST_IN_PROCESS_MAX_ROWS rows, {IN_PROCESS_MAX_ROWS:,} unless set; else a LocalCluster "
+                          "for the run)."),
         click.option("--n-workers", type=click.IntRange(min=1), default=None,
-                     help="Workers of the LocalCluster (default 2)."),
+                     help="Worker processes of a LocalCluster for the run (default 2); given, the LocalCluster is "
+                          "started whatever the input's size."),
         click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True),
                      default=lambda: float(os.environ.get("MKDIST_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT)),
                      show_default="10, or MKDIST_CONNECT_TIMEOUT", help="Seconds to wait for --dask-address."),
@@ -523,6 +568,7 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
 
     def prepare():
         _check_scheduler(merged.get("dask_address"), connect_timeout)
+        in_process_max_rows()  # a bad MKDIST_IN_PROCESS_MAX_ROWS: refused before any work
         return _plan(config, opened, store, merged, overwrite)
 
     plan = _guard(prepare, debug)
@@ -532,15 +578,18 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
         _handle_interrupts()
         if flow:
             return _run_flow(plan, merged, store, overwrite, connect_timeout, quiet, debug)
-        import contextlib
-
-        from mkdist.pipeline import dask_client, drive_run
+        from mkdist.pipeline import drive_run, in_process, run_scheduler
 
         # A finished run that only lacks its labels output writes it from the store: reads and
         # writes in this process, no LocalCluster to start (a given scheduler is still used).
-        cluster = contextlib.nullcontext() if plan.complete and not merged.get("dask_address") else \
-            dask_client(merged.get("dask_address"), merged.get("n_workers"), connect_timeout=connect_timeout)
-        with cluster:
+        if plan.complete and not (merged.get("dask_address") or os.environ.get("MKDIST_DASK_ADDRESS")):
+            where = in_process()
+        else:
+            where = run_scheduler(merged.get("dask_address"), merged.get("n_workers"), n_rows=_rows(plan),
+                                  connect_timeout=connect_timeout, echo=None if quiet else _note)
+        with where as scheduler:
+            if not quiet and not plan.complete and scheduler.kind != "local-cluster":
+                _note(f"computing on: {_where_line(scheduler, _rows(plan))}")
             try:
                 result = drive_run(plan, progress=not quiet, label_key=merged.get("label_key"), owner="mkdist run",
                                    echo=None if quiet else _note)
@@ -552,6 +601,19 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
 
     summary = _guard(go, debug)
     _print_result(summary, store, as_json, quiet, time.perf_counter() - t0)
+
+
+def _rows(plan) -> int:
+    """Rows of a planned run's input (from its views' shapes: nothing read)."""
+    return int(next(iter(plan.views.values())).shape[0])
+
+
+def _where_line(scheduler, n_rows: int) -> str:
+    """Where a run computes, and why when it is this process."""
+    if scheduler.kind != "in-process":
+        return scheduler.describe()
+    return (f"{scheduler.describe()}: {n_rows:,} rows, at most {in_process_max_rows():,} "
+            "(MKDIST_IN_PROCESS_MAX_ROWS), so no Dask cluster to start")
 
 
 def _run_flow(plan, merged: dict, store: str, overwrite: bool, connect_timeout: float, quiet: bool,
@@ -702,10 +764,10 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
         _check_scheduler(dask_address, connect_timeout)
         from mkdist.pipeline import check_assign
 
-        check_assign(model_store, batch, output, overwrite=overwrite)
-        return thresholds, batch
+        views = check_assign(model_store, batch, output, overwrite=overwrite)[1]
+        return thresholds, batch, int(next(iter(views.values())).shape[0])
 
-    thresholds, batch = _guard(prepare, debug)
+    thresholds, batch, n_rows = _guard(prepare, debug)
     flow = use_prefect if use_prefect is not None else _prefect_api_configured()
 
     def go():
@@ -722,9 +784,12 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
                 return assign_flow(model_store=model_store, source=batch.to_json(), output=output,
                                    dask_address=dask_address, n_workers=n_workers,
                                    connect_timeout=connect_timeout, **options)
-        from mkdist.pipeline import dask_client, drive_assign
+        from mkdist.pipeline import drive_assign, run_scheduler
 
-        with dask_client(dask_address, n_workers, connect_timeout=connect_timeout):
+        with run_scheduler(dask_address, n_workers, n_rows=n_rows, connect_timeout=connect_timeout,
+                           echo=None if quiet else _note) as scheduler:
+            if not quiet and scheduler.kind != "local-cluster":
+                _note(f"computing on: {_where_line(scheduler, n_rows)}")
             try:
                 return drive_assign(model_store, batch, output, **options)
             except KeyboardInterrupt:

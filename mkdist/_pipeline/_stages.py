@@ -783,8 +783,13 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     return {"kmeans_s": t_labels, "write_s": time.perf_counter() - t0}
 
 
-def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=None) -> dict[str, Any]:
-    """Cluster sizes, the model's summary, timings (and scores when ``y_true`` is given), stored."""
+def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=None,
+                  scheduler: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Cluster sizes, the model's summary, timings (and scores when ``y_true`` is given), stored.
+
+    ``scheduler``: where the run computed
+    (:meth:`mkdist._pipeline._dask_runtime.RunScheduler.to_json`), recorded as it is.
+    """
     import dask
     import xarray as xr
 
@@ -805,6 +810,7 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
         "N": int(lab.shape[0]),
         "cluster_sizes": [int(s) for s in sizes],
         "timings": dict(timings or {}),
+        "scheduler": dict(scheduler) if scheduler is not None else None,
         "scores": scores,
         "kmeans": kmeans,
     }

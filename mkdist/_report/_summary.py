@@ -90,6 +90,8 @@ def summary_markdown(summary: dict, store: str | None = None) -> str:
         lines.append(f"| resumed stages | {', '.join(summary['resumed_stages'])} |")
     if summary.get("missing"):
         lines.append(f"| missing cells | {missing_text(summary['missing'])} |")
+    if (summary.get("scheduler") or {}).get("description"):
+        lines.append(f"| computed on | {summary['scheduler']['description']} |")
     for k, v in (summary.get("scores") or {}).items():
         lines.append(f"| {k} | {v:.4f} |")
     if summary.get("timings"):

@@ -27,6 +27,7 @@ from mkdist.storage._remote import probe_run, register_options
 from .._core._columns import is_frame
 from .._methods._registry import DEFAULT_METHOD
 from .._pipeline._config import ClusterResult, RunConfig
+from .._pipeline._dask_runtime import current_scheduler, in_process
 from .._pipeline._io import (
     InputSource,
     OpenedInput,
@@ -234,6 +235,8 @@ def drive_run(plan: RunPlan, *, progress: bool = False, y_true: Any = None, labe
     """
     config, store = plan.config, plan.store
     t_all = time.perf_counter()
+    # Asked once, of the scheduler the stages will ask (their caller chose it: run_scheduler).
+    where = current_scheduler().to_json()
     with _remove_if_unused(store), writer_lease(store, owner=owner):
         run = step(STEP_NAMES["open"], open_run, store, plan.opened if plan.opened is not None else plan.source,
                    config, overwrite=plan.overwrite, progress=progress, missing=plan.missing)
@@ -264,7 +267,8 @@ def drive_run(plan: RunPlan, *, progress: bool = False, y_true: Any = None, labe
             else:
                 if y_true is None and label_key is not None:
                     y_true = step(STEP_NAMES["y_true"], load_labels, plan.source, label_key)
-                metrics = step(STEP_NAMES["metrics"], stage_metrics, run, timings=timings, y_true=y_true)
+                metrics = step(STEP_NAMES["metrics"], stage_metrics, run, timings=timings, y_true=y_true,
+                               scheduler=where)
             labels_out = None
             if plan.labels_out is not None:
                 labels_out = step(STEP_NAMES["labels_out"], _write_labels_out, run, plan, progress=progress)
@@ -371,7 +375,14 @@ def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], ke
             label_column: str | None = None, chunk_rows: int | None = None, labels_out: Any = None,
             report: bool | str = False, storage_options: dict | None = None, missing: str | None = None,
             **params) -> ClusterResult:
-    """Run the staged pipeline of a method on the active Dask scheduler, persisting every stage.
+    """Run the staged pipeline of a method, persisting every stage: on the active
+    ``distributed.Client`` if there is one, else in this process.
+
+    With no client the stages compute on Dask's threaded scheduler, one BLAS thread per Dask
+    thread (:func:`mkdist._pipeline._dask_runtime.in_process`); no worker processes are
+    started (a LocalCluster started from a script without an ``if __name__ == "__main__"``
+    guard would re-run the script in each worker).  The summary records which
+    (``result.metrics["scheduler"]``).
 
     Parameters
     ----------
@@ -475,8 +486,11 @@ def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], ke
         source = load_views(source, views=views, chunk_rows=chunk_rows)
     plan = plan_run(source, store, config, labels_out=labels_out, overwrite=overwrite, report=report,
                     id_column=id_column, missing=missing)
-    return drive_run(plan, progress=progress, y_true=y_true, label_key=label_column if y_true is None else None,
-                     owner="mkdist.cluster")
+    from .._core._cluster import active_client
+
+    with contextlib.nullcontext() if active_client() is not None else in_process():
+        return drive_run(plan, progress=progress, y_true=y_true,
+                         label_key=label_column if y_true is None else None, owner="mkdist.cluster")
 
 
 def drive_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False, progress: bool = False,
