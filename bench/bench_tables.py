@@ -108,8 +108,9 @@ def customers(args) -> dict:
             cells.append({"seed": seed, "method": name, "seconds": round(seconds, 2),
                           **_acc(y, np.asarray(res.labels), groups)})
         X, onehot, cats = _baseline_matrices(df, NUMERIC, CATEGORICAL)
-        for name, fit in (("one-hot + k-means", lambda: _kmeans(np.hstack([X, onehot]), 6, seed)),
-                          ("k-prototypes (kmodes)", lambda: _kprototypes(X, cats, 6, seed))):
+        for name, fit in (("one-hot + k-means", lambda X=X, onehot=onehot, seed=seed:
+                           _kmeans(np.hstack([X, onehot]), 6, seed)),
+                          ("k-prototypes (kmodes)", lambda X=X, cats=cats, seed=seed: _kprototypes(X, cats, 6, seed))):
             t0 = time.perf_counter()
             labels = fit()
             cells.append({"seed": seed, "method": name, "seconds": round(time.perf_counter() - t0, 2),
@@ -178,7 +179,7 @@ def cost(args) -> dict:
             "numeric + categorical view": {"usage": NUMERIC, "profile": CATEGORICAL + ["region"]}}
     out = {}
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, Client(cluster):
-        for rnd in range(args.rounds):
+        for _ in range(args.rounds):
             for name, views in runs.items():
                 t0 = time.perf_counter()
                 res = mkdist.cluster(str(path), str(tmp / "run.zarr"), 6, views=views, id_column="customer_id",
