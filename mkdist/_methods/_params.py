@@ -138,5 +138,5 @@ BUILTIN_PARAMETERS: dict[str, tuple[str, dict[str, list]]] = {
     "nystrom": ("mkdist._methods._nystrom", {**ESTIMATOR, **NYSTROM}),
     "rff-power": ("mkdist._methods._power_kmeans", {**ESTIMATOR, **RFF_POWER_KMEANS}),
     "mv-rff-power": ("mkdist._methods._power_kmeans", {**ESTIMATOR, **RFF_POWER_KMEANS, **MV_RFF_POWER_KMEANS}),
-    "late-fusion": ("mkdist._methods._late_fusion", {**ESTIMATOR, **LATE_FUSION}),
+    "late-fusion": ("mkdist._methods._late_fusion._estimator", {**ESTIMATOR, **LATE_FUSION}),
 }
