@@ -29,9 +29,10 @@ in every H_i space, the same filter polynomial (then scaled to unit length).  Th
 k-means runs on the embedding of all N rows (``cluster_all_points``, as MKC-AE's k-means on
 H_N), and new points go to the nearest centroid: the stage plan landmarks -> model ->
 embedding -> labels of
-:class:`mkdist._methods._base.LandmarkEmbeddingEstimator`.  See :class:`LateFusionClustering` (Notes)
-for the derivation.
+:class:`mkdist._methods._base.LandmarkEmbeddingEstimator`.  The derivation and the measured rules:
+``docs/algorithms.md``, "Late fusion".
 """
+
 from ._estimator import LateFusionClustering
 from ._model import LateFusionModel
 

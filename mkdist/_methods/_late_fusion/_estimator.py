@@ -66,31 +66,22 @@ class LateFusionClustering(KernelLandmarkEstimator):
     kernels : str or list of KernelSpec/dict, default="auto"
         Base kernels, as in :class:`MultipleKernelClustering`: "auto" is the cosine kernel on a
         sparse view (< 10% non-zero entries) and three RBF kernels (``"rbf-grid"``) on a dense
-        one.  "mkkm12" is the GMLKM paper's standard set per view: 7 Gaussians with sigma = t D,
-        t in {0.01, 0.05, 0.1, 1, 10, 50, 100}, D the largest pairwise distance; 4 polynomials;
-        a cosine kernel -- the default before issue 15: it beat k-means on the min-max-scaled
-        concatenation on 9 of the 28 shared multi-view sets and ran over 120 s on 4 of them
-        (12 kernels per view), where the defaults below beat it on 18 with every fit <= 11 s
-        (5 seeds, bench/RESULTS.md, late-fusion grid).
+        one.  "mkkm12" is the GMLKM paper's standard set per view (12 kernels: 7 Gaussians, 4
+        polynomials, a cosine), slower and less accurate on the shared sets
+        (``docs/algorithms.md``, "Late fusion").
     embedding_dim : int, default=None
         d, eigenvectors per base partition, n_clusters <= d <= n_landmarks.  None: 2k for
         k <= 10, else k (:func:`mkdist._methods._base.default_embedding_dim`; the paper picks d from
-        {k, 2k, 3k, 4k}).  With d = 2k for every k, ORL (k = 40) scored 0.66 and Yale (k = 15)
-        0.60, with d = k 0.82 / 0.72 (5 seeds, bench/RESULTS.md).  Eigenpairs with
+        {k, 2k, 3k, 4k}; measured: ``docs/algorithms.md``).  Eigenpairs with
         lambda <= 1e-8 lambda_1 (numerical null space of a low-rank kernel) are left out of H_p.
     graph_filter_order : int, default=3
         o_bar >= 0.  0 gives plain late fusion (G~ = I), the ablation baseline on the same code
-        path.  The paper picks o_bar from {1, 2, 3} per data set; 3 is the default because it
-        measured best and most stable (UCI mfeat pix, mkkm12, min-max, d = 2k, 10 seeds: ACC
-        0.866 / 0.873 / 0.928 for o_bar = 1 / 2 / 3, std 0.042 / 0.064 / 0.027; plain late
-        fusion 0.846; bench/RESULTS.md).
+        path.  The paper picks o_bar from {1, 2, 3} per data set; 3 measured best and most
+        stable (``docs/algorithms.md``).
     n_neighbors : int, default=None
         k of the adaptive-neighbour graphs, 1 <= k <= n_landmarks - 2 (the closed form needs the
-        (k+1)-th neighbour).  None: min(10, n_landmarks - 2) (``DEFAULT_N_NEIGHBORS``).  The
-        paper fixes 5; 10 measured better over the 28 shared sets (10 seeds: 23 sets beat
-        k-means instead of 22, mean ACC 0.667 instead of 0.654; ORL 0.82 -> 0.90, Yale 0.78 ->
-        0.88, MSRC-v1 0.92 -> 0.87) and on UCI mfeat pix (order 3: 0.945 (0.003) vs 0.938
-        (0.005); bench/RESULTS.md, late-fusion defaults).
+        (k+1)-th neighbour).  None: min(10, n_landmarks - 2) (``DEFAULT_N_NEIGHBORS``; the
+        paper fixes 5, 10 measured better: ``docs/algorithms.md``).
     n_landmarks : int, default=None
         Points the model is fitted on (n_clusters <= n <= N).  None: min(N, 2000).
     min_pep_ratio : float, default=0.02
@@ -111,10 +102,7 @@ class LateFusionClustering(KernelLandmarkEstimator):
         Per-feature scaling estimated on the landmarks (``mkdist._core._scaling.FeatureScaling``).
         "auto": "minmax" on dense views, none on sparse ones (< 10% non-zero entries, the
         views ``kernels="auto"`` gives the cosine kernel): min-max scaling gives a word seen
-        once the weight of the most frequent one.  "minmax" raised the mean ACC over the 28
-        shared sets from 0.593 to 0.611 with ``kernels="auto"`` (5 seeds; uci_digit3 0.80 ->
-        0.85); with the row-normalised embedding it took WebKB (2 classes) from 0.95 to 0.76
-        (seed 0), which "auto" keeps at 0.95 (bench/RESULTS.md, late-fusion defaults).
+        once the weight of the most frequent one (measured: ``docs/algorithms.md``).
     max_iter : int, default=30
         Maximum sweeps of Algorithm 1.
     tol : float, default=1e-6
@@ -130,11 +118,8 @@ class LateFusionClustering(KernelLandmarkEstimator):
         every row to the nearest one; landmarks keep their labels, since both end with Lloyd
         run to a fixed point, where every landmark is nearest to its own cluster's centroid.
         With as many landmarks as rows there is nothing to add and the landmark clustering's
-        centroids are kept either way.  Measured on UCI
-        mfeat pix (500 of 2000 rows as landmarks, 10 seeds): ACC of the other 1500 rows 0.908
-        with, 0.787 without, against 0.928 with all rows as landmarks -- the embedding of a 500-landmark fit is
-        good, its 500-row clustering is not (bench/RESULTS.md).  For Dask input H~ (N x D, in
-        ``dtype``) is persisted on the workers for the Lloyd passes.
+        centroids are kept either way (measured: ``docs/algorithms.md``).  For Dask input H~
+        (N x D, in ``dtype``) is persisted on the workers for the Lloyd passes.
     normalize_embedding : bool, default=True
         Cluster the rows of H~ scaled to unit length, as ``MultipleKernelClustering`` clusters
         its embedding and the SimpleMKKM authors' code its H (the spectral-clustering step of
@@ -143,22 +128,16 @@ class LateFusionClustering(KernelLandmarkEstimator):
         one with the lower k-means objective: Lloyd from the means of Algorithm 1's clusters,
         and ``n_init`` k-means++ restarts (``diagnostics_["normalized_kmeans"]``).
         ``transform`` returns the unit rows, the final k-means (``cluster_all_points``) and
-        ``predict`` work on them.  With ``scale="auto"`` (and 5 graph neighbours, the default
-        then) it raised the sets where late fusion beats k-means on the min-max-scaled
-        concatenation from 18 to 23 of 28 (5 seeds; the mean ACC 0.624 -> 0.655: Citeseer
-        0.34 -> 0.53, Yale 0.72 -> 0.81, leaves100 0.89 -> 0.95) and UCI mfeat pix ("mkkm12",
-        order 3) from 0.917 (0.035) to 0.938 (0.005); either candidate alone lost sets
-        (bench/RESULTS.md, late-fusion defaults).  False: the raw H~ and Algorithm 1's labels
-        and centroids, the paper's discretisation.
+        ``predict`` work on them (measured, and why both candidates: ``docs/algorithms.md``).
+        False: the raw H~ and Algorithm 1's labels and centroids, the paper's discretisation.
     dtype : {None, "float32", "float64"}, default=None
         Precision of the out-of-sample embedding H~ (``transform``, the embedding the final
         k-means reads, ``predict``): its kernel blocks, its neighbour searches and the rows it
         returns.  None: float32 if every view is float32 (as ``MultipleKernelClustering``).
         The landmark fit, the filters' weights and the neighbour distances that set them are
         float64 either way.  Column j of h_p(x) carries the kernel rows' float32 rounding
-        times lambda_1 / lambda_j: on W1 (2000 landmarks) H~ is within 7e-6 of float64 with
-        the same labels, 3.6x faster per row (bench/RESULTS.md); pass "float64" when trailing
-        eigenvalues are tiny.
+        times lambda_1 / lambda_j; pass "float64" when trailing eigenvalues are tiny
+        (measured: ``docs/algorithms.md``).
     full_pep : bool, default=False
         Also record beta(G~ K_p G~, k) for every kept base kernel and for the combined kernel
         sum_p gamma_p^2 K_p, before and after filtering.  Costs a second pass over the base
@@ -228,67 +207,9 @@ class LateFusionClustering(KernelLandmarkEstimator):
 
     Notes
     -----
-    **Degenerate base kernels.**  A Gaussian kernel whose bandwidth is far below the typical
-    distance (t = 0.01, 0.05, 0.1 of the largest distance in "mkkm12") is close to the
-    identity: its partition is noise and its kNN graph random.  A filter on a random graph
-    averages unrelated rows, which shrinks H~ and with it the k-means residual, so the mu step
-    of eq. 27 moves all weight onto those filters (measured on UCI mfeat pix: ACC 0.877).
-    The PEP (Definition 2) detects such kernels before the fit: beta(I_n, k) = k/n, while a
-    clusterable kernel concentrates its spectrum.  With the excess
-    e_p = (beta(K_p, k) - k/n) / (1 - k/n), kernel p is dropped (with its partition and its
-    filter, gamma_p = mu_p = 0, a ``DegenerateKernelWarning`` and a record in
-    ``dropped_kernels_``) when e_p < min_pep_ratio x max_q e_q.  On mfeat pix the three
-    near-identity kernels have beta in [0.008, 0.010] (chance 0.005) and every other kernel
-    beta >= 0.40: their excess PEP (<= 0.005) is below the threshold (0.013 at the default
-    0.02; 0.065 at 0.1).  Kernels are processed in the
-    order of a pilot PEP on 256 landmarks, so a kernel the Frobenius bound
-    beta <= sqrt(k) ||K||_F / tr K already condemns is dropped without its eigensolve.
-
-    **Near-constant views.**  A view with at least half of the pairs of its landmark rows
-    identical (``NEAR_CONSTANT_PAIR_SHARE``; its median pairwise distance is 0, the "constant or
-    nearly so" of the power k-means bandwidth check) has its kernels dropped (a
-    ``DegenerateKernelWarning``, records in ``dropped_kernels_``), and only such views is an
-    error.  Its base partition lives on its few distinct rows, Algorithm 1 finds labels that
-    leave it (almost) no residual, alpha_p ~ 0, and eq. 26 gives it all of gamma: on ACM (view4,
-    99.4% of the pairs identical) seed 2 scored ACC 0.35, 0.68 with the view dropped.  Its PEP
-    is close to 1 (one giant block), so the PEP rule above keeps it.  Of the 28 shared sets
-    only ACM has such a view (the next highest share: 0.23).
-
-    **Kernels with one partition.**  Standard kernel sets repeat themselves after centring and
-    normalisation: "mkkm12"'s Gaussians with t = 10, 50, 100 x D are the same kernel to 4e-4,
-    its degree-4 polynomials with c = 0 and c = 1 to 1e-4 on unscaled data.  A kernel equal to an
-    earlier one of its view to 1e-3 (``_DUPLICATE_RTOL``: relative Frobenius difference on the
-    pilot landmarks, then the residual of that kernel's eigenpairs on all landmarks) shares its
-    partition, graph and filter (``merged_kernels_``).  Algorithm 1 on c copies of a partition
-    is Algorithm 1 on one copy entering H~ with weight sqrt(c) gamma under
-    sum_p c_p gamma_p = 1, with the copies' mu summed: the same objective, weights and H~
-    distances, for one eigensolve, graph and out-of-sample kernel row instead of c
-    (proteinfold, 12 views x 12 kernels: 140 partitions -> about 105).
-
-    **Out-of-sample extension.**  With T = (I + S) / 2, S = D^-1/2 A D^-1/2, the filter obeys
-
-        sum_{o=1}^{o_bar} T^o Z = (1 - 2^-o_bar) Z + S B,
-        B = sum_{q=0}^{o_bar-1} (1 - 2^-(o_bar-q)) T^q Z
-
-    (unroll r_o = (r_{o-1} + S T^{o-1} Z) / 2 from r_0 = Z), so a row of G Z depends on its
-    node only through its own row of Z and its row of S; everything else is the landmarks'
-    B.  A new point x enters graph i as a node linked to its k nearest landmarks in the H_i
-    space (found from its base embedding h_i(x)) with its adaptive-neighbour weights s_xj:
-    x cannot enter the landmarks' fixed neighbour lists, so the symmetrised affinity
-    (s_xj + s_jx)/2 becomes x's own s_xj, its degree is sum_j s_xj = 1, and the landmarks'
-    graph and degrees stay frozen.  Hence S_xj = s_xj / sqrt(deg_j) and
-
-        H~(x) = (1 - 2^-o_bar) h_g(x) + sum_i mu_i sum_j s^i_xj / sqrt(deg^i_j) B_i[j],
-        h_g(x) = [gamma_1 h_1(x), ..., gamma_m h_m(x)],  h_p(x) = P_p(x) H_p Lambda_p^-1,
-
-    with B_i built from H_g on the landmarks and P_p(x) the kernel row of x preprocessed like
-    K_p (MKC-AE, as ``MultipleKernelClustering``).  For a landmark the same formula with its
-    row of S reproduces its fitted H~ row exactly; a point equal to a landmark (bitwise, all
-    views, after scaling) is treated as that landmark -- otherwise it would be its own
-    nearest neighbour -- and gets the landmark's fitted row, hence its label.  The label is the
-    nearest centroid.  For o_bar = 0, H~(x) = h_g(x).  Per point: one kernel row per kept
-    kernel (n values), one kNN search over n landmarks in d dimensions per filter, O(k D)
-    for the filter.
+    Which base kernels are dropped (degenerate ones, by their PEP; those of near-constant
+    views) or merged (kernels with one partition), the out-of-sample formula for H~(x) and the
+    measurements behind the defaults: ``docs/algorithms.md``, "Late fusion".
 
     References
     ----------

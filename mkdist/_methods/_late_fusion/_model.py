@@ -231,7 +231,7 @@ class LateFusionModel:
         """H~(x) = (1 - 2^-o) h_g(x) + sum_i mu_i sum_j a_i(x)_j B_i[j] for new points x.
 
         a_i(x)_j = s_xj / sqrt(deg_i[j]) over x's k nearest landmarks j in the H_i space,
-        s_xj its adaptive-neighbour weights (derivation: Notes of LateFusionClustering).  The
+        s_xj its adaptive-neighbour weights (derivation: ``docs/algorithms.md``, "Late fusion").  The
         neighbours of every filter come from one search (``NeighborSpaces.query``).
         """
         Hg = Hx * self.gamma_cols[None, :]

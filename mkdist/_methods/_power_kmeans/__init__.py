@@ -28,7 +28,6 @@ view (2D features: a sine and a cosine per frequency), phi_l the feature map of 
 theta_{j,l} (2D,) the centroid of cluster j in view l's feature space, s < 0 the power.
 """
 
-
 from ._estimators import MultiViewRFFPowerKMeans, RFFKernelPowerKMeans, default_n_components
 
 __all__ = ["RFFKernelPowerKMeans", "MultiViewRFFPowerKMeans", "default_n_components"]

@@ -459,17 +459,15 @@ class RFFKernelPowerKMeans(RFFPowerKMeansBase):
         Gaussian bandwidth sigma per view, estimated once on the (scaled) init sample:
         "median" is the median pairwise distance of up to 1,000 sample rows, "mean" the
         root mean squared pairwise distance (the bipartite-spectral paper's rule).  A number
-        applies to every view; a sequence gives one rule or number per view.  The paper's
-        fixed sigma = 1000 on raw features leaves the views' RFF distances ~1000x apart
-        (algorithms.md section 4); a per-view rule avoids it.
+        applies to every view; a sequence gives one rule or number per view (why not the
+        paper's fixed sigma: ``docs/algorithms.md``, "Power k-means").
     s0 : "auto" or float < 0, default="auto"
-        Initial power.  The paper's grid {5, ..., 25} read literally (s0 > 0) does not
-        approximate k-means at all; the useful range (about [-6, -2.5] on mfeat) moves
-        with the bandwidth and the scaling, so "auto" ties it to the data (see Notes).
+        Initial power; "auto" ties it to the data: s0 = -1 / median_i (log C_i(2) - log C_i(1))
+        at the k-means start, clipped to [-1000, -0.1] (``docs/algorithms.md``).
     annealing : float >= 1, default=1.04
         s <- annealing * s every ``anneal_every`` iterations (Algorithm 1, appendix C).
     anneal_every : int >= 1, default=2
-        Iterations between annealing steps (every 2 measured better than every 1).
+        Iterations between annealing steps.
     max_iter : int, default=300
         Maximum number of passes over the data.
     tol : float >= 0, default=1e-6
@@ -487,10 +485,8 @@ class RFFKernelPowerKMeans(RFFPowerKMeansBase):
     restart_selection : {"agreement", "consensus", "objective"}, default="agreement"
         How the restarts give the fit: the medoid of their partitions, the run continued
         from the consensus of their partitions, or the lowest final objective (see
-        :class:`MultiViewRFFPowerKMeans`).  Not "consensus" as for the multi-view model:
-        for this plain model it lowered ACC on hw2sources (0.897, std 0.025, vs 0.903,
-        0.010 over seeds 0-9) and on mfeat pix standardised (0.791 vs 0.838, seeds 0-4),
-        bench/RESULTS.md, "Consensus of the restarts".
+        :class:`MultiViewRFFPowerKMeans`).  Not "consensus" as for the multi-view model: for
+        this plain model it measured lower (``docs/algorithms.md``).
     random_state : int, RandomState or None, default=None
         Seeds the init sample, the bandwidth sample and one seed per restart, from which a
         restart draws its frequencies and its k-means start (one integer seed per fit: None
@@ -554,27 +550,10 @@ class RFFKernelPowerKMeans(RFFPowerKMeansBase):
 
     Notes
     -----
-    *Weights in log space.*  w_ij = (sum_l C_il^s)^(1/s - 1) C_ij^(s - 1) over- or
-    underflows for s far below 0; mkdist evaluates log w_ij with a log-sum-exp, so the fit
-    stays finite down to s = -1000 and with duplicate points (distances are floored at
-    1e-12), and sets weights below exp(-600) to 0 (subnormal floats slowed BLAS ~100x).
-
-    *s0="auto".*  At the k-means start let g_i = log C_i(2) - log C_i(1) be the log gap
-    between point i's two cheapest clusters.  The weight ratio of those clusters is about
-    exp((1 - s) g_i), so s0 = -1 / median_i g_i (clipped to [-1000, -0.1]) makes the
-    typical point's second cluster matter (ratio ~e) without being uniform across
-    clusters, which is the regime where power k-means escapes the k-means start's local
-    minima; s0 >= -2 on mfeat collapsed clusters, s0 = -15 left the start unchanged.
-
-    *Collapse guard.*  A cluster whose total weight vanishes is re-seeded at the init
-    sample's worst-served point; merged centroids are counted and warned about at the end.
-
-    *Scale.*  The restarts run in memory on the init sample (20,000 rows at most), so
-    they cost the same at any N.  When N is larger, the kept run is refined by passes over
-    all rows from its final centroids and s (a few passes: the annealing is done).  A pass
-    is one map over the row chunks (features kept between passes within the memory budget,
-    else recomputed from the stored frequencies) returning k x (2DL + ...) partial sums,
-    added by a tree reduction.  Memory per task is O(chunk x 2DL).
+    Power-mean weights are evaluated in log space (finite down to s = -1000), ``s0="auto"``
+    ties the initial power to the data, a cluster whose weight vanishes is re-seeded, and the
+    restarts run on the init sample before passes over all rows refine the kept run:
+    ``docs/algorithms.md``, "Power k-means", with the measurements behind the defaults.
 
     Examples
     --------
@@ -630,27 +609,24 @@ class MultiViewRFFPowerKMeans(RFFPowerKMeansBase):
         Gaussian bandwidth sigma per view, estimated once on the (scaled) init sample:
         "median" is the median pairwise distance of up to 1,000 sample rows, "mean" the
         root mean squared pairwise distance (the bipartite-spectral paper's rule).  A number
-        applies to every view; a sequence gives one rule or number per view.  The paper's
-        fixed sigma = 1000 on raw features leaves the views' RFF distances ~1000x apart
-        (algorithms.md section 4); a per-view rule avoids it.
+        applies to every view; a sequence gives one rule or number per view (why not the
+        paper's fixed sigma: ``docs/algorithms.md``, "Power k-means").
     s0 : "auto" or float < 0, default="auto"
-        Initial power.  The paper's grid {5, ..., 25} read literally (s0 > 0) does not
-        approximate k-means at all; the useful range (about [-6, -2.5] on mfeat) moves
-        with the bandwidth and the scaling, so "auto" ties it to the data (see Notes).
+        Initial power; "auto" ties it to the data: s0 = -1 / median_i (log C_i(2) - log C_i(1))
+        at the k-means start, clipped to [-1000, -0.1] (``docs/algorithms.md``).
     lam : "auto" or float > 0, default="auto"
         lambda of the view-weight entropy term (eq. 31): alpha = softmax(-cost_l / lambda).
         Small values put all weight on the cheapest view, large ones keep alpha uniform;
         the paper uses 100 (searching [1, 1000]) on data sets of about 2,000 points.
         cost_l sums over the N points, so a fixed lambda turns into a hard choice of one
-        view as N grows: "auto" is lambda = 0.05 N, the paper's 100 at N = 2,000 (measured on
-        W1 at N = 1,000,000: lambda = 100 gave weights (1e-124, 1) and ACC 0.44, "auto" gave
-        (0.43, 0.57) and ACC 0.78; bench/RESULTS.md).  The value used is ``lam_``.
+        view as N grows: "auto" is lambda = 0.05 N, the paper's 100 at N = 2,000 (measured:
+        ``docs/algorithms.md``).  The value used is ``lam_``.
     fuzzifier : float > 1, default=2.0
         m of the possibilistic memberships (the paper's value).
     annealing : float >= 1, default=1.04
         s <- annealing * s every ``anneal_every`` iterations (Algorithm 1, appendix C).
     anneal_every : int >= 1, default=2
-        Iterations between annealing steps (every 2 measured better than every 1).
+        Iterations between annealing steps.
     max_iter : int, default=300
         Maximum number of passes over the data.
     tol : float >= 0, default=1e-6
@@ -667,13 +643,10 @@ class MultiViewRFFPowerKMeans(RFFPowerKMeansBase):
         ``START_KMEANS_N_INIT`` = 10 k-means++ runs on its features, fewer when a run is
         expensive: ``START_WORK``) and its own annealing; ``restart_selection`` makes one
         run of them and, when the sample is not all rows, it is refined by passes over all
-        rows.  Restarts cost no pass over the data.  ``n_init=1`` is one run.  Restarts that
-        shared the frequencies reached nearly the same partition, while other frequencies
-        moved ACC by up to 0.2 (hw2sources), so each restart redraws them (bench/RESULTS.md,
-        "Seeds").  "auto": 10 restarts, fewer (at least 3) when one pass over the sample
-        costs more than ``RESTART_WORK`` / 10 products n k 2D L -- 6 on ccv (N = 6773,
-        K = 20), 3 on leaves100 (K = 100), where 10 took 110 s and ~4 minutes; 10 on the
-        other shared multi-view sets and on the 1M run.  The number run is ``n_init_``.
+        rows.  Restarts cost no pass over the data.  ``n_init=1`` is one run.  "auto": 10
+        restarts, fewer (at least 3) when one pass over the sample costs more than
+        ``RESTART_WORK`` / 10 products n k 2D L (measured: ``docs/algorithms.md``).  The
+        number run is ``n_init_``.
     restart_selection : {"consensus", "agreement", "objective"}, default="consensus"
         How the restarts make the fit.  "consensus": the consensus of their partitions of
         the sample (k-means on their stacked one-hot memberships, which maximises the
@@ -684,12 +657,9 @@ class MultiViewRFFPowerKMeans(RFFPowerKMeansBase):
         others' (highest mean adjusted Rand index: the medoid of the partitions; between two
         restarts the lower objective).  "objective": the lowest final objective,
         sum_i min_j C_ij (+ lambda sum_l alpha_l log alpha_l for the multi-view model) --
-        the function every run anneals towards (s -> -infinity).  The objective hardly
-        tracks the partitions' accuracy across restarts (rank correlation 0.05 on
-        hw2sources, negative on mfeat).  Over seeds 0-9 the consensus gave ACC 0.841 (std
-        0.017) on hw2sources and 0.681 (0.010) on mfeat HW2, the agreement 0.856 (0.044)
-        and 0.681 (0.009): a higher mean on hw2sources, but two seeds of ten kept a minority
-        partition (bench/RESULTS.md, "Consensus of the restarts").
+        the function every run anneals towards (s -> -infinity), which hardly tracks the
+        partitions' accuracy across restarts (the three rules measured:
+        ``docs/algorithms.md``, "Power k-means").
     random_state : int, RandomState or None, default=None
         Seeds the init sample, the bandwidth sample and one seed per restart, from which a
         restart draws its frequencies and its k-means start (one integer seed per fit: None
@@ -754,31 +724,14 @@ class MultiViewRFFPowerKMeans(RFFPowerKMeansBase):
         ``agreement``, ``s0``, ``s_final``, ``n_iter``, ``converged``.
     typicality_ : ndarray of shape (n_clusters, L)
         eta_{j,l} = mean_i ||phi_l(x_i) - theta_{j,l}||^2 at the start, kept fixed
-        (re-estimating it every iteration cost 5 ACC points on mfeat).
+        (``docs/algorithms.md``).
 
     Notes
     -----
-    *Weights in log space.*  w_ij = (sum_l C_il^s)^(1/s - 1) C_ij^(s - 1) over- or
-    underflows for s far below 0; mkdist evaluates log w_ij with a log-sum-exp, so the fit
-    stays finite down to s = -1000 and with duplicate points (distances are floored at
-    1e-12), and sets weights below exp(-600) to 0 (subnormal floats slowed BLAS ~100x).
-
-    *s0="auto".*  At the k-means start let g_i = log C_i(2) - log C_i(1) be the log gap
-    between point i's two cheapest clusters.  The weight ratio of those clusters is about
-    exp((1 - s) g_i), so s0 = -1 / median_i g_i (clipped to [-1000, -0.1]) makes the
-    typical point's second cluster matter (ratio ~e) without being uniform across
-    clusters, which is the regime where power k-means escapes the k-means start's local
-    minima; s0 >= -2 on mfeat collapsed clusters, s0 = -15 left the start unchanged.
-
-    *Collapse guard.*  A cluster whose total weight vanishes is re-seeded at the init
-    sample's worst-served point; merged centroids are counted and warned about at the end.
-
-    *Scale.*  The restarts run in memory on the init sample (20,000 rows at most), so
-    they cost the same at any N.  When N is larger, the kept run is refined by passes over
-    all rows from its final centroids and s (a few passes: the annealing is done).  A pass
-    is one map over the row chunks (features kept between passes within the memory budget,
-    else recomputed from the stored frequencies) returning k x (2DL + ...) partial sums,
-    added by a tree reduction.  Memory per task is O(chunk x 2DL).
+    Power-mean weights are evaluated in log space (finite down to s = -1000), ``s0="auto"``
+    ties the initial power to the data, a cluster whose weight vanishes is re-seeded, and the
+    restarts run on the init sample before passes over all rows refine the kept run:
+    ``docs/algorithms.md``, "Power k-means", with the measurements behind the defaults.
 
     Examples
     --------
