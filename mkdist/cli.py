@@ -30,6 +30,8 @@ from urllib.parse import urlparse
 
 import click
 
+from mkdist._run._processes import handle_interrupts, prefect_api_configured, stop_now, temporary_prefect_server
+
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 #: Seconds to wait for an existing Dask scheduler (``--connect-timeout``, MKDIST_CONNECT_TIMEOUT).
@@ -121,8 +123,6 @@ def _quiet_prefect_tracebacks() -> None:
 def _stop_now() -> None:
     """End this command at once: its child processes (cluster workers, the report drawer, a
     temporary Prefect server) first, then itself, with the interrupted exit code."""
-    from mkdist._run._processes import stop_now
-
     stop_now(f"\n{INTERRUPTED}\n", EXIT_INTERRUPTED)
 
 
@@ -130,8 +130,6 @@ def _handle_interrupts() -> None:
     """Ctrl-C: the first stops the run in order (its lease released, its cluster closed) within
     INTERRUPT_GRACE_S, or cuts it short then; a second cuts it short at once.  The store is
     resumable either way: stages are committed atomically."""
-    from mkdist._run._processes import handle_interrupts
-
     handle_interrupts(_stop_now, INTERRUPT_GRACE_S)
 
 
@@ -197,12 +195,6 @@ def _check_scheduler(address: str | None, timeout: float) -> None:
     except OSError as exc:
         raise BadInput(f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({exc}); check "
                        "--dask-address, or start the scheduler") from None
-
-
-def _prefect_api_configured() -> bool:
-    from mkdist._run._processes import prefect_api_configured
-
-    return prefect_api_configured()
 
 
 def _run_options(config_path: str | None, given: dict[str, Any], view_items: tuple[str, ...]) -> dict[str, Any]:
@@ -426,7 +418,7 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
         return _plan(config, opened, store, merged, overwrite)
 
     plan = _guard(prepare, debug)
-    flow = use_prefect if use_prefect is not None else _prefect_api_configured()
+    flow = use_prefect if use_prefect is not None else prefect_api_configured()
 
     def go():
         _handle_interrupts()
@@ -457,8 +449,6 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
 def _run_flow(plan, merged: dict, store: str, overwrite: bool, connect_timeout: float, quiet: bool,
               debug: bool) -> dict:
     """The run as the Prefect flow (tracked by the configured server, or a temporary one)."""
-    from mkdist._run._processes import temporary_prefect_server
-
     with temporary_prefect_server():
         from mkdist.flows import cluster_flow
 
@@ -571,15 +561,13 @@ def assign(model_store, source, output, labels_out, id_column, view_items, fail_
         return thresholds, batch
 
     thresholds, batch = _guard(prepare, debug)
-    flow = use_prefect if use_prefect is not None else _prefect_api_configured()
+    flow = use_prefect if use_prefect is not None else prefect_api_configured()
 
     def go():
         _handle_interrupts()
         options = dict(overwrite=overwrite, progress=not quiet, labels_out=labels_out,
                        drift_thresholds=thresholds or None)
         if flow:
-            from mkdist._run._processes import temporary_prefect_server
-
             with temporary_prefect_server():
                 from mkdist.flows import assign_flow
 
