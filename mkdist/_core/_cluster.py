@@ -12,6 +12,8 @@ scheduler`` process import what the tasks reference - scikit-learn, SciPy, xarra
 pandas, about 1,400 modules: 1.5 s before the first task and 0.9 s before the embedding's on a
 1M-row run, with the workers idle (``bench/RESULTS.md``, "Plain clusters").  This module
 imports only the standard library at the top, so the scheduler's only import is this light one.
+Only Dask's and distributed's public API is used (the collection protocol, ``dask.optimize``,
+:mod:`dask.task_spec`, ``Client.get``), so a Dask release changes nothing here unannounced.
 """
 
 from __future__ import annotations
