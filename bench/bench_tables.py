@@ -108,8 +108,8 @@ def customers(args) -> dict:
             cells.append({"seed": seed, "method": name, "seconds": round(seconds, 2),
                           **_acc(y, np.asarray(res.labels), groups)})
         X, onehot, cats = _baseline_matrices(df, NUMERIC, CATEGORICAL)
-        for name, fit in (("one-hot + k-means", lambda X=X, onehot=onehot, seed=seed:
-                           _kmeans(np.hstack([X, onehot]), 6, seed)),
+        for name, fit in (("one-hot + k-means", lambda X=X, onehot=onehot, seed=seed: _kmeans(
+                              np.hstack([X, onehot]), 6, seed)),
                           ("k-prototypes (kmodes)", lambda X=X, cats=cats, seed=seed: _kprototypes(X, cats, 6, seed))):
             t0 = time.perf_counter()
             labels = fit()

@@ -43,6 +43,10 @@ the K rule (``n_clusters="auto"``)
 ``evidence``, ``Evidence``, ``decide``, ``decide_range``: the rule's evidence and decision
 ``K_MAX_CAP``, ``TRUSTED_CONFIDENCE``, ``EVIDENCE_CONFIDENCE``, ``CLEAR_GAP_COVERAGE``,
 ``MIN_VOTES``; ``k_rule_constants``: the rule with other constants, for an ablation
+missing cells (``missing="impute"``)
+-------------------------------------------------------------------------------------------
+``Imputer``, ``donor_indices``, ``missing_per_row``: the fill, its donor rows, cells per row
+``IMPUTATION_NEIGHBORS``; ``imputation_neighbors``: the fill with another neighbour count
 runs and workers
 -------------------------------------------------------------------------------------------
 ``worker_malloc_settings``, ``worker_malloc_state``: the workers' allocator
@@ -68,6 +72,7 @@ from ._core._kernels import (
     landmark_kernels,
 )
 from ._core._linalg import blas_threads
+from ._core._missing import N_NEIGHBORS as IMPUTATION_NEIGHBORS, Imputer, donor_indices, missing_per_row
 from ._core._nclusters import (
     CLEAR_GAP_COVERAGE,
     EVIDENCE_CONFIDENCE,
@@ -116,6 +121,8 @@ __all__ = [
     "kernel_sq_distances", "knn_graph", "distinct_points", "graph_spectrum", "spectral_embedding", "cluster_qr",
     "modularity_curve", "scale_neighbors", "SCALES", "evidence", "Evidence", "decide", "decide_range", "K_MAX_CAP",
     "TRUSTED_CONFIDENCE", "EVIDENCE_CONFIDENCE", "CLEAR_GAP_COVERAGE", "MIN_VOTES", "k_rule_constants",
+    # missing cells
+    "Imputer", "donor_indices", "missing_per_row", "IMPUTATION_NEIGHBORS", "imputation_neighbors",
     # runs and workers
     "worker_malloc_settings", "worker_malloc_state", "drop_stage_handoffs", "kmeans_failing_once",
 ]
@@ -146,7 +153,19 @@ def fit_late_fusion_from_base(estimator, base, landmark_indices, seed: int):
 
 
 @contextlib.contextmanager
-def k_rule_constants(**values: float) -> Iterator[None]:
+def _module_constants(module, values: dict) -> Iterator[None]:
+    """``module``'s constants set to ``values`` inside the block, restored after it."""
+    saved = {name: getattr(module, name) for name in values}  # an unknown name: AttributeError
+    try:
+        for name, value in values.items():
+            setattr(module, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
+
+
+def k_rule_constants(**values: float):
     """The K rule with other values of its module constants inside the block (an ablation).
 
     Parameters
@@ -157,14 +176,16 @@ def k_rule_constants(**values: float) -> Iterator[None]:
     """
     from ._core import _nclusters
 
-    saved = {name: getattr(_nclusters, name) for name in values}
-    try:
-        for name, value in values.items():
-            setattr(_nclusters, name, value)
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(_nclusters, name, value)
+    return _module_constants(_nclusters, values)
+
+
+def imputation_neighbors(k: int):
+    """``missing="impute"`` filling a cell from ``k`` nearest donors inside the block (1: the
+    nearest donor's value, 0: the column mean), in this process; default
+    ``IMPUTATION_NEIGHBORS``."""
+    from ._core import _missing
+
+    return _module_constants(_missing, {"N_NEIGHBORS": k})
 
 
 def drop_stage_handoffs() -> None:

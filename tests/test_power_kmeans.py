@@ -701,7 +701,7 @@ def test_summary_reports_views_kernels_and_pep(cls, views):
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("cls, params, match", [
-    (RFFKernelPowerKMeans, {"n_clusters": 0}, r"`n_clusters`=0 must be >= 1"),
+    (RFFKernelPowerKMeans, {"n_clusters": 0}, r"`n_clusters`=0: give K as an integer >= 1 \(e.g. 10\)\.$"),
     (RFFKernelPowerKMeans, {"n_components": 0}, r"`n_components`=0 must be >= 1"),
     (RFFKernelPowerKMeans, {"n_components": "huge"}, r"`n_components`='huge'"),
     (RFFKernelPowerKMeans, {"s0": 0.0}, r"`s0`=0.0 must be < 0"),
@@ -723,7 +723,7 @@ def test_summary_reports_views_kernels_and_pep(cls, views):
     (MultiViewRFFPowerKMeans, {"n_init": "many"}, r"`n_init`='many' must be 'auto'"),
     (MultiViewRFFPowerKMeans, {"restart_selection": "best"}, r"`restart_selection`='best'.*'consensus'"),
     (RFFKernelPowerKMeans, {"restart_selection": None}, r"`restart_selection`=None"),
-    (RFFKernelPowerKMeans, {"n_clusters": 151}, r"n_samples=150 should be >= n_clusters=151"),
+    (RFFKernelPowerKMeans, {"n_clusters": 151}, r"`n_clusters`=151: K is more than the 150 rows; lower `n_clusters`"),
 ])
 def test_bad_parameters_are_rejected_before_work(cls, params, match, views, monkeypatch):
     from mkdist._methods._power_kmeans import _estimators, _loop, _passes, _restarts  # noqa: F401
