@@ -11,7 +11,7 @@ noise each; ~4% of the rows miss a numeric cell, ~2% a category), run through
 processes.  ACC is computed once over all rows (one matching of clusters to
 segments, from the labels written out joined by id) and then reported for the complete
 rows and for the rows with missing cells.  Three fills: the run's (the mean of the 10
-nearest donors, ``mkdist._core._missing.N_NEIGHBORS``), the nearest donor's value
+nearest donors, ``mkdist.internals.IMPUTATION_NEIGHBORS``), the nearest donor's value
 (``N_NEIGHBORS = 1``) and the column mean (``N_NEIGHBORS = 0``); two view layouts: the
 issue's, a numeric view and a categorical view of the two string columns (one-hot encoded by
 the table layer, a missing category NaN in all its indicators), and one view of the numbers
@@ -110,14 +110,14 @@ def _acc_by_group(y: np.ndarray, labels: np.ndarray, groups: dict[str, np.ndarra
 
 def quality(args) -> dict:
     import mkdist
-    from mkdist._core import _missing
+    from mkdist.internals import IMPUTATION_NEIGHBORS, imputation_neighbors
 
     tmp = Path(tempfile.mkdtemp(prefix="mkdist-bench-missing-"))
     indicators = [f"{c}={v}" for c, vs in CATEGORIES.items() for v in vs]
     # (views, whether the table has the string columns or their indicator columns)
     layouts = {"numbers + categorical view": ({"usage": NUMERIC, "profile": list(CATEGORIES)}, False),
                "one view, indicator columns": ({"all": NUMERIC + indicators}, True)}
-    fills = {"neighbours": _missing.N_NEIGHBORS, "nearest donor": 1, "column mean": 0}
+    fills = {"neighbours": IMPUTATION_NEIGHBORS, "nearest donor": 1, "column mean": 0}
     cells = []
     from distributed import Client, LocalCluster
 
@@ -134,13 +134,12 @@ def quality(args) -> dict:
                       "missing a category": category_hole}
             for layout, (views, indicator_columns) in layouts.items():
                 for fill, k in fills.items():
-                    _missing.N_NEIGHBORS = k
                     store, out = tmp / "run.zarr", tmp / "labels.parquet"
                     t0 = time.perf_counter()
-                    res = mkdist.cluster(str(paths[indicator_columns]), str(store), 6, random_state=seed,
-                                         id_column="customer_id",
-                                         views=views, label_column="segment", missing="impute", labels_out=str(out),
-                                         scale="standard", overwrite=True)
+                    with imputation_neighbors(k):
+                        res = mkdist.cluster(str(paths[indicator_columns]), str(store), 6, random_state=seed,
+                                             id_column="customer_id", views=views, label_column="segment",
+                                             missing="impute", labels_out=str(out), scale="standard", overwrite=True)
                     seconds = time.perf_counter() - t0
                     got = pd.read_parquet(out).merge(df[["customer_id", "segment"]], on="customer_id", how="right")
                     assert got["cluster"].notna().all() and len(got) == len(df), "a row without a label"
@@ -155,7 +154,6 @@ def quality(args) -> dict:
                                   "summary_missing": res.metrics.get("missing"), "seconds": round(seconds, 1)})
                     print(cells[-1], file=sys.stderr, flush=True)
                     shutil.rmtree(store, ignore_errors=True)
-    _missing.N_NEIGHBORS = fills["neighbours"]
     shutil.rmtree(tmp, ignore_errors=True)
     table = {}
     for layout in layouts:
@@ -171,7 +169,7 @@ def quality(args) -> dict:
 
 def cost(args) -> dict:
     import mkdist
-    from mkdist._core import _missing
+    from mkdist.internals import IMPUTATION_NEIGHBORS, imputation_neighbors
 
     tmp = Path(tempfile.mkdtemp(prefix="mkdist-bench-missing-cost-"))
     tables = {"holes": with_indicators(make_customer_table(args.n, 0)),
@@ -179,9 +177,9 @@ def cost(args) -> dict:
     views = {"all": NUMERIC + [f"{c}={v}" for c, vs in CATEGORIES.items() for v in vs]}
     # The middle arm separates the fill's neighbour search from what reading a table with
     # nulls and filling a cell at all cost.
-    arms = (("refuse, no missing cells", "full", "refuse", _missing.N_NEIGHBORS),
+    arms = (("refuse, no missing cells", "full", "refuse", IMPUTATION_NEIGHBORS),
             ("impute, column mean", "holes", "impute", 0),
-            ("impute, 10 neighbours", "holes", "impute", _missing.N_NEIGHBORS))
+            ("impute, 10 neighbours", "holes", "impute", IMPUTATION_NEIGHBORS))
     out = {"part": "cost", "n": args.n, "runs": []}
     from distributed import Client, LocalCluster
 
@@ -191,17 +189,17 @@ def cost(args) -> dict:
                 path = tmp / f"{table}.parquet"
                 if not path.exists():
                     tables[table].to_parquet(path, index=False, row_group_size=131072)
-                _missing.N_NEIGHBORS = k
                 store = tmp / "run.zarr"
                 t0 = time.perf_counter()
-                res = mkdist.cluster(str(path), str(store), 6, random_state=0, id_column="customer_id", views=views,
-                                     label_column="segment", missing=missing, scale="standard", overwrite=True)
+                with imputation_neighbors(k):
+                    res = mkdist.cluster(str(path), str(store), 6, random_state=0, id_column="customer_id",
+                                         views=views, label_column="segment", missing=missing, scale="standard",
+                                         overwrite=True)
                 out["runs"].append({"repeat": repeat, "run": name, "total_s": round(time.perf_counter() - t0, 2),
                                     "timings": {k: round(v, 2) for k, v in res.timings.items()},
                                     "acc": res.metrics["scores"]["acc"], "missing": res.metrics.get("missing")})
                 print(out["runs"][-1], file=sys.stderr, flush=True)
                 shutil.rmtree(store, ignore_errors=True)
-    _missing.N_NEIGHBORS = arms[-1][3]
     shutil.rmtree(tmp, ignore_errors=True)
     out["medians"] = {}
     for name, *_ in arms:
@@ -221,7 +219,7 @@ def cpu(args) -> dict:
     (``time.process_time``: a busy machine slows the wall clock of both alike, not the CPU
     time of either), per row chunk of the table as a run reads it."""
     from mkdist import MultipleKernelClustering
-    from mkdist._core._missing import Imputer, donor_indices, missing_per_row
+    from mkdist.internals import Imputer, donor_indices, missing_per_row
 
     out = {"part": "cpu", "n": args.n, "cases": {}}
     cols = NUMERIC + [f"{c}={v}" for c, vs in CATEGORIES.items() for v in vs]

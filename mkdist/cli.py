@@ -10,8 +10,9 @@ traceback).
 A run needs no Prefect server: without one configured (``PREFECT_API_URL`` or the active
 Prefect profile), ``mkdist run`` and ``mkdist assign`` drive the run in this process -- the
 same driver the Prefect flows wrap -- and with one configured they run as flows, tracked by
-it.  ``--prefect`` asks for a flow anyway (a temporary server is started for it, in its own
-process group so that a Ctrl-C stops the run, not the server).
+it.  ``--prefect`` asks for a flow anyway (a temporary server is started for it).  The
+command's processes (its cluster's workers, the report drawer, that server) are handled by
+``mkdist._run._processes``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import socket
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -32,6 +31,7 @@ from urllib.parse import urlparse
 import click
 
 from mkdist._pipeline._dask_runtime import IN_PROCESS_MAX_ROWS, in_process_max_rows
+from mkdist._run._processes import handle_interrupts, prefect_api_configured, stop_now, temporary_prefect_server
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -159,103 +159,17 @@ def _quiet_prefect_tracebacks() -> None:
         handler.addFilter(_OneLineForKnownErrors())
 
 
-def _descendants() -> list[int]:
-    """Process ids of this process's descendants (Linux /proc; elsewhere none are found)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [os.getpid()]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _is_resource_tracker(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"resource_tracker" in f.read()
-    except OSError:
-        return False
-
-
 def _stop_now() -> None:
     """End this command at once: its child processes (cluster workers, the report drawer, a
     temporary Prefect server) first, then itself, with the interrupted exit code."""
-    # Deepest first: a parent killed first leaves its children to clean up noisily.  Resource
-    # trackers (multiprocessing's, loky's) are left to end by themselves once the processes
-    # they serve are gone, unlinking what those left: killed, they were relaunched by a dying
-    # worker ("process died unexpectedly, relaunching") and the new one printed a KeyError
-    # traceback for every semaphore it had never seen.
-    killed = [pid for pid in _descendants()[::-1] if not _is_resource_tracker(pid)]
-    for pid in killed:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    # Reap our own children: killed but unreaped they stay as zombies until an init reaps them,
-    # and some container inits never do.
-    deadline = time.monotonic() + 1.0
-    for pid in killed:
-        while time.monotonic() < deadline:
-            try:
-                if os.waitpid(pid, os.WNOHANG)[0]:
-                    break
-            except ChildProcessError:  # not our child (a grandchild), or already reaped
-                break
-            time.sleep(0.01)
-    sys.stderr.write(f"\n{INTERRUPTED}\n")
-    sys.stderr.flush()
-    os._exit(EXIT_INTERRUPTED)
-
-
-def _on_interrupt(signum, frame) -> None:
-    """Ctrl-C: the first raises KeyboardInterrupt, so the run stops in order (its lease
-    released, its cluster closed) within INTERRUPT_GRACE_S, or is cut short then; a second
-    Ctrl-C cuts it short at once.  The store is resumable either way: stages are committed
-    atomically."""
-    if getattr(_on_interrupt, "seen", False):
-        _stop_now()
-    _on_interrupt.seen = True
-    timer = threading.Timer(INTERRUPT_GRACE_S, _stop_now)
-    timer.daemon = True
-    timer.start()
-    raise KeyboardInterrupt
+    stop_now(f"\n{INTERRUPTED}\n", EXIT_INTERRUPTED)
 
 
 def _handle_interrupts() -> None:
-    if threading.current_thread() is threading.main_thread():
-        _on_interrupt.seen = False
-        signal.signal(signal.SIGINT, _on_interrupt)
-        _start_quiet_resource_tracker()
-
-
-def _start_quiet_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker (shared by the cluster's worker processes)
-    with its stderr on /dev/null.
-
-    After an interrupt cuts the workers short (:func:`_stop_now`), the tracker unlinks the
-    semaphores they held and warns about each "leaked" one on its stderr: the cleanup is
-    wanted, the warning after "interrupted; re-run the same command to resume" is not.
-    """
-    from multiprocessing import resource_tracker
-
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        resource_tracker.ensure_running()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
+    """Ctrl-C: the first stops the run in order (its lease released, its cluster closed) within
+    INTERRUPT_GRACE_S, or cuts it short then; a second cuts it short at once.  The store is
+    resumable either way: stages are committed atomically."""
+    handle_interrupts(_stop_now, INTERRUPT_GRACE_S)
 
 
 def _guard(fn, debug: bool) -> Any:
@@ -320,24 +234,6 @@ def _check_scheduler(address: str | None, timeout: float) -> None:
     except OSError as exc:
         raise BadInput(f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({exc}); check "
                        "--dask-address, or start the scheduler") from None
-
-
-def _prefect_api_configured() -> bool:
-    """Whether a Prefect API is configured (environment or the active profile), read without
-    importing Prefect (which takes ~2 s)."""
-    if os.environ.get("PREFECT_API_URL"):
-        return True
-    profiles = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser() / "profiles.toml"
-    if not profiles.is_file():
-        return False
-    import tomllib
-
-    try:
-        data = tomllib.loads(profiles.read_text())
-    except (OSError, ValueError):
-        return False
-    active = os.environ.get("PREFECT_PROFILE") or data.get("active") or "ephemeral"
-    return bool((data.get("profiles") or {}).get(active, {}).get("PREFECT_API_URL"))
 
 
 def _run_options(config_path: str | None, given: dict[str, Any], view_items: tuple[str, ...]) -> dict[str, Any]:
@@ -572,7 +468,7 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
         return _plan(config, opened, store, merged, overwrite)
 
     plan = _guard(prepare, debug)
-    flow = use_prefect if use_prefect is not None else _prefect_api_configured()
+    flow = use_prefect if use_prefect is not None else prefect_api_configured()
 
     def go():
         _handle_interrupts()
@@ -619,7 +515,7 @@ def _where_line(scheduler, n_rows: int) -> str:
 def _run_flow(plan, merged: dict, store: str, overwrite: bool, connect_timeout: float, quiet: bool,
               debug: bool) -> dict:
     """The run as the Prefect flow (tracked by the configured server, or a temporary one)."""
-    with _prefect_server():
+    with temporary_prefect_server():
         from mkdist.flows import cluster_flow
 
         if not debug:
@@ -635,37 +531,6 @@ def _run_flow(plan, merged: dict, store: str, overwrite: bool, connect_timeout: 
                             n_workers=merged.get("n_workers"), connect_timeout=connect_timeout,
                             label_key=merged.get("label_key"), labels_out=merged.get("labels_out"),
                             options=options)
-
-
-class _prefect_server:
-    """With no Prefect API configured: a temporary server for this command, started in its own
-    process group (a Ctrl-C in the terminal stops the run, not the server the run reports to),
-    and stopped at the end."""
-
-    def __enter__(self):
-        self._server = None
-        if _prefect_api_configured():
-            return self
-        from prefect.server.api.server import SubprocessASGIServer
-        from prefect.settings import PREFECT_API_URL, temporary_settings
-
-        server = SubprocessASGIServer()
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if threading.current_thread() is \
-            threading.main_thread() else None
-        try:
-            server.start(timeout=int(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")))
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
-        self._server = server
-        self._settings = temporary_settings({PREFECT_API_URL: server.api_url})
-        self._settings.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self._server is not None:
-            self._settings.__exit__(*exc)
-            self._server.stop()
 
 
 def _print_result(summary: dict, store: str, as_json: bool, quiet: bool, seconds: float,
@@ -768,14 +633,14 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
         return thresholds, batch, int(next(iter(views.values())).shape[0])
 
     thresholds, batch, n_rows = _guard(prepare, debug)
-    flow = use_prefect if use_prefect is not None else _prefect_api_configured()
+    flow = use_prefect if use_prefect is not None else prefect_api_configured()
 
     def go():
         _handle_interrupts()
         options = dict(overwrite=overwrite, progress=not quiet, labels_out=labels_out,
                        drift_thresholds=thresholds or None)
         if flow:
-            with _prefect_server():
+            with temporary_prefect_server():
                 from mkdist.flows import assign_flow
 
                 if not debug:
