@@ -42,22 +42,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from _common import emit, machine
-from bench_missing import NUMERIC, make_customer_table
+from bench_missing import NUMERIC, _acc_by_group as _acc, make_customer_table
 
 CATEGORICAL = ["plan", "channel"]
-
-
-def _acc(y, labels, groups):
-    from scipy.optimize import linear_sum_assignment
-
-    k = int(max(y.max(), labels.max())) + 1
-    counts = np.zeros((k, k))
-    np.add.at(counts, (labels, y), 1)
-    rows, cols = linear_sum_assignment(-counts)
-    mapping = np.zeros(k, dtype=int)
-    mapping[rows] = cols
-    hit = mapping[labels] == y
-    return {name: round(float(hit[mask].mean()), 4) for name, mask in groups.items()}
 
 
 def _baseline_matrices(df: pd.DataFrame, numeric: list[str], categorical: list[str]):
