@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
-# Both create a virtual environment in .venv and install mkdist into it first.
+# Both create a virtual environment in .venv and install mkdist into it first; `make test`
+# adds the test extras (pytest, moto, ruff, s3fs), which the demo does not use.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -7,20 +8,28 @@ BIN := $(VENV)/bin
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo test bench clean
+.PHONY: setup setup-test demo test clean
 
 setup: $(VENV)/.installed
+setup-test: $(VENV)/.installed-test
 
+# One stamp per install: `make demo` then `make test` still installs the test extras (its
+# stamp is missing), and a changed pyproject.toml renews both (the test stamp is then older
+# than the base one).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $@
 
 demo: setup
 	$(BIN)/mkdist demo
 
-test: setup
+test: setup-test
 	$(BIN)/python -m pytest -q
 
 clean:

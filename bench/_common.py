@@ -164,13 +164,15 @@ def local_cluster(n_workers: int = 2, cluster: str = "tuned"):
     import dask
     from distributed import Client, LocalCluster
 
-    from mkdist._core._worker_env import worker_malloc_settings
-
     if cluster == "dask-worker":
         procs = _Processes(n_workers)
         client = Client(procs.scheduler_address)
         client.wait_for_workers(n_workers, timeout=120)
         return procs, client
+    # Imported here, not above: the plain `dask worker` kind also runs checkouts older than
+    # mkdist.internals (bench_scheduler_ab.py's A/B).
+    from mkdist.internals import worker_malloc_settings
+
     # Callables, not context managers: ``dask.config.set`` applies its change when constructed,
     # so building all three here left every later cluster of the process "unfixed" (the plain
     # cluster of `--part plain` ran with the 128 KiB mmap threshold up to commit 2644752).
@@ -272,9 +274,9 @@ def run_pipeline(N: int, store: Path, *, report: bool = False, cluster: str = "t
         out["worker_rss_after_gib"] = {a: round(v / 2**30, 3) for a, v in client.run(vm_rss_bytes).items()}
         # What the row tasks left the workers' allocator in (mkdist/_core/_worker_env.py): "set" and a
         # reused 4 MiB block is the fast state.
-        from mkdist._core._worker_env import _worker_malloc_state
+        from mkdist.internals import worker_malloc_state
 
-        out["worker_malloc"] = client.run(_worker_malloc_state)
+        out["worker_malloc"] = client.run(worker_malloc_state)
         if report:
             timings = res.report_timings
             tail, fore, cpu = timings["tail_s"], timings["foreground_s"], timings["background_cpu_s"]

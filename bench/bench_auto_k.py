@@ -1,4 +1,4 @@
-"""Choosing K from the landmark spectrum (issue 25): ``mkdist._core._nclusters.choose_n_clusters``
+"""Choosing K from the landmark spectrum (issue 25): ``mkdist.internals.choose_n_clusters``
 against spectralcluster's eigengap and silhouette selection.
 
     python bench/bench_auto_k.py --part sets      [--datasets a,b] [--seeds 5] [--tag NAME] [--only-ours]
@@ -64,10 +64,14 @@ COLUMNS = ("ours", "ours-learned", "sc-affinity", "sc-graphcut", "silhouette")
 # ============================================================================ inputs
 def landmark_stack(views: list, seed: int):
     """(preprocessed kernel stack (m, n, n), landmark indices, seconds) as the MKC fit builds them."""
-    from mkdist._core._kernel_specs import resolve_kernel_specs
-    from mkdist._core._kernels import fit_kernels, fit_preprocessing, landmark_kernels
-    from mkdist._core._sampling import sample_landmark_indices
-    from mkdist._methods._base import default_n_landmarks
+    from mkdist import default_n_landmarks
+    from mkdist.internals import (
+        fit_kernels,
+        fit_preprocessing,
+        landmark_kernels,
+        resolve_kernel_specs,
+        sample_landmark_indices,
+    )
 
     t0 = time.perf_counter()
     named = {f"view{i}": v for i, v in enumerate(views)}
@@ -108,9 +112,9 @@ def spectralcluster_ks(stack: np.ndarray, k_min: int, k_max: int, n_neighbors: i
     import scipy.linalg
     from spectralcluster import laplacian as sc_laplacian, utils as sc_utils
 
-    from mkdist._core._nclusters import _kernel_sq_distances, _knn_graph
+    from mkdist.internals import kernel_sq_distances, knn_graph
 
-    A = _knn_graph(_kernel_sq_distances(stack.mean(axis=0)), n_neighbors).toarray()
+    A = knn_graph(kernel_sq_distances(stack.mean(axis=0)), n_neighbors).toarray()
     n = A.shape[0]
     out = {}
     t0 = time.process_time()
@@ -154,8 +158,8 @@ def silhouette_k(views, k_min: int, k_max: int, seed: int, sample_rows: int = SI
 
 def choose_all(views, y, seed: int, *, silhouette: dict | bool = True, only_ours: bool = False) -> dict:
     """Every column's K for one (data, seed), with timings (``only_ours``: the ``ours`` column alone)."""
-    from mkdist._core._nclusters import choose_n_clusters, default_k_max
-    from mkdist._core._simplemkkm import simple_mkkm
+    from mkdist import simple_mkkm
+    from mkdist.internals import choose_n_clusters, default_k_max
 
     stack, _, t_stack = landmark_stack(views, seed)
     n = stack.shape[1]
@@ -242,7 +246,7 @@ def run_cases(cases, path, seeds: int, timeout: float, only_ours: bool = False) 
     initialisation depends on the seed (the landmarks do not enter it).
     """
     import mkdist  # noqa: F401 - imported once, before the children fork
-    from mkdist._core._linalg import blas_threads
+    from mkdist.internals import blas_threads
 
     path.parent.mkdir(parents=True, exist_ok=True)
     records = read_records(path)
@@ -271,7 +275,7 @@ def run_cases(cases, path, seeds: int, timeout: float, only_ours: bool = False) 
 def run_synthetic(args, path) -> None:
     """Each (K, separation, seed) is its own data (the generator's seed is the run's seed)."""
     import mkdist  # noqa: F401
-    from mkdist._core._linalg import blas_threads
+    from mkdist.internals import blas_threads
 
     path.parent.mkdir(parents=True, exist_ok=True)
     done = {(r["dataset"], r["seed"]) for r in read_records(path)}
@@ -297,8 +301,7 @@ def run_cost(args) -> dict:
     from sklearn.cluster import KMeans
     from sklearn.metrics import silhouette_score
 
-    from mkdist._core._linalg import blas_threads
-    from mkdist._core._nclusters import choose_n_clusters, default_k_max
+    from mkdist.internals import blas_threads, choose_n_clusters, default_k_max
 
     views, _ = synthetic(args.n, 10, 0.4, 0)
     out: dict = {"N": args.n, "machine": machine()}
@@ -388,10 +391,10 @@ def explore_variants(Kc: np.ndarray, k_max: int) -> dict[str, int]:
     """Plain picks (largest gap in [2, k_max]) of the affinity / gap variants that were tried."""
     import scipy.linalg
 
-    from mkdist._core._nclusters import _kernel_sq_distances, _knn_graph
+    from mkdist.internals import kernel_sq_distances, knn_graph
 
     n = Kc.shape[0]
-    D2 = _kernel_sq_distances(Kc)
+    D2 = kernel_sq_distances(Kc)
     finite = np.where(np.isfinite(D2), D2, 0.0)
     srt = np.sort(np.where(np.isfinite(D2), D2, np.inf), axis=1)
 
@@ -425,7 +428,7 @@ def explore_variants(Kc: np.ndarray, k_max: int) -> dict[str, int]:
     out["self-tuning (ZP, 7th nb), gap"] = pick(mu_st)
     out["self-tuning (ZP, 7th nb), ratio"] = pick(mu_st, "ratio")
     for k in (5, 10, 20, max(5, round(np.sqrt(n) / 2))):
-        mu = spectrum(_knn_graph(D2, k).toarray())
+        mu = spectrum(knn_graph(D2, k).toarray())
         label = "sqrt(n)/2" if k == max(5, round(np.sqrt(n) / 2)) and k not in (5, 10, 20) else str(k)
         out[f"kNN {label}, gap"] = pick(mu)
         if k == 10:
@@ -434,8 +437,7 @@ def explore_variants(Kc: np.ndarray, k_max: int) -> dict[str, int]:
 
 
 def run_explore(args) -> dict:
-    from mkdist._core._linalg import blas_threads
-    from mkdist._core._nclusters import choose_n_clusters, default_k_max
+    from mkdist.internals import blas_threads, choose_n_clusters, default_k_max
 
     rows = []
     cases = [(name, (lambda p=path: load_multiview(p))) for name, path in multiview_sets().items()]

@@ -53,7 +53,7 @@ W1_KS = (3, 5, 10, 20, 50)
 def build_cache() -> None:
     from bench_auto_k import landmark_stack, synthetic
 
-    from mkdist._core._linalg import blas_threads
+    from mkdist.internals import blas_threads
 
     CACHE.mkdir(parents=True, exist_ok=True)
     cases = [(n, (lambda p=p: load_multiview(p))) for n, p in multiview_sets().items()]
@@ -85,15 +85,15 @@ def cells():
 # ============================================================================ spectral pieces
 def spectral_embedding(D2, n_neighbors, n_vec):
     """Top n_vec eigenvectors of D^-1/2 A D^-1/2 (binary kNN graph A), scaled by D^-1/2."""
-    from mkdist._core._nclusters import _knn_graph, _spectral_embedding
+    from mkdist.internals import knn_graph, spectral_embedding
 
-    return _spectral_embedding(_knn_graph(D2, n_neighbors), n_vec)
+    return spectral_embedding(knn_graph(D2, n_neighbors), n_vec)
 
 
 def cluster_qr(V):
-    from mkdist._core._nclusters import _cluster_qr
+    from mkdist.internals import cluster_qr
 
-    return _cluster_qr(V)
+    return cluster_qr(V)
 
 
 class Proxy:
@@ -158,12 +158,12 @@ def stability_core(D2, k_min, k_max, n_neighbors, rng, B=6, frac=0.8, n_perm=2):
     each clustered for every k (spectral embedding + QR discretisation); every pair compared on
     its shared landmarks: Lange's instability (1 - best-matching agreement) normalised by that of
     label-permuted labelings (same k, same sizes), ARI (Ben-Hur et al.), prediction strength."""
-    from mkdist._core._nclusters import _distinct_points
+    from mkdist.internals import distinct_points
 
     n = D2.shape[0]
     m = max(round(frac * n), 4)
     top = min(k_max, m - 2)
-    point = _distinct_points(D2)
+    point = distinct_points(D2)
     n_distinct = int(point.max()) + 1
     subs = []
     for _ in range(B):
@@ -222,9 +222,9 @@ def round_stability(D2, ctx, base):
 
 # ============================================================================ round 2: split halves, modularity alone
 def modularity_curve(D2, n_neighbors, k_min, top):
-    from mkdist._core._nclusters import _knn_graph, _modularity_curve
+    from mkdist.internals import knn_graph, modularity_curve
 
-    return _modularity_curve(_knn_graph(D2, n_neighbors), k_min, top)
+    return modularity_curve(knn_graph(D2, n_neighbors), k_min, top)
 
 
 def round_splithalf(D2, ctx, base):
@@ -310,7 +310,7 @@ def round_ceiling(D2, ctx, base):
     """How far any rule built on these scores could go: per cell, is the true K among the top few
     candidates of the eigengap (each neighbourhood size) and of modularity?  Plus the library rule
     with the K range widened to min(100, n // 10) (the same graph): leaves100 has K = 100."""
-    from mkdist._core._nclusters import SCALES, _graph_spectrum, _knn_graph, _modularity_curve, _scale_neighbors
+    from mkdist.internals import SCALES, graph_spectrum, knn_graph, modularity_curve, scale_neighbors
 
     k_min, k_max, nn, K = ctx["k_min"], ctx["k_max"], ctx["nn"], ctx["K"]
     n = D2.shape[0]
@@ -318,9 +318,9 @@ def round_ceiling(D2, ctx, base):
     top = lambda score, r: [int(ks[i]) for i in np.argsort(-score, kind="stable")[:r]]  # noqa: E731
     gap_tops = []
     for f in SCALES:
-        mu = _graph_spectrum(_knn_graph(D2, min(_scale_neighbors(nn, f), n - 1)), k_max + 1)
+        mu = graph_spectrum(knn_graph(D2, min(scale_neighbors(nn, f), n - 1)), k_max + 1)
         gap_tops.append(top((mu[:k_max] - mu[1:k_max + 1])[k_min - 1:k_max], 3))
-    q = _modularity_curve(_knn_graph(D2, nn), k_min, k_max)
+    q = modularity_curve(knn_graph(D2, nn), k_min, k_max)
     mod = top(q, 3)
     lib = ctx["lib"]
     res = {
@@ -342,7 +342,7 @@ def round_ceiling(D2, ctx, base):
     }
     wide = min(100, n // 10)
     if wide > k_max and wide < n:
-        from mkdist._core._nclusters import choose_n_clusters
+        from mkdist.internals import choose_n_clusters
 
         c = choose_n_clusters(ctx["Kc"], k_min=k_min, k_max=wide, n_neighbors=nn, random_state=ctx["seed"])
         res["library, K range up to min(100, n // 10)"] = {"k": c.n_clusters, "ambiguous": c.ambiguous,
@@ -381,9 +381,14 @@ ROUNDS = {"stability": round_stability, "splithalf": round_splithalf, "modularit
 
 
 def run(round_name: str) -> None:
-    from mkdist._core import _nclusters
-    from mkdist._core._linalg import blas_threads
-    from mkdist._core._nclusters import _kernel_sq_distances, choose_n_clusters, default_k_max, default_n_neighbors
+    from mkdist.internals import (
+        blas_threads,
+        choose_n_clusters,
+        default_k_max,
+        default_n_neighbors,
+        k_rule_constants,
+        kernel_sq_distances,
+    )
 
     path = HERE / f"{round_name}-rows.jsonl"
     done = {(r["dataset"], r["seed"]) for r in map(json.loads, path.read_text().splitlines())} if path.exists() \
@@ -399,14 +404,10 @@ def run(round_name: str) -> None:
         with blas_threads(1):
             # The baseline: the eigengap rule without the modularity step (knn-eigengap-votes-3sizes,
             # the rule before this round; identical K, runner-up and ambiguity).
-            saved = _nclusters.NO_STRUCTURE_SHARE, _nclusters.MODULARITY_MARGIN
-            _nclusters.NO_STRUCTURE_SHARE = _nclusters.MODULARITY_MARGIN = float("inf")
-            try:
+            with k_rule_constants(NO_STRUCTURE_SHARE=float("inf"), MODULARITY_MARGIN=float("inf")):
                 c0 = time.process_time()
                 base = choose_n_clusters(Kc, k_min=k_min, k_max=k_max, random_state=seed)
                 base_cpu = time.process_time() - c0
-            finally:
-                _nclusters.NO_STRUCTURE_SHARE, _nclusters.MODULARITY_MARGIN = saved
             res = {"eigengap rule (knn-eigengap-votes-3sizes)": {
                 "k": base.n_clusters, "ambiguous": base.ambiguous, "runner_up": base.runner_up,
                 "confidence": base.confidence, "cpu": base_cpu}}
@@ -415,7 +416,7 @@ def run(round_name: str) -> None:
             res[f"library: {lib.rule}"] = {"k": lib.n_clusters, "ambiguous": lib.ambiguous,
                                            "runner_up": lib.runner_up, "confidence": lib.confidence,
                                            "cpu": time.process_time() - c0}
-            D2 = _kernel_sq_distances(Kc)
+            D2 = kernel_sq_distances(Kc)
             res.update(ROUNDS[round_name](D2, {"k_min": k_min, "k_max": k_max, "nn": nn, "seed": seed,
                                                "base_cpu": base_cpu, "K": K, "Kc": Kc, "lib": lib}, base))
             proxy = Proxy(D2, y, nn, seed, max(K, k_max, *(r["k"] for r in res.values())))

@@ -20,9 +20,9 @@ library's defaults):
   separation 1.0) and 200-row random samples of mfeat (K = 10, 20 rows per class), seeds 0-4.
 
 ``--part evidence`` stores, per cell, what the rule reads off the landmark graph
-(``mkdist._core._nclusters._Evidence``: the spectra at the three neighbourhood sizes and of the
+(``mkdist.internals.Evidence``: the spectra at the three neighbourhood sizes and of the
 resamples, the modularity and coverage curves) for the widest K range the rule may read, so that
-``--part calibrate`` can replay decisions on it: ``mkdist._core._nclusters._decide`` (the library's
+``--part calibrate`` can replay decisions on it: ``mkdist.internals.decide`` (the library's
 decision, whatever the checkout holds) and the variants below.  Rows:
 ``bench/out/auto_k_trust/evidence-<graph>.jsonl`` (``--graph library``: the checkout's graph and
 range; ``--graph round4``: the fourth round's, k_max = min(50, n // 10) and its neighbours).
@@ -104,7 +104,7 @@ def build_cache() -> None:
     """The small cells' landmark kernels (the shared and W1 cells are bench_auto_k_screen's)."""
     from bench_auto_k import landmark_stack
 
-    from mkdist._core._linalg import blas_threads
+    from mkdist.internals import blas_threads
 
     if not any(SCREEN_CACHE.glob("*.npz")):
         raise SystemExit("run `python bench/bench_auto_k_screen.py --round cache` first (the shared and W1 cells)")
@@ -136,21 +136,21 @@ def cells():
 # ============================================================================ evidence
 def evidence_of(Kc: np.ndarray, seed: int, graph: str) -> tuple[dict, dict]:
     """(the evidence for the widest range the rule reads, the library's settings) on one kernel."""
-    from mkdist._core import _nclusters as nc
+    from mkdist import internals as nc
 
     n = Kc.shape[0]
     if graph == "round4":
         k_max = max(min(nc.K_MAX_CAP, n // 10), 2)
         nn = max(5, min(round(np.sqrt(n) / 2), n // (2 * k_max)))
     else:
-        k_max, nn = nc._default_search(n, 2)[1:]
-    K = nc._combined_kernel(Kc, None)
-    ev = nc._evidence(K, 2, k_max, nn, 10, 0.8, seed)
+        k_max, nn = nc.default_search(n, 2)[1:]
+    K = nc.combined_kernel(Kc, None)
+    ev = nc.evidence(K, 2, k_max, nn, 10, 0.8, seed)
     return ev.as_dict(), {"k_max": k_max, "n_neighbors": nn}
 
 
 def run_evidence(graph: str) -> None:
-    from mkdist._core._linalg import blas_threads
+    from mkdist.internals import blas_threads
 
     build_cache()
     path = HERE / f"evidence-{graph}.jsonl"
@@ -201,16 +201,16 @@ def replay(rows: list[dict], graph: str) -> list[dict]:
     """The library's choice on every row's evidence (``graph``: the graph and range it was read
     with; round4 rows are decided on the fourth round's range, and its confidence and ambiguity are
     the fourth round's: the votes, ambiguous below 1/2 or when modularity chose)."""
-    from mkdist._core import _nclusters as nc
+    from mkdist import internals as nc
 
     out = []
     for r in rows:
-        ev = nc._Evidence.from_dict(r["evidence"])
+        ev = nc.Evidence.from_dict(r["evidence"])
         if graph == "round4":
-            c = nc._decide(ev, nc.TRUSTED_CONFIDENCE)
+            c = nc.decide(ev, nc.TRUSTED_CONFIDENCE)
             conf, amb = c.votes, c.votes < 0.5 or c.criterion == "modularity"
         else:
-            c = nc._decide_range(ev, nc.TRUSTED_CONFIDENCE, nc._default_search(r["n"], 2)[0])
+            c = nc.decide_range(ev, nc.TRUSTED_CONFIDENCE, nc.default_search(r["n"], 2)[0])
             conf, amb = c.confidence, c.ambiguous
         out.append({"dataset": r["dataset"], "seed": r["seed"], "family": r["family"], "K": r["K"], "n": r["n"],
                     "k": c.n_clusters, "confidence": conf, "ambiguous": bool(amb), "evidence": c.evidence,
@@ -236,7 +236,7 @@ def calibration(cs: list[dict], bins=(0.0, 0.25, 0.5, 0.75, 0.9, 1.0001)) -> dic
 
 
 def run_calibrate() -> dict:
-    from mkdist._core import _nclusters as nc
+    from mkdist import internals as nc
 
     result: dict = {"part": "calibrate", "library_evidence_confidence": nc.EVIDENCE_CONFIDENCE,
                     "clear_gap_coverage": nc.CLEAR_GAP_COVERAGE, "min_votes": nc.MIN_VOTES}

@@ -13,10 +13,8 @@ import argparse
 import numpy as np
 from _common import emit, load_mfeat, machine, median, timed
 
-from mkdist import MultipleKernelClustering, clustering_scores
-from mkdist._core._kernel_specs import resolve_kernel_specs
-from mkdist._core._kernels import fit_kernels, fit_preprocessing, landmark_kernels
-from mkdist._core._simplemkkm import simple_mkkm
+from mkdist import MultipleKernelClustering, clustering_scores, simple_mkkm
+from mkdist.internals import fit_kernels, fit_preprocessing, landmark_kernels, resolve_kernel_specs
 
 
 def scores_over_seeds(make, views, y, seeds):

@@ -54,7 +54,7 @@ def library_run(src: str, store: str) -> float:
     import mkdist
 
     t0 = time.perf_counter()
-    from mkdist._core._worker_env import worker_malloc_settings
+    from mkdist.internals import worker_malloc_settings
 
     with worker_malloc_settings(), \
             LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c, Client(c):
@@ -121,28 +121,19 @@ def part_overhead(args):
 
 
 def part_resume(args):
-    import mkdist._methods._base as pipeline  # the k-means of the labels stage is called from the estimator base
     from mkdist.flows import cluster_flow
+    from mkdist.internals import kmeans_failing_once
 
     src = str(w1_input(args.n))
     store = str(OUT / "stores" / "flow-resume.zarr")
     if os.path.exists(store):
         shutil.rmtree(store)
-    real = pipeline.kmeans
-    state = {"failed": False}
-
-    def kmeans_failing_once(*a, **k):
-        if not state["failed"]:
-            state["failed"] = True
-            raise RuntimeError("injected failure in the k-means stage")
-        return real(*a, **k)
-
-    pipeline.kmeans = kmeans_failing_once
     from mkdist.storage import RunStore
 
     t0 = time.perf_counter()
     try:
-        cluster_flow(source=src, store=store, random_state=0, n_workers=2, **W1)
+        with kmeans_failing_once():
+            cluster_flow(source=src, store=store, random_state=0, n_workers=2, **W1)
         raise AssertionError("the first run should have failed")
     except RuntimeError as exc:
         run = RunStore.open(store)

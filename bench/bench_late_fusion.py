@@ -15,7 +15,7 @@
   degenerate-kernel cure ablation (min_pep_ratio=0 vs default; filter_weights="uniform") and
   the PEPs before / after filtering.  The base partitions do not depend on the k-means seed,
   so they are computed once per kernel rule and reused across seeds and filter orders via
-  ``LateFusionClustering._fit_from_base``; ``cached_path_check`` verifies that this gives the
+  ``mkdist.internals.fit_late_fusion_from_base``; ``cached_path_check`` verifies that this gives the
   labels of a plain ``fit`` for seed 0.  Likewise SimpleMKKM on all points is deterministic,
   so MultipleKernelClustering is fitted once and only its k-means is re-run per seed, with
   the seed sequence ``fit`` would use.
@@ -72,11 +72,9 @@ import warnings
 import numpy as np
 from _common import OUT, SHARED_DATA, emit, load_multiview, machine, multiview_sets, run_forked
 
-from mkdist import MultipleKernelClustering
-from mkdist._core._kmeans import kmeans
-from mkdist._core._sampling import sample_landmark_indices
-from mkdist._methods._late_fusion import LateFusionClustering, _fit_base
+from mkdist import LateFusionClustering, MultipleKernelClustering, kmeans
 from mkdist.errors import DegenerateKernelWarning
+from mkdist.internals import fit_base_partitions, fit_late_fusion_from_base, sample_landmark_indices
 from mkdist.metrics import ari, clustering_accuracy, nmi
 
 K_MFEAT = 10
@@ -113,9 +111,9 @@ def base_for(est: LateFusionClustering, X: np.ndarray, seed_base: int):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateKernelWarning)
         t0 = time.perf_counter()
-        base = _fit_base({"view0": X}, n_clusters=est.n_clusters, embedding_dim=min(d, n), kernels=est.kernels,
-                         center=est.center, normalize=est.normalize, scale=est.scale,
-                         min_pep_ratio=est.min_pep_ratio, random_state=seed_base)
+        base = fit_base_partitions({"view0": X}, n_clusters=est.n_clusters, embedding_dim=min(d, n),
+                                   kernels=est.kernels, center=est.center, normalize=est.normalize, scale=est.scale,
+                                   min_pep_ratio=est.min_pep_ratio, random_state=seed_base)
     return base, time.perf_counter() - t0
 
 
@@ -128,7 +126,7 @@ def run_cached(est: LateFusionClustering, base, y: np.ndarray, seeds: int) -> tu
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             t0 = time.perf_counter()
-            e._fit_from_base(base, np.arange(n), seed_fusion)
+            fit_late_fusion_from_base(e, base, np.arange(n), seed_fusion)
             dt = time.perf_counter() - t0
         labels = e.model_.landmark_labels
         rows.append({"seed": s, **scores(y, labels), "fusion_s": dt, "n_iter": e.n_iter_,
@@ -552,7 +550,8 @@ GRID_DIR = OUT / "late_fusion_grid"
 def _kernels_by_view_type(by_type: dict, views) -> list:
     """``{"sparse": [...], "dense": [...]}`` -> kernel specs per view: each entry names a set of
     STANDARD_KERNEL_SETS or a single kind ("cosine", "linear"); sparse as in ``kernels="auto"``."""
-    from mkdist._core._kernel_specs import SPARSE_DENSITY, STANDARD_KERNEL_SETS, KernelSpec, view_density
+    from mkdist import STANDARD_KERNEL_SETS, KernelSpec
+    from mkdist.internals import SPARSE_DENSITY, view_density
 
     specs = []
     for i, v in enumerate(views):

@@ -28,8 +28,7 @@ import os
 import numpy as np
 from _common import SHARED_DATA, emit, machine, median, timed
 
-from mkdist._core._kmeans import kmeans
-from mkdist._methods._nystrom import NystromSpectralClustering
+from mkdist import NystromSpectralClustering, kmeans
 from mkdist.metrics import nmi
 
 K = 10

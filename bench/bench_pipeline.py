@@ -34,7 +34,7 @@ def floor(N: int, n_passes: int, n_init: int) -> dict:
     """The same arithmetic in one process with plain NumPy on in-memory float32 arrays."""
     import xarray as xr
 
-    from mkdist._methods._mkc import embed_chunk, fit_landmark_model
+    from mkdist.internals import embed_chunk, fit_landmark_model
 
     ds = xr.open_zarr(w1_input(N), consolidated=False)
     views = {k: np.ascontiguousarray(ds[k].values) for k in ("view0", "view1")}

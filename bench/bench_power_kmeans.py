@@ -77,8 +77,12 @@ import numpy as np  # noqa: E402
 from _common import emit, load_mfeat, load_multiview, machine, multiview_sets, timed  # noqa: E402
 from sklearn.cluster import KMeans  # noqa: E402
 
-from mkdist import MultipleKernelClustering  # noqa: E402
-from mkdist._methods._power_kmeans import MultiViewRFFPowerKMeans, RFFKernelPowerKMeans, default_n_components  # noqa: E402
+from mkdist import (  # noqa: E402
+    MultipleKernelClustering,  # noqa: E402
+    MultiViewRFFPowerKMeans,
+    RFFKernelPowerKMeans,
+)
+from mkdist.internals import default_n_components  # noqa: E402
 from mkdist.metrics import ari, clustering_accuracy, nmi  # noqa: E402
 
 K = 10
@@ -393,7 +397,7 @@ def run_dask(make, src, y) -> dict:
     from bench_pipeline import worker_peak_rss
     from distributed import Client, LocalCluster, get_task_stream
 
-    from mkdist._core._validation import is_dask_array
+    from mkdist.internals import is_dask_array
 
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                            dashboard_address=":0", memory_limit="8GiB")

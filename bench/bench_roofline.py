@@ -152,14 +152,13 @@ def roofline(prim: dict) -> dict:
 # ----------------------------------------------------------------------------- the embed task
 def _per_kernel_rows(blocks: list, model) -> np.ndarray:
     """The embed row function before issue 34: each kernel projected on its own, then summed."""
-    from mkdist._core._linalg import unit_rows
-
     proj = model.projected_kernels
     w2 = model.kernel_weights**2
     H = np.zeros((blocks[0].shape[0], model.n_components))
     for j, G in proj.rows(dict(zip(model.view_names, blocks))):
         H += w2[proj.index[j]] * G
-    return unit_rows(H).astype(model.dtype)
+    H /= np.maximum(np.linalg.norm(H, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+    return H.astype(model.dtype)
 
 
 def _rows_per_s(fn, N: int, repeats: int) -> dict:
@@ -181,11 +180,11 @@ def _rows_per_s(fn, N: int, repeats: int) -> dict:
 #: The compiled step's first call in a fresh process, with numba's cache in NUMBA_CACHE_DIR.
 _FIRST_CALL = """
 import time
-t0 = time.perf_counter()
 import numpy as np
-from mkdist._core import _fused
+from mkdist.internals import combine_compiled
 src = np.random.default_rng(0).uniform(0, 1, (8, 16)).astype(np.float32)
-_fused.combine_compiled(src, np.array([0, 2, 4]), np.ones((3, 16), np.float32), np.zeros(3), np.ones(3),
+t0 = time.perf_counter()
+combine_compiled(src, np.array([0, 2, 4]), np.ones((3, 16), np.float32), np.zeros(3), np.ones(3),
                         np.ones((8, 3)), 1, True, np.zeros((8, 16), np.float32), np.empty((8, 3)), np.empty((8, 3)),
                         0, 1e-12)
 print(time.perf_counter() - t0)
@@ -193,7 +192,8 @@ print(time.perf_counter() - t0)
 
 
 def first_call_s() -> dict:
-    """Seconds to the compiled step's first result in a new process (numba's import included):
+    """Seconds from mkdist imported to the compiled step's first result in a new process (numba's
+    import included):
     with an empty cache (compiles and writes it) and then with that cache (loads it)."""
     import subprocess
     import sys
@@ -226,20 +226,18 @@ def part_roofline(args) -> dict:
     import xarray as xr
 
     import mkdist
-    from mkdist._core import _fused
-    from mkdist._core._blocks import cache_block_rows
-    from mkdist._methods._mkc import _embed_rows
+    from mkdist.internals import cache_block_rows, combine_compiled, compiled_available, embed_chunk
 
-    block_rows = cache_block_rows(N_LANDMARKS, 2 * 4)
+    block_rows = cache_block_rows(N_LANDMARKS, 2 * 4)  # what MKC's embed uses at 1000 float32 landmarks
     prim = primitives(block_rows)
     roof = roofline(prim)
     N = args.n
-    routes = ["compiled", "numpy"] if _fused.compiled_available() else ["numpy"]
+    routes = ["compiled", "numpy"] if compiled_available() else ["numpy"]
     first_call = first_call_s() if "compiled" in routes else None
     if first_call is not None:
         # Compiled once into numba's cache before any timing: the workers of every run load it,
         # as they do on a machine where mkdist has run before (the cold cost is reported apart).
-        _fused.combine_compiled(*_warm_args(np.float32))
+        combine_compiled(*_warm_args(np.float32))
     # The embed stage on one worker (a plain LocalCluster(1 x 1)), each route in a fresh cluster
     # (the workers read MKDIST_NUMBA when they start).
     stages = {}
@@ -266,7 +264,8 @@ def part_roofline(args) -> dict:
     task = {}
     for route in routes:
         _with_route(route)
-        task[route] = _rows_per_s(over_blocks(_embed_rows, block_rows), N, args.repeats)
+        # the library's own walk over sub-blocks, as in a task
+        task[route] = _rows_per_s(lambda: embed_chunk(model, *views), N, args.repeats)
     _with_route(routes[0])
     task["per_kernel_before"] = _rows_per_s(over_blocks(_per_kernel_rows, cache_block_rows(N_LANDMARKS, 4)), N,
                                             args.repeats)
@@ -277,7 +276,7 @@ def part_roofline(args) -> dict:
     got = {}
     for route in routes:
         _with_route(route)
-        got[route] = np.concatenate(over_blocks(_embed_rows, block_rows)())
+        got[route] = embed_chunk(model, *views)
     _with_route(routes[0])
     diffs = {r: float(np.abs(g - ref).max()) for r, g in got.items()}
     best_route = routes[0]
@@ -465,11 +464,11 @@ def main():
     args = ap.parse_args()
     if args.n is None:
         args.n = {"roofline": 300_000, "labels": 300_000}.get(args.part, 1_000_000)
-    from mkdist._core import _fused
+    from mkdist.internals import compiled_available
 
     where = {**machine(), **_cpu(), "load_1min_at_start": os.getloadavg()[0]}
     emit({"bench": f"roofline/{args.part}", "machine": where,
-          "numba": _fused.compiled_available(), "workload": W1, **globals()[f"part_{args.part}"](args)})
+          "numba": compiled_available(), "workload": W1, **globals()[f"part_{args.part}"](args)})
 
 
 if __name__ == "__main__":

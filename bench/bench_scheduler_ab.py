@@ -7,7 +7,7 @@ alternating old/new, ``--repeats`` runs each.  Per run: end to end, the stage ti
 scheduler's own seconds per graph it received (``update-graph`` events: deserialize +
 materialize), the modules it imported for the run, and a hash of the labels.
 
-``PYTHONPATH=bench python bench/bench_scheduler_ab.py OLD_PYTHON [--n 1000000] [--repeats 3]``
+``PYTHONPATH=bench python bench/bench_scheduler_ab.py OLD_PYTHON [--n 1000000] [--repeats 3] [--out PATH]``
 (OLD_PYTHON: the interpreter of a checkout of the older commit, with that checkout installed
 in it).  Prints JSON, also written to ``bench/results/scheduler_ab_<n>.json``.
 """
@@ -80,6 +80,7 @@ def main() -> None:
     ap.add_argument("old_python")
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default=None, help="JSON path (default bench/results/scheduler_ab_<n>.json)")
     args = ap.parse_args()
     pythons = {"old": args.old_python, "new": sys.executable}
     runs: dict[str, list[dict]] = {"old": [], "new": []}
@@ -99,7 +100,7 @@ def main() -> None:
            "load_1min_after": os.getloadavg()[0],
            "labels_digest": hashlib.sha1("".join(sorted(hashes)).encode()).hexdigest()[:12]}
     print(json.dumps(out))
-    path = HERE / "results" / f"scheduler_ab_{args.n}.json"
+    path = Path(args.out) if args.out else HERE / "results" / f"scheduler_ab_{args.n}.json"
     path.write_text(json.dumps(out, indent=1))
 
 

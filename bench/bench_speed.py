@@ -57,7 +57,7 @@ N_LLOYD = 20
 # ----------------------------------------------------------------------------- the floor
 def _floor_embed(model, views: dict, block_rows: int) -> np.ndarray:
     """The embedding of every row: the library's arithmetic in preallocated buffers."""
-    from mkdist._core._kernels import _power_families
+    from mkdist.internals import power_families
 
     proj = model.projected_kernels
     dtype = np.dtype(model.dtype)
@@ -73,7 +73,7 @@ def _floor_embed(model, views: dict, block_rows: int) -> np.ndarray:
         by_view.setdefault(k.view, []).append(j)
     ll = {v: np.einsum("ij,ij->i", proj.landmarks[v], proj.landmarks[v]) for v in by_view}
     LT = {v: np.ascontiguousarray(proj.landmarks[v].T) for v in by_view}
-    fams = {v: _power_families([proj.kernels[j] for j in js]) for v, js in by_view.items()}
+    fams = {v: power_families([proj.kernels[j] for j in js]) for v, js in by_view.items()}
     acc = np.empty((block_rows, K))
     for start in range(0, N, block_rows):
         b = min(block_rows, N - start)
@@ -240,9 +240,9 @@ def part_floor(args):
 
 # ----------------------------------------------------------------------------- embed stage
 def _drop_handoff() -> None:
-    from mkdist._pipeline import _stages
+    from mkdist.internals import drop_stage_handoffs
 
-    _stages._HANDOFF.clear()
+    drop_stage_handoffs()
 
 
 def part_embed(args):

@@ -13,7 +13,7 @@ instead; ``mean*`` means over the fusion seeds (``mean_km``: k-means on the raw 
 singular vectors of the top-k partitions side by side.  ``VARIANTS`` adds fusion variants
 (the 13-set screen of bench/RESULTS.md also ran ``{"rn_base": True}``, every H_p
 row-normalised before the graphs, and ``{"order": 0}``).  The seed-0 figures in bench/RESULTS.md
-("Late-fusion defaults, continued") are from commit ab2c160; since then ``_fit_base`` drops
+("Late-fusion defaults, continued") are from commit ab2c160; since then ``fit_base_partitions`` drops
 near-constant views, so ACM's row differs.
 """
 from __future__ import annotations
@@ -28,10 +28,15 @@ from _common import load_multiview, multiview_sets
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
-from mkdist._core._graph import build_graph
-from mkdist._core._sampling import sample_landmark_indices
-from mkdist._methods._base import default_embedding_dim
-from mkdist._methods._late_fusion import _fit_base, _fit_fusion, _fit_seeds, _partition_copies
+from mkdist.internals import (
+    build_graph,
+    default_embedding_dim,
+    fit_base_partitions,
+    fit_fusion,
+    late_fusion_seeds,
+    partition_copies,
+    sample_landmark_indices,
+)
 from mkdist.metrics import clustering_accuracy
 
 
@@ -45,13 +50,13 @@ def fusion_variants(base, yl, k, s_fus, restarts, rn_base, order=3, learn_mu=Tru
     H_cat = np.hstack(Hs)
     col = np.repeat(np.arange(kept.size), [h.shape[1] for h in Hs])
     graphs = [build_graph(h, 5) for h in Hs]
-    copies = _partition_copies(base.kernel_group, kept.size)
+    copies = partition_copies(base.kernel_group, kept.size)
     res = []
     rng = np.random.RandomState(s_fus)
     for r in range(restarts):
         sd = s_fus if r == 0 else int(rng.randint(2**31 - 1))
-        f = _fit_fusion(H_cat, col, graphs, copies, n_clusters=k, order=order, learn_mu=learn_mu, n_init=10,
-                        max_iter=30, tol=1e-6, random_state=sd)
+        f = fit_fusion(H_cat, col, graphs, copies, n_clusters=k, order=order, learn_mu=learn_mu, n_init=10,
+                       max_iter=30, tol=1e-6, random_state=sd)
         acc = clustering_accuracy(yl, f.labels)
         acc_rn = clustering_accuracy(yl, KMeans(k, n_init=10, random_state=0).fit_predict(rownorm(f.embedding)))
         acc_km = clustering_accuracy(yl, KMeans(k, n_init=10, random_state=sd).fit_predict(f.embedding))
@@ -72,7 +77,7 @@ def run(name, seed, scale="minmax", kernels="auto", restarts=4, dim=None):
     k = int(np.unique(y).size)
     N = y.size
     n = min(N, 2000)
-    s_lm, s_base, s_fus = _fit_seeds(seed)
+    s_lm, s_base, s_fus = late_fusion_seeds(seed)
     idx = sample_landmark_indices(views, n, random_state=s_lm)
     lv = {kk: np.asarray(v[idx]) for kk, v in views.items()}
     yl = y[idx]
@@ -80,8 +85,8 @@ def run(name, seed, scale="minmax", kernels="auto", restarts=4, dim=None):
     out = {"set": name, "seed": seed, "scale": scale}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        base = _fit_base(lv, n_clusters=k, embedding_dim=d, kernels=kernels, center=True, normalize="diagonal",
-                         scale=scale, min_pep_ratio=0.02, random_state=s_base)
+        base = fit_base_partitions(lv, n_clusters=k, embedding_dim=d, kernels=kernels, center=True,
+                                   normalize="diagonal", scale=scale, min_pep_ratio=0.02, random_state=s_base)
     kept = base.kept
     out["kept"] = len(kept)
     singles = []

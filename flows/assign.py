@@ -38,7 +38,7 @@ def assign_flow(model_store: str, source: Any, output: str, dask_address: str | 
                 id_column: str | None = None, drift_thresholds: dict | None = None,
                 fail_on_drift: bool = False, report: bool = True, lease_wait: float = 0.0,
                 refit_on_drift: bool = False, refit_store: str | None = None,
-                refit_deployment: str = REFIT_DEPLOYMENT) -> dict:
+                refit_deployment: str = REFIT_DEPLOYMENT, missing: str | None = None) -> dict:
     """Embed and label the points of ``source`` with the model stored in ``model_store``.
 
     Parameters
@@ -80,6 +80,9 @@ def assign_flow(model_store: str, source: Any, output: str, dask_address: str | 
         given ``lease_wait``).
     refit_deployment : str, default="mkdist-cluster/cluster-on-demand"
         ``<flow name>/<deployment name>`` of a ``cluster_flow`` deployment on this Prefect API.
+    missing : {"refuse", "impute"}, optional
+        The batch's missing cells (default: the source's own, else as the model's run did);
+        "impute" fills them with the model's fill values.
 
     Returns
     -------
@@ -89,7 +92,8 @@ def assign_flow(model_store: str, source: Any, output: str, dask_address: str | 
     logger = get_run_logger()
     with dask_client(dask_address, n_workers, connect_timeout=connect_timeout):
         summary = _waiting_out_leases(
-            lambda: drive_assign(model_store, as_input(source, id_column=id_column), output, overwrite=overwrite,
+            lambda: drive_assign(model_store, as_input(source, id_column=id_column, missing=missing), output,
+                                 overwrite=overwrite,
                                  progress=progress, labels_out=labels_out, drift_thresholds=drift_thresholds,
                                  report=report, step=prefect_step),
             lease_wait, logger)

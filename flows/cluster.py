@@ -22,9 +22,9 @@ from mkdist.pipeline import (
     RunConfig,
     as_input,
     dashboard_link,
-    dask_client,
     drive_run,
     plan_run,
+    run_scheduler,
     summary_markdown,
 )
 
@@ -51,7 +51,7 @@ def cluster_flow(source: Any, store: str, n_clusters: int | str | list[int], ker
                  overwrite: bool = False, label_key: str | None = None, progress: bool = False,
                  connect_timeout: float | None = None, labels_out: str | None = None,
                  id_column: str | None = None, report: bool = True, views: dict | None = None,
-                 method: str | None = DEFAULT_METHOD, options: dict | None = None) -> dict:
+                 method: str | None = DEFAULT_METHOD, options: dict | None = None, missing: str | None = None) -> dict:
     """Cluster every point of ``source``; results in ``store``.
 
     Parameters
@@ -69,8 +69,10 @@ def cluster_flow(source: Any, store: str, n_clusters: int | str | list[int], ker
         Model parameters (see ``mkdist.MultipleKernelClustering``).
     dask_address : str, optional
         Scheduler of an existing Dask cluster (``tcp://host:8786``); default: the
-        ``MKDIST_DASK_ADDRESS`` environment variable, else a LocalCluster with ``n_workers``
-        worker processes for this run.
+        ``MKDIST_DASK_ADDRESS`` environment variable, else the flow's own process for an input
+        of at most ``MKDIST_IN_PROCESS_MAX_ROWS`` rows (1,000,000 unless set), or a LocalCluster
+        with ``n_workers`` worker processes for this run (given ``n_workers``: always one);
+        see ``mkdist.pipeline.run_scheduler``.
     connect_timeout : float, optional
         Seconds to wait for ``dask_address`` (default 10, or ``MKDIST_CONNECT_TIMEOUT``).
     overwrite : bool, default=False
@@ -94,6 +96,9 @@ def cluster_flow(source: Any, store: str, n_clusters: int | str | list[int], ker
     options : dict, optional
         Parameters of the method's estimator (``weights``, ``scale``, ...), ``method_params``,
         or ``write_kernel_blocks`` (see ``mkdist.pipeline.RunConfig.from_options``).
+    missing : {"refuse", "impute"}, optional
+        Missing cells: refuse the input (default), or cluster every row with its missing
+        cells imputed (see ``mkdist.cluster``); also a key of a ``source`` dict.
 
     Returns
     -------
@@ -103,16 +108,20 @@ def cluster_flow(source: Any, store: str, n_clusters: int | str | list[int], ker
     logger = get_run_logger()
     config = RunConfig.from_options(n_clusters=n_clusters, kernels=kernels, n_landmarks=n_landmarks,
                                     random_state=random_state, method=method, **(options or {}))
-    source = as_input(source, views=views, id_column=id_column, label_column=label_key)
+    source = as_input(source, views=views, id_column=id_column, label_column=label_key, missing=missing)
     plan = plan_run(source, store, config, labels_out=labels_out, overwrite=overwrite, report=report)
     if isinstance(source, InputSource) and plan.opened.message():
         logger.info("%s", plan.opened.message())
     # The lease is held by this (the flow's) process, where every stage task runs.
-    with dask_client(dask_address, n_workers, connect_timeout=connect_timeout) as client:
-        # Only a link that opens: a scheduler without bokeh serves a "needs bokeh" page there.
-        link = dashboard_link(client)
-        logger.info("Dask dashboard: %s", link or "not served by this scheduler (it needs bokeh>=3.1 installed "
-                    "next to the scheduler)")
+    n_rows = int(next(iter(plan.views.values())).shape[0])
+    with run_scheduler(dask_address, n_workers, n_rows=n_rows, connect_timeout=connect_timeout,
+                       echo=logger.info) as scheduler:
+        logger.info("computing on: %s", scheduler.describe())
+        if scheduler.client is not None:
+            # Only a link that opens: a scheduler without bokeh serves a "needs bokeh" page there.
+            link = dashboard_link(scheduler.client)
+            logger.info("Dask dashboard: %s", link or "not served by this scheduler (it needs bokeh>=3.1 "
+                        "installed next to the scheduler)")
         result = drive_run(plan, progress=progress, label_key=label_key, step=prefect_step,
                            owner="mkdist cluster_flow", echo=logger.info)
     summary = result.metrics

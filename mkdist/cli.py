@@ -10,8 +10,9 @@ traceback).
 A run needs no Prefect server: without one configured (``PREFECT_API_URL`` or the active
 Prefect profile), ``mkdist run`` and ``mkdist assign`` drive the run in this process -- the
 same driver the Prefect flows wrap -- and with one configured they run as flows, tracked by
-it.  ``--prefect`` asks for a flow anyway (a temporary server is started for it, in its own
-process group so that a Ctrl-C stops the run, not the server).
+it.  ``--prefect`` asks for a flow anyway (a temporary server is started for it).  The
+command's processes (its cluster's workers, the report drawer, that server) are handled by
+``mkdist._run._processes``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import socket
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -30,6 +29,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 import click
+
+from mkdist._pipeline._dask_runtime import IN_PROCESS_MAX_ROWS, in_process_max_rows
+from mkdist._run._processes import handle_interrupts, prefect_api_configured, stop_now, temporary_prefect_server
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -39,7 +41,7 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 INTERRUPT_GRACE_S = 4.0
 #: Options that are the CLI's and the flow's, not the estimator's.
 RUN_KEYS = ("n_clusters", "kernels", "n_landmarks", "random_state", "method", "label_key", "labels_out",
-            "id_column", "views", "dask_address", "n_workers", "storage_options")
+            "id_column", "views", "dask_address", "n_workers", "storage_options", "missing")
 INTERRUPTED = "mkdist: interrupted; re-run the same command to resume."
 
 
@@ -49,33 +51,71 @@ class BadInput(click.ClickException):
     exit_code = EXIT_BAD_INPUT
 
 
-def parse_n_clusters(value: Any) -> int | str | list[int]:
+def parse_n_clusters(value: Any) -> Any:
     """``--n-clusters`` (or ``n_clusters`` in --config): K, "auto", or a range "K_MIN:K_MAX"
-    (a config file may give a list [k_min, k_max]).  Ranges are checked further against the
-    method when the run is planned."""
-    if isinstance(value, bool):
-        raise BadInput(f"--n-clusters {value!r}: give K (e.g. 10), auto, or a range K_MIN:K_MAX (e.g. 3:20)")
-    if isinstance(value, int) or (isinstance(value, list) and len(value) == 2):
+    (a config file may give a list [k_min, k_max]).
+
+    Only the command line's spelling is read here; whether the value is a K the method takes
+    is the library's check (one message for every refusal, with the flag's name: a value this
+    cannot read, such as "many" or "2.5", is passed on as it is and refused there)."""
+    if isinstance(value, (bool, int, list)):
         return value
-    text = str(value).strip().lower()
-    if text == "auto":
+    text = str(value).strip()
+    if text.lower() == "auto":
         return "auto"
     lo, sep, hi = text.partition(":")
     try:
         return [int(lo), int(hi)] if sep else int(text)
     except ValueError:
-        raise BadInput(f"--n-clusters {value!r}: give K (e.g. 10), auto, or a range K_MIN:K_MAX (e.g. 3:20)") \
-            from None
+        return text
 
 
 class _NClustersType(click.ParamType):
     name = "K|auto|K_MIN:K_MAX"
 
     def convert(self, value, param, ctx):
-        try:
-            return parse_n_clusters(value)
-        except BadInput as exc:
-            self.fail(exc.message.split(": ", 1)[1], param, ctx)
+        return parse_n_clusters(value)
+
+
+#: How the command line writes values that the library's messages write as Python (backquoted).
+CLI_TERMS = {'"auto"': "auto", "(k_min, k_max)": "K_MIN:K_MAX", "(3, 20)": "3:20"}
+
+
+def _typed(value: Any) -> str:
+    """A value as it is typed on the command line (a range as K_MIN:K_MAX)."""
+    if isinstance(value, (list, tuple)):
+        return ":".join(str(v) for v in value)
+    return str(value)
+
+
+def _command_flags() -> dict[str, str]:
+    """Parameter name -> its flag, for the running command's options (``n_clusters`` -> ``--n-clusters``)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return {}
+    return {p.name: max((o for o in p.opts if o.startswith("--")), key=len) for p in ctx.command.params
+            if isinstance(p, click.Option) and any(o.startswith("--") for o in p.opts)}
+
+
+def for_command_line(exc: Exception) -> str:
+    """An error's message in the command line's words: each backquoted parameter name that is an
+    option of the command becomes its flag, a ``ParameterError``'s value is shown as typed
+    (``--n-clusters 5:3``), and the Python spellings of values in :data:`CLI_TERMS` become the
+    command line's; names that are not options (``--config`` keys) keep their backquotes."""
+    import re
+
+    from mkdist.errors import ParameterError
+
+    flags = _command_flags()
+    text = str(exc)
+    if isinstance(exc, ParameterError) and exc.parameter in flags:
+        text = flags[exc.parameter] + (f" {_typed(exc.value)}" if exc.show_value else "") + exc.rest
+
+    def word(match: re.Match) -> str:
+        term = match.group(1)
+        return flags.get(term) or CLI_TERMS.get(term) or match.group(0)
+
+    return re.sub(r"`([^`]+)`", word, text)
 
 
 def _environment(quiet: bool, debug: bool) -> None:
@@ -119,103 +159,17 @@ def _quiet_prefect_tracebacks() -> None:
         handler.addFilter(_OneLineForKnownErrors())
 
 
-def _descendants() -> list[int]:
-    """Process ids of this process's descendants (Linux /proc; elsewhere none are found)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [os.getpid()]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _is_resource_tracker(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"resource_tracker" in f.read()
-    except OSError:
-        return False
-
-
 def _stop_now() -> None:
     """End this command at once: its child processes (cluster workers, the report drawer, a
     temporary Prefect server) first, then itself, with the interrupted exit code."""
-    # Deepest first: a parent killed first leaves its children to clean up noisily.  Resource
-    # trackers (multiprocessing's, loky's) are left to end by themselves once the processes
-    # they serve are gone, unlinking what those left: killed, they were relaunched by a dying
-    # worker ("process died unexpectedly, relaunching") and the new one printed a KeyError
-    # traceback for every semaphore it had never seen.
-    killed = [pid for pid in _descendants()[::-1] if not _is_resource_tracker(pid)]
-    for pid in killed:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    # Reap our own children: killed but unreaped they stay as zombies until an init reaps them,
-    # and some container inits never do.
-    deadline = time.monotonic() + 1.0
-    for pid in killed:
-        while time.monotonic() < deadline:
-            try:
-                if os.waitpid(pid, os.WNOHANG)[0]:
-                    break
-            except ChildProcessError:  # not our child (a grandchild), or already reaped
-                break
-            time.sleep(0.01)
-    sys.stderr.write(f"\n{INTERRUPTED}\n")
-    sys.stderr.flush()
-    os._exit(EXIT_INTERRUPTED)
-
-
-def _on_interrupt(signum, frame) -> None:
-    """Ctrl-C: the first raises KeyboardInterrupt, so the run stops in order (its lease
-    released, its cluster closed) within INTERRUPT_GRACE_S, or is cut short then; a second
-    Ctrl-C cuts it short at once.  The store is resumable either way: stages are committed
-    atomically."""
-    if getattr(_on_interrupt, "seen", False):
-        _stop_now()
-    _on_interrupt.seen = True
-    timer = threading.Timer(INTERRUPT_GRACE_S, _stop_now)
-    timer.daemon = True
-    timer.start()
-    raise KeyboardInterrupt
+    stop_now(f"\n{INTERRUPTED}\n", EXIT_INTERRUPTED)
 
 
 def _handle_interrupts() -> None:
-    if threading.current_thread() is threading.main_thread():
-        _on_interrupt.seen = False
-        signal.signal(signal.SIGINT, _on_interrupt)
-        _start_quiet_resource_tracker()
-
-
-def _start_quiet_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker (shared by the cluster's worker processes)
-    with its stderr on /dev/null.
-
-    After an interrupt cuts the workers short (:func:`_stop_now`), the tracker unlinks the
-    semaphores they held and warns about each "leaked" one on its stderr: the cleanup is
-    wanted, the warning after "interrupted; re-run the same command to resume" is not.
-    """
-    from multiprocessing import resource_tracker
-
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        resource_tracker.ensure_running()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
+    """Ctrl-C: the first stops the run in order (its lease released, its cluster closed) within
+    INTERRUPT_GRACE_S, or cuts it short then; a second cuts it short at once.  The store is
+    resumable either way: stages are committed atomically."""
+    handle_interrupts(_stop_now, INTERRUPT_GRACE_S)
 
 
 def _guard(fn, debug: bool) -> Any:
@@ -230,7 +184,7 @@ def _guard(fn, debug: bool) -> Any:
     except (MkdistError, BadInput, click.BadParameter, FileNotFoundError, FileExistsError) as exc:
         if debug:
             traceback.print_exc()
-        message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+        message = exc.format_message() if isinstance(exc, click.ClickException) else for_command_line(exc)
         click.echo(f"mkdist: bad input: {message}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
@@ -282,24 +236,6 @@ def _check_scheduler(address: str | None, timeout: float) -> None:
                        "--dask-address, or start the scheduler") from None
 
 
-def _prefect_api_configured() -> bool:
-    """Whether a Prefect API is configured (environment or the active profile), read without
-    importing Prefect (which takes ~2 s)."""
-    if os.environ.get("PREFECT_API_URL"):
-        return True
-    profiles = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser() / "profiles.toml"
-    if not profiles.is_file():
-        return False
-    import tomllib
-
-    try:
-        data = tomllib.loads(profiles.read_text())
-    except (OSError, ValueError):
-        return False
-    active = os.environ.get("PREFECT_PROFILE") or data.get("active") or "ephemeral"
-    return bool((data.get("profiles") or {}).get(active, {}).get("PREFECT_API_URL"))
-
-
 def _run_options(config_path: str | None, given: dict[str, Any], view_items: tuple[str, ...]) -> dict[str, Any]:
     """The config file's options overridden by the command line's; ``--view`` replaces the
     file's ``[views]`` table."""
@@ -342,11 +278,14 @@ def _request(source: str, store: str, merged: dict[str, Any]):
     config = RunConfig.from_options(**{k: v for k, v in merged.items() if k not in RUN_KEYS or k in run_keys})
     config.check_params()  # before mkdist.pipeline loads scikit-learn, Dask and xarray (2-3 s)
     opened = InputSource(source, views=merged.get("views"), id_column=merged.get("id_column"),
-                         label_column=merged.get("label_key"), storage_options=options).open()
+                         label_column=merged.get("label_key"), storage_options=options,
+                         missing=merged.get("missing")).open()
     k = config.n_clusters
     k_max = k[1] if isinstance(k, list) else k  # "auto": its k_max follows the landmarks (checked at planning)
-    if isinstance(k_max, int) and k_max > opened.n_rows:
-        raise BadInput(f"n_clusters={k} is more than the {opened.n_rows:,} rows of {source}; lower --n-clusters")
+    if isinstance(k_max, int):
+        from mkdist._core._validation import check_k_at_most
+
+        check_k_at_most(k, k_max, opened.n_rows, "rows", "")  # the estimator's own check, before it loads
     return config, opened, request_key(opened.fingerprint, config.to_json())
 
 
@@ -447,9 +386,12 @@ def main() -> None:
 def _cluster_options(fn):
     for option in reversed([
         click.option("--dask-address", default=None,
-                     help="Existing scheduler, e.g. tcp://host:8786 (default: a LocalCluster for the run)."),
+                     help="Existing scheduler, e.g. tcp://host:8786 (default: this process for an input of at most "
+                          f"MKDIST_IN_PROCESS_MAX_ROWS rows, {IN_PROCESS_MAX_ROWS:,} unless set; else a LocalCluster "
+                          "for the run)."),
         click.option("--n-workers", type=click.IntRange(min=1), default=None,
-                     help="Workers of the LocalCluster (default 2)."),
+                     help="Worker processes of a LocalCluster for the run (default 2); given, the LocalCluster is "
+                          "started whatever the input's size."),
         click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True),
                      default=lambda: float(os.environ.get("MKDIST_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT)),
                      show_default="10, or MKDIST_CONNECT_TIMEOUT", help="Seconds to wait for --dask-address."),
@@ -483,6 +425,10 @@ def _cluster_options(fn):
                                                 "ACC/NMI to the metrics.")
 @click.option("--config", "config_path", default=None,
               help="TOML/JSON/YAML file of run options (a [views] table, id_column, estimator parameters, ...).")
+@click.option("--missing", type=click.Choice(["refuse", "impute"]), default=None,
+              help="Missing cells (nulls, NaN): refuse the input, naming them (default), or impute: cluster every "
+                   "row, each missing cell filled from the 10 rows most like it; --labels-out then says per row "
+                   "how many cells were imputed (missing_cells).")
 @click.option("--n-landmarks", type=click.IntRange(min=1), default=None)
 @click.option("--kernels", default=None, help="Kernel set name (auto, rbf-grid, rbf, mkkm12, ...).")
 @click.option("--method", default=None,
@@ -494,15 +440,15 @@ def _cluster_options(fn):
               help="Replace what is in the way: a store holding a different run (recomputed from scratch) and a "
                    "--labels-out of another run.  A store of this same run is resumed, never recomputed.")
 @_cluster_options
-def run(source, store, n_clusters, view_items, id_column, labels_out, label_key, config_path, n_landmarks, kernels,
-        method, random_state, overwrite, dask_address, n_workers, connect_timeout, use_prefect, as_json, quiet,
+def run(source, store, n_clusters, view_items, id_column, labels_out, label_key, config_path, missing, n_landmarks,
+        kernels, method, random_state, overwrite, dask_address, n_workers, connect_timeout, use_prefect, as_json, quiet,
         debug):
     """Cluster INPUT; results and model go to STORE.  The same command again resumes it."""
     _environment(quiet, debug)
     t0 = time.perf_counter()
     given = dict(n_clusters=n_clusters, n_landmarks=n_landmarks, kernels=kernels, method=method,
                  random_state=random_state, dask_address=dask_address, n_workers=n_workers, label_key=label_key,
-                 labels_out=labels_out, id_column=id_column)
+                 labels_out=labels_out, id_column=id_column, missing=missing)
 
     def request():
         merged = _run_options(config_path, given, view_items)
@@ -518,24 +464,28 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
 
     def prepare():
         _check_scheduler(merged.get("dask_address"), connect_timeout)
+        in_process_max_rows()  # a bad MKDIST_IN_PROCESS_MAX_ROWS: refused before any work
         return _plan(config, opened, store, merged, overwrite)
 
     plan = _guard(prepare, debug)
-    flow = use_prefect if use_prefect is not None else _prefect_api_configured()
+    flow = use_prefect if use_prefect is not None else prefect_api_configured()
 
     def go():
         _handle_interrupts()
         if flow:
             return _run_flow(plan, merged, store, overwrite, connect_timeout, quiet, debug)
-        import contextlib
-
-        from mkdist.pipeline import dask_client, drive_run
+        from mkdist.pipeline import drive_run, in_process, run_scheduler
 
         # A finished run that only lacks its labels output writes it from the store: reads and
         # writes in this process, no LocalCluster to start (a given scheduler is still used).
-        cluster = contextlib.nullcontext() if plan.complete and not merged.get("dask_address") else \
-            dask_client(merged.get("dask_address"), merged.get("n_workers"), connect_timeout=connect_timeout)
-        with cluster:
+        if plan.complete and not (merged.get("dask_address") or os.environ.get("MKDIST_DASK_ADDRESS")):
+            where = in_process()
+        else:
+            where = run_scheduler(merged.get("dask_address"), merged.get("n_workers"), n_rows=_rows(plan),
+                                  connect_timeout=connect_timeout, echo=None if quiet else _note)
+        with where as scheduler:
+            if not quiet and not plan.complete and scheduler.kind != "local-cluster":
+                _note(f"computing on: {_where_line(scheduler, _rows(plan))}")
             try:
                 result = drive_run(plan, progress=not quiet, label_key=merged.get("label_key"), owner="mkdist run",
                                    echo=None if quiet else _note)
@@ -549,10 +499,23 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
     _print_result(summary, store, as_json, quiet, time.perf_counter() - t0)
 
 
+def _rows(plan) -> int:
+    """Rows of a planned run's input (from its views' shapes: nothing read)."""
+    return int(next(iter(plan.views.values())).shape[0])
+
+
+def _where_line(scheduler, n_rows: int) -> str:
+    """Where a run computes, and why when it is this process."""
+    if scheduler.kind != "in-process":
+        return scheduler.describe()
+    return (f"{scheduler.describe()}: {n_rows:,} rows, at most {in_process_max_rows():,} "
+            "(MKDIST_IN_PROCESS_MAX_ROWS), so no Dask cluster to start")
+
+
 def _run_flow(plan, merged: dict, store: str, overwrite: bool, connect_timeout: float, quiet: bool,
               debug: bool) -> dict:
     """The run as the Prefect flow (tracked by the configured server, or a temporary one)."""
-    with _prefect_server():
+    with temporary_prefect_server():
         from mkdist.flows import cluster_flow
 
         if not debug:
@@ -568,37 +531,6 @@ def _run_flow(plan, merged: dict, store: str, overwrite: bool, connect_timeout: 
                             n_workers=merged.get("n_workers"), connect_timeout=connect_timeout,
                             label_key=merged.get("label_key"), labels_out=merged.get("labels_out"),
                             options=options)
-
-
-class _prefect_server:
-    """With no Prefect API configured: a temporary server for this command, started in its own
-    process group (a Ctrl-C in the terminal stops the run, not the server the run reports to),
-    and stopped at the end."""
-
-    def __enter__(self):
-        self._server = None
-        if _prefect_api_configured():
-            return self
-        from prefect.server.api.server import SubprocessASGIServer
-        from prefect.settings import PREFECT_API_URL, temporary_settings
-
-        server = SubprocessASGIServer()
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if threading.current_thread() is \
-            threading.main_thread() else None
-        try:
-            server.start(timeout=int(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")))
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
-        self._server = server
-        self._settings = temporary_settings({PREFECT_API_URL: server.api_url})
-        self._settings.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self._server is not None:
-            self._settings.__exit__(*exc)
-            self._server.stop()
 
 
 def _print_result(summary: dict, store: str, as_json: bool, quiet: bool, seconds: float,
@@ -630,6 +562,9 @@ def _result_line(summary: dict, store: str, seconds: float, nothing_to_do: bool)
                 f"({summary.get('method')}) in {seconds:.1f} s{chosen}; store {store}")
         if resumed:
             what += f" (resumed after {resumed[-1]})"
+    missing = summary.get("missing") or {}
+    if missing.get("rows") is not None:
+        what += f"; {missing['rows']:,} rows with missing cells clustered ({missing['cells']:,} cells imputed)"
     scores = summary.get("scores") or {}
     if scores.get("acc") is not None:
         what += f"; ACC {scores['acc']:.4f}"
@@ -664,6 +599,9 @@ def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
                    "else the position).")
 @click.option("--view", "view_items", multiple=True, metavar="NAME=COLUMNS",
               help="A view of a table, as for `mkdist run` (default: the model's views).")
+@click.option("--missing", type=click.Choice(["refuse", "impute"]), default=None,
+              help="Missing cells of INPUT: impute fills them with the model's fill values (the model's run must "
+                   "have imputed); default: as the model's run did.")
 @click.option("--fail-on-drift", is_flag=True, help="Exit 3 (after storing the labels) when the batch drifted.")
 @click.option("--drift-threshold", "drift_threshold", multiple=True,
               help="NAME=VALUE overriding a drift threshold (share_beyond_fit_p99, cluster_tv, cluster_psi, "
@@ -671,7 +609,7 @@ def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--overwrite", is_flag=True,
               help="Replace what is in the way: an output store of another batch, a --labels-out of another run.")
 @_cluster_options
-def assign(model_store, source, output, labels_out, id_column, view_items, fail_on_drift, drift_threshold,
+def assign(model_store, source, output, labels_out, id_column, view_items, missing, fail_on_drift, drift_threshold,
            overwrite, dask_address, n_workers, connect_timeout, use_prefect, as_json, quiet, debug):
     """Label new data with a stored model (no refit) and report its drift from the fit.
 
@@ -687,22 +625,22 @@ def assign(model_store, source, output, labels_out, id_column, view_items, fail_
         thresholds = _thresholds(drift_threshold)  # before mkdist.pipeline loads (2-3 s)
         _refuse_missing_store(model_store)
         views = parse_view_option(view_items) if view_items else None
-        batch = InputSource(source, views=views, id_column=id_column)
+        batch = InputSource(source, views=views, id_column=id_column, missing=missing)
         _check_scheduler(dask_address, connect_timeout)
         from mkdist.pipeline import check_assign
 
-        check_assign(model_store, batch, output, overwrite=overwrite)
-        return thresholds, batch
+        views = check_assign(model_store, batch, output, overwrite=overwrite)[1]
+        return thresholds, batch, int(next(iter(views.values())).shape[0])
 
-    thresholds, batch = _guard(prepare, debug)
-    flow = use_prefect if use_prefect is not None else _prefect_api_configured()
+    thresholds, batch, n_rows = _guard(prepare, debug)
+    flow = use_prefect if use_prefect is not None else prefect_api_configured()
 
     def go():
         _handle_interrupts()
         options = dict(overwrite=overwrite, progress=not quiet, labels_out=labels_out,
                        drift_thresholds=thresholds or None)
         if flow:
-            with _prefect_server():
+            with temporary_prefect_server():
                 from mkdist.flows import assign_flow
 
                 if not debug:
@@ -711,9 +649,12 @@ def assign(model_store, source, output, labels_out, id_column, view_items, fail_
                 return assign_flow(model_store=model_store, source=batch.to_json(), output=output,
                                    dask_address=dask_address, n_workers=n_workers,
                                    connect_timeout=connect_timeout, **options)
-        from mkdist.pipeline import dask_client, drive_assign
+        from mkdist.pipeline import drive_assign, run_scheduler
 
-        with dask_client(dask_address, n_workers, connect_timeout=connect_timeout):
+        with run_scheduler(dask_address, n_workers, n_rows=n_rows, connect_timeout=connect_timeout,
+                           echo=None if quiet else _note) as scheduler:
+            if not quiet and scheduler.kind != "local-cluster":
+                _note(f"computing on: {_where_line(scheduler, n_rows)}")
             try:
                 return drive_assign(model_store, batch, output, **options)
             except KeyboardInterrupt:
@@ -729,6 +670,9 @@ def assign(model_store, source, output, labels_out, id_column, view_items, fail_
         verdict = ("DRIFTED: " + "; ".join(summary["drift"]["reasons"])) if drifted else "no drift"
         line = (f"assigned {summary['N']:,} rows with the model in {model_store} in {time.perf_counter() - t0:.1f} s; "
                 f"{verdict}; output {output}")
+        imputed = summary.get("missing") or {}
+        if imputed.get("rows") is not None:
+            line += f"; {imputed['rows']:,} rows with missing cells ({imputed['cells']:,} cells imputed)"
         if summary.get("labels_out"):
             line += f"; labels {summary['labels_out']}"
         if summary.get("report"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "MkdistError",
     "InputValidationError",
+    "ParameterError",
     "StoreError",
     "StoreExistsError",
     "StoreNotFoundError",
@@ -42,6 +43,47 @@ class InputValidationError(MkdistError):
 
     Raised before any heavy computation starts.
     """
+
+
+class ParameterError(InputValidationError):
+    """A parameter's value is refused: the message is "`name`=value" and why.
+
+    It keeps the parameter's name and value apart from the rest of the message, so a front
+    end can name the parameter its own way: the CLI says ``--n-clusters 0: ...`` where Python
+    says "`n_clusters`=0: ..." (other names and values in the message are in backquotes,
+    which the CLI also words its way).
+
+    Parameters
+    ----------
+    parameter : str
+        The parameter, as Python spells it (``n_clusters``).
+    value : object
+        The refused value.
+    rest : str
+        The message after "`name`=value", from its first character (" must be >= 2.",
+        ": give K as ...").
+    show_value : bool, default=True
+        False: the message is "`name`" and ``rest`` (which then shows the value itself).
+    """
+
+    def __init__(self, parameter: str, value: object, rest: str, *, show_value: bool = True):
+        self.parameter, self.value, self.rest, self.show_value = parameter, value, rest, show_value
+        super().__init__(f"`{parameter}`" + (f"={_value_text(value)}" if show_value else "") + rest)
+
+    def __reduce__(self):
+        return _rebuild_parameter_error, (type(self), self.parameter, self.value, self.rest, self.show_value)
+
+
+def _rebuild_parameter_error(cls, parameter, value, rest, show_value):
+    return cls(parameter, value, rest, show_value=show_value)
+
+
+def _value_text(value: object) -> str:
+    """A value as the message shows it: repr, NumPy scalars as Python's."""
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "shape", None) == ():
+        value = item()
+    return repr(value)
 
 
 class StoreError(MkdistError):

@@ -13,7 +13,15 @@ order and :func:`assign` labels new data with a stored model and measures its dr
 from ._core._worker_env import check_worker_malloc
 from ._methods._registry import DEFAULT_METHOD, available_methods, get_method
 from ._pipeline._config import ClusterResult, RunConfig
-from ._pipeline._dask_runtime import DEFAULT_CONNECT_TIMEOUT, dashboard_link, dask_client
+from ._pipeline._dask_runtime import (
+    DEFAULT_CONNECT_TIMEOUT,
+    IN_PROCESS_MAX_ROWS,
+    RunScheduler,
+    dashboard_link,
+    dask_client,
+    in_process,
+    run_scheduler,
+)
 from ._pipeline._drift import DEFAULT_THRESHOLDS as DEFAULT_DRIFT_THRESHOLDS
 from ._pipeline._io import InputSource, as_input, load_views
 from ._pipeline._stages import (
@@ -59,7 +67,8 @@ __all__ = [
     # the registry
     "available_methods", "get_method",
     # the Dask cluster of a run
-    "dask_client", "dashboard_link", "DEFAULT_CONNECT_TIMEOUT", "check_worker_malloc",
+    "dask_client", "run_scheduler", "in_process", "RunScheduler", "IN_PROCESS_MAX_ROWS", "dashboard_link",
+    "DEFAULT_CONNECT_TIMEOUT", "check_worker_malloc",
     # reports
     "summary_markdown", "inspect_store", "inspect_markdown", "report_data", "write_report", "ReportDraft",
 ]

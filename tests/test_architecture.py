@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import mkdist
@@ -92,7 +93,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("pipeline", ("mkdist._pipeline",)),  # configuration, inputs, stages, drift, Dask runtime
     ("report", ("mkdist._report",)),      # summaries, inspect, figures, the page
     ("run", ("mkdist._run",)),            # mkdist.cluster / assign end to end, the demo
-    ("facade", ("mkdist.pipeline",)),     # the public pipeline module
+    ("facade", ("mkdist.pipeline", "mkdist.internals")),  # the public pipeline; the benchmarks' building blocks
     ("flows", ("mkdist.flows",)),         # Prefect flows over the facade
     ("front", ("mkdist.cli", "mkdist")),  # the CLI and the package's lazy public names
 ]
@@ -176,6 +177,43 @@ def test_no_method_name_in_orchestration_code(relpath):
     tree = ast.parse((ROOT / relpath).read_text())
     found = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names]
     assert not found, f"{relpath} names methods {found}; ask the registry (mkdist._methods._registry) instead"
+
+
+def test_bench_scripts_import_mkdist_through_public_modules_only():
+    """bench/ uses mkdist's public names and the documented building blocks (mkdist.internals):
+    a private module renamed or split breaks a test here, not a benchmark months later."""
+    found = []
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            found += [f"{path.name}: {n}" for n in names
+                      if n.startswith("mkdist.") and any(part.startswith("_") for part in n.split("."))]
+    assert found == []
+
+
+def test_every_building_block_resolves_and_the_hooks_run():
+    import mkdist.internals as internals
+
+    missing = [n for n in internals.__all__ if not hasattr(internals, n)]
+    assert missing == []
+    internals.drop_stage_handoffs()
+    with internals.k_rule_constants(MIN_VOTES=0.25):
+        from mkdist._core import _nclusters
+
+        assert _nclusters.MIN_VOTES == 0.25
+    assert _nclusters.MIN_VOTES == internals.MIN_VOTES != 0.25
+    with pytest.raises(AttributeError):
+        with internals.k_rule_constants(NO_SUCH_CONSTANT=1.0):
+            pass
+    from mkdist._methods import _base
+
+    real = _base.kmeans
+    with internals.kmeans_failing_once():
+        with pytest.raises(RuntimeError, match="injected"):
+            _base.kmeans(np.zeros((4, 1)), 2)
+        assert _base.kmeans(np.arange(4.0)[:, None], 2, random_state=0).labels.shape == (4,)
+    assert _base.kmeans is real
 
 
 # ----------------------------------------------------------------------------- lazy loading

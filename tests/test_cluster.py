@@ -18,12 +18,13 @@ def _data():
 
 
 def test_every_task_of_an_opaque_graph_calls_run_opaque_with_the_same_keys_and_dependencies():
-    from dask._task_spec import Alias, DataNode, Task, convert_legacy_graph
-    from dask.base import collections_to_expr
+    from dask.task_spec import Alias, DataNode, Task
 
     x, y = _data()
     both = [y + 1, dask.delayed(np.add)(1, 2)]
-    plain = convert_legacy_graph(dict(collections_to_expr(both, optimize_graph=True).__dask_graph__()))
+    plain = {}
+    for c in dask.optimize(*both):
+        plain.update(c.__dask_graph__())
     opaque = opaque_graph_dict(both)
     assert set(opaque) == set(plain)
     for key, node in opaque.items():
@@ -33,6 +34,38 @@ def test_every_task_of_an_opaque_graph_calls_run_opaque_with_the_same_keys_and_d
         elif not isinstance(node, Alias):  # kept: the scheduler reads NumPy arrays and plain values as they are
             assert isinstance(node, DataNode) and isinstance(node.value, (np.ndarray, int, float, str)), key
     assert any(isinstance(n, Task) for n in opaque.values())
+
+
+def test_an_opaque_task_gives_what_the_task_gives():
+    from dask.task_spec import Task
+
+    x, y = _data()
+    plain = {}
+    for c in dask.optimize(y):
+        plain.update(c.__dask_graph__())
+    opaque = opaque_graph_dict([y])
+    values: dict = {}
+    for key in dask.order.order(plain):  # dependencies first
+        node = opaque[key]
+        got = node({k: values[k] for k in node.dependencies})
+        want = plain[key]({k: values[k] for k in plain[key].dependencies})
+        np.testing.assert_array_equal(got, want)
+        values[key] = got
+        assert not isinstance(node, Task) or node.func is run_opaque
+    np.testing.assert_array_equal(np.concatenate([values[k] for k in y.__dask_keys__()]), (x * 2).sum(axis=1).compute())
+
+
+def test_object_arrays_are_sent_opaque_numeric_arrays_as_they_are():
+    from dask.task_spec import DataNode, Task
+
+    objects = np.array([{"a": 1}, None], dtype=object)
+    numbers = np.arange(3.0)
+    graph = opaque_graph_dict([dask.delayed(len)(dask.delayed(objects)), dask.delayed(len)(dask.delayed(numbers))])
+    data = [n.value for n in graph.values() if isinstance(n, DataNode)]
+    assert any(v is numbers for v in data)
+    assert not any(isinstance(v, np.ndarray) and v.dtype == object for v in data)
+    opaque_data = [n() for n in graph.values() if isinstance(n, Task) and not n.dependencies]
+    assert any(isinstance(v, np.ndarray) and v.dtype == object for v in opaque_data)
 
 
 def test_compute_and_persist_on_a_cluster_give_what_dask_gives(dask_client):

@@ -131,7 +131,7 @@ def test_cli_run_inspect_assign_and_exit_codes(prefect_api, dask_address, source
     # Bad input -> exit code 2 with a message naming the problem, before any work.
     r = _cli("run", "--input", path, "--store", str(tmp_path / "bad.zarr"), "--n-clusters", "1",
              "--dask-address", dask_address, "--quiet", api=prefect_api)
-    assert r.returncode == 2 and "n_clusters" in r.stderr
+    assert r.returncode == 2 and "--n-clusters 1: give K as an integer >= 2" in r.stderr
     cfg = tmp_path / "run.toml"
     cfg.write_text("n_clusters = 3\nbogus_option = 1\n")
     r = _cli("run", "--input", path, "--store", str(tmp_path / "bad2.zarr"), "--config", str(cfg),

@@ -148,7 +148,8 @@ def test_mistakes_are_refused_in_one_line_with_nothing_created(table, tmp_path, 
     args = ["--input", str(path), "--store", str(store), "--n-clusters", "4", *VIEWS]
     expect = {"missing": "not found: ", "store is a file": "is a file; a run store is a directory",
               "wrong column": "column 'a99' is not in", "nan": "column 'b2' holds NaN or infinity in 2 rows, first at "
-              "row 10 (customer_id '", "k > rows": "n_clusters"}[case]
+              "row 10 (customer_id '",
+              "k > rows": "--n-clusters 4: K is more than the 3 rows; lower --n-clusters."}[case]
     if case == "missing":
         args[1] = str(path).replace("customers", "customer")
         expect += args[1]
@@ -176,23 +177,30 @@ def _group_processes(pgid: int) -> list[str]:
     return [line for line in out.splitlines() if line.strip()]
 
 
-def test_ctrl_c_exits_130_leaves_nothing_and_the_same_command_resumes(table, finished, tmp_path):
-    """SIGINT to the process group, as a terminal's Ctrl-C, on the command's own LocalCluster:
+@pytest.mark.parametrize("where", ["in-process", "local-cluster"])
+def test_ctrl_c_exits_130_leaves_nothing_and_the_same_command_resumes(table, finished, tmp_path, where):
+    """SIGINT to the process group, as a terminal's Ctrl-C, on a run in the command's own process
+    (the 3000-row table's default) and on the command's own LocalCluster (``--n-workers``):
     once while the rows are embedded, then (the same command again) twice while the labels are
     computed: exit 130 within 5 s each time, no process left, then the same command resumes to
     the labels of an uninterrupted run."""
     _, path, _ = table
     store, labels = tmp_path / "run.zarr", tmp_path / "labels.parquet"
     args = [sys.executable, "-m", "mkdist.cli", "run", "--input", str(path), "--store", str(store), "--n-clusters",
-            "4", *VIEWS, "--labels-out", str(labels), "--n-landmarks", "300", "--random-state", "0"]
+            "4", *VIEWS, "--labels-out", str(labels), "--n-landmarks", "300", "--random-state", "0",
+            *(["--n-workers", "2"] if where == "local-cluster" else [])]
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
     for stage, times in (("[3/4] embedding", 1), ("[4/4] labels", 2)):
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
+        seen = []
         for line in proc.stderr:
+            seen.append(line)
             if stage in line:
                 break
+        said = {"in-process": "computing on: in-process (", "local-cluster": "starting a local Dask cluster"}
+        assert any(line.startswith(said[where]) for line in seen), seen
         t0 = time.perf_counter()
         for i in range(times):
             time.sleep(0.2 * i)

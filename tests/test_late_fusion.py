@@ -9,7 +9,9 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from mkdist._core._distances import nearest_center
 from mkdist._core._graph import apply_filter, build_graph
 from mkdist._core._state import StateArrays
-from mkdist._methods._late_fusion import LateFusionClustering, LateFusionModel, _FilterMoments, _fit_fusion, _fit_seeds
+from mkdist._methods._late_fusion import LateFusionClustering, LateFusionModel
+from mkdist._methods._late_fusion._fusion import FilterMoments, fit_fusion
+from mkdist._methods._late_fusion._partitions import fit_seeds
 from mkdist._methods._registry import get_method
 from mkdist.errors import DegenerateKernelWarning, InputValidationError
 from mkdist.metrics import clustering_accuracy
@@ -96,7 +98,7 @@ def test_filter_moments_give_the_residual_grams_of_the_filtered_partitions(n):
     slices = [slice(0, 3), slice(3, 7), slice(7, 9)]
     graphs = [build_graph(P, min(4, n - 2)) for P in parts]
     mu0 = np.array([0.5, 0.3, 0.2])
-    moments = _FilterMoments(H, slices, graphs, order, mu0)
+    moments = FilterMoments(H, slices, graphs, order, mu0)
     labels = np.r_[np.arange(k), rng.integers(0, k, n - k)]
     same = labels[:, None] == labels[None, :]
     R = np.eye(n) - same / np.bincount(labels)[labels][None, :]  # I - P_Y
@@ -222,9 +224,9 @@ def test_clusters_live_in_the_row_normalised_embedding(blobs_views):
     raw = LateFusionClustering(3, random_state=2, normalize_embedding=False, **FAST).fit(views)
     assert raw.model_.cluster_embedding is raw.model_.embedding
     np.testing.assert_array_equal(raw.transform(views), raw.model_.embedding)
-    fusion = _fit_fusion(raw.model_.partitions, raw.model_.column_kernel, raw.model_.graphs, raw.model_.copies,
+    fusion = fit_fusion(raw.model_.partitions, raw.model_.column_kernel, raw.model_.graphs, raw.model_.copies,
                          n_clusters=3, order=3, learn_mu=True, n_init=3, max_iter=30, tol=1e-6,
-                         random_state=_fit_seeds(2)[2])
+                         random_state=fit_seeds(2)[2])
     np.testing.assert_array_equal(raw.labels_, fusion.labels)  # all rows landmarks: Algorithm 1's labels
 
 
@@ -241,7 +243,7 @@ def test_default_neighbours_are_ten_or_what_the_landmarks_allow(blobs_views):
 def test_near_constant_views_are_dropped(blobs_views):
     """A view with at least half of its pairs of landmark rows identical has its kernels dropped
     (else eq. 26 hands it all of gamma: ACM's view4); only such views is an error."""
-    from mkdist._methods._late_fusion import identical_pair_share
+    from mkdist._methods._late_fusion._partitions import identical_pair_share
 
     views, y = blobs_views
     rng = np.random.default_rng(0)
@@ -267,7 +269,7 @@ def test_algorithm1_labels_are_the_nearest_centroid_labels(fitted, order, filter
     """Algorithm 1 ends with Lloyd run to a fixed point, so its (scikit-learn) labels are the
     nearest-centroid labels the estimator gives the landmarks (and predict gives every row)."""
     model = fitted.model_
-    fusion = _fit_fusion(model.partitions, model.column_kernel, model.graphs, model.copies, n_clusters=3, order=order,
+    fusion = fit_fusion(model.partitions, model.column_kernel, model.graphs, model.copies, n_clusters=3, order=order,
                          learn_mu=filter_weights == "learned", n_init=3, max_iter=30, tol=1e-6, random_state=seed)
     np.testing.assert_array_equal(fusion.labels, nearest_center(fusion.embedding, fusion.centers))
 
@@ -277,9 +279,9 @@ def test_fit_seeds_follow_the_integer_seed(blobs_views):
     from mkdist._core._sampling import sample_landmark_indices
 
     views, _ = blobs_views
-    assert _fit_seeds(7) == tuple(int(s) for s in np.random.RandomState(7).randint(np.iinfo(np.int32).max, size=3))
+    assert fit_seeds(7) == tuple(int(s) for s in np.random.RandomState(7).randint(np.iinfo(np.int32).max, size=3))
     m = LateFusionClustering(3, n_landmarks=100, random_state=7, **FAST).fit(views)
-    expected = sample_landmark_indices(dict(zip(m.view_names_, views)), 100, random_state=_fit_seeds(7)[0])
+    expected = sample_landmark_indices(dict(zip(m.view_names_, views)), 100, random_state=fit_seeds(7)[0])
     np.testing.assert_array_equal(m.landmark_indices_, expected)
 
 
@@ -366,7 +368,7 @@ def test_kernels_with_one_partition_are_merged_into_algorithm1_on_all_copies(blo
     assert merged.filter_weights_[q] == merged.filter_weights_[p]
     assert merged.view_weights_.sum() == pytest.approx(1.0) and merged.filter_weights_.sum() == pytest.approx(1.0)
     # The same as Algorithm 1 on both copies (merging off): objective, gamma, the copies' summed mu, H~'s distances.
-    monkeypatch.setattr("mkdist._methods._late_fusion._DUPLICATE_RTOL", -1.0)
+    monkeypatch.setattr("mkdist._methods._late_fusion._partitions._DUPLICATE_RTOL", -1.0)
     apart = LateFusionClustering(3, **params).fit(views)
     assert apart.merged_kernels_ == [] and apart.kept_kernels_.size == 4
     np.testing.assert_allclose(merged.objective_history_, apart.objective_history_, rtol=1e-4)

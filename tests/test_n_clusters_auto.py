@@ -108,13 +108,25 @@ def test_methods_without_a_landmark_kernel_refuse_auto_with_why(method, n_cluste
         RunConfig.from_options(n_clusters=n_clusters, method=method).check_params()
 
 
+#: The one message of every K a method that chooses K refuses (0, 1, a bad range, not a number).
+ONE_K_MESSAGE = (r'give K as an integer >= 2 \(e\.g\. 10\), or `"auto"` or a range `\(k_min, k_max\)` \(e\.g\. '
+                 r"`\(3, 20\)`\) to choose K from the landmarks, with 2 <= k_min <= k_max\.$")
+
+
+#: ONE_K_MESSAGE as the command line words it.
+ONE_K_LINE = ("give K as an integer >= 2 (e.g. 10), or auto or a range K_MIN:K_MAX (e.g. 3:20) to choose K from the "
+              "landmarks, with 2 <= k_min <= k_max.")
+
+
 @pytest.mark.parametrize("n_clusters, match", [
-    ((5, 3), r"range \(k_min, k_max\) with 2 <= k_min <= k_max"),
-    ((1, 3), r"range \(k_min, k_max\) with 2 <= k_min"),
-    ("bogus", r'an integer >= 2, "auto" or a range'),
-    ((2, 3, 4), r'an integer >= 2, "auto" or a range'),
-    (True, r'an integer >= 2, "auto" or a range'),
-    ((3, 60), r"searches K up to 60, which needs more than 60 landmarks.*there are 50"),
+    ((5, 3), r"^`n_clusters`=\(5, 3\): " + ONE_K_MESSAGE),
+    ((1, 3), r"^`n_clusters`=\(1, 3\): " + ONE_K_MESSAGE),
+    ("bogus", r"^`n_clusters`='bogus': " + ONE_K_MESSAGE),
+    ((2, 3, 4), r"^`n_clusters`=\(2, 3, 4\): " + ONE_K_MESSAGE),
+    (True, r"^`n_clusters`=True: " + ONE_K_MESSAGE),
+    (0, r"^`n_clusters`=0: " + ONE_K_MESSAGE),
+    (1, r"^`n_clusters`=1: " + ONE_K_MESSAGE),
+    ((3, 60), r"searching K up to 60 needs more than 60 landmarks.*there are 50: raise `n_landmarks`"),
 ])
 def test_bad_n_clusters_are_refused_before_any_work(n_clusters, match):
     views, _ = _four_blobs(20)
@@ -200,7 +212,7 @@ def test_cli_n_clusters_auto_end_to_end_and_inspect_shows_the_choice(npz_input, 
 
 
 @pytest.mark.parametrize("value, expected", [("auto", "auto"), ("3:9", [3, 9]), ("7", 7), (5, 5),
-                                             ([3, 9], [3, 9])])
+                                             ([3, 9], [3, 9]), ("many", "many"), ("2.5", "2.5")])
 def test_cli_parses_n_clusters(value, expected):
     from mkdist.cli import parse_n_clusters
 
@@ -208,16 +220,42 @@ def test_cli_parses_n_clusters(value, expected):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--n-clusters", "many"], "give K (e.g. 10), auto, or a range"),
-    (["--n-clusters", "auto", "--method", "rff-power"], "cannot choose K"),
-    (["--n-clusters", "9:3"], "range (k_min, k_max) with"),
+    (["--n-clusters", "many"], "--n-clusters many: give K as an integer >= 2"),
+    (["--n-clusters", "auto", "--method", "rff-power"], "--n-clusters auto: power k-means on random Fourier features "
+                                                        "cannot choose K"),
+    (["--n-clusters", "9:3"], "--n-clusters 9:3: " + ONE_K_LINE),
+    # 0 and 1 alike (they were ">= 1" and ">= 2", naming the Python parameter)
+    (["--n-clusters", "0"], "--n-clusters 0: " + ONE_K_LINE),
+    (["--n-clusters", "1"], "--n-clusters 1: " + ONE_K_LINE),
+    (["--n-clusters", "-4"], "--n-clusters -4: " + ONE_K_LINE),
+    (["--n-clusters", "2.5"], "--n-clusters 2.5: " + ONE_K_LINE),
+    (["--n-clusters", "1:5"], "--n-clusters 1:5: " + ONE_K_LINE),
+    (["--n-clusters", "60", "--n-landmarks", "50"],
+     "--n-clusters 60: K is more than the 50 landmarks; raise --n-landmarks or lower --n-clusters."),
+    (["--n-clusters", "3:60", "--n-landmarks", "50"],
+     "--n-clusters 3:60: searching K up to 60 needs more than 60 landmarks (and at least 4); there are 50: raise "
+     "--n-landmarks, lower k_max or give K as an integer."),
+    (["--n-clusters", "700"], "--n-clusters 700: K is more than the 600 rows; lower --n-clusters."),
 ])
 def test_cli_refuses_bad_n_clusters_in_one_line(npz_input, tmp_path, args, message):
     store = tmp_path / "never.zarr"
     r = _cli("run", "--input", str(npz_input), "--store", str(store), *args, timeout=120)
     assert r.returncode == 2, (r.stdout, r.stderr)
-    assert message in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"mkdist: bad input: {message}") and r.stderr.count("\n") == 1, r.stderr
     assert not store.exists()
+
+
+def test_a_parameter_error_keeps_its_parameter_across_processes():
+    # A refusal raised in a Dask worker reaches the client pickled; the CLI still needs its parts.
+    import pickle
+
+    from mkdist.errors import ParameterError
+
+    with pytest.raises(ParameterError) as info:
+        mkdist.MultipleKernelClustering(n_clusters=(5, 3)).validate_input(_four_blobs(20)[0])
+    again = pickle.loads(pickle.dumps(info.value))
+    assert (type(again), str(again), again.parameter, again.value, again.rest) == (
+        ParameterError, str(info.value), "n_clusters", (5, 3), info.value.rest)
 
 
 # ----------------------------------------------------------------------------- report

@@ -251,12 +251,13 @@ def _small():
 
 
 @pytest.mark.parametrize("X, params, match", [
-    (lambda: _small(), {"n_clusters": 1}, "`n_clusters`=1 must be >= 2"),
-    (lambda: _small(), {"n_clusters": 11, "n_anchors": 10}, "n_clusters=11 must be <= the number of anchors"),
+    (lambda: _small(), {"n_clusters": 1}, "`n_clusters`=1: give K as an integer >= 2"),
+    (lambda: _small(), {"n_clusters": 11, "n_anchors": 10},
+     "`n_clusters`=11: K is more than the 10 anchors; raise `n_anchors` or lower `n_clusters`."),
     (lambda: _small(), {"n_anchors": 31}, "n_anchors=31 must be <= n_samples=30"),
-    (lambda: _small(), {"n_clusters": 31}, "n_samples=30 should be >= n_clusters=31"),
+    (lambda: _small(), {"n_clusters": 31}, "`n_clusters`=31: K is more than the 30 rows"),
     (lambda: np.ones((30, 4)), {}, "is constant"),
-    (lambda: np.ones((30, 4)), {"bandwidth": 1.0}, r"numerical rank 1 < n_clusters=3"),
+    (lambda: np.ones((30, 4)), {"bandwidth": 1.0}, r"`n_clusters`=3: K = 3 is more than the numerical rank 1"),
     (lambda: np.r_[_small()[:-1], [[np.nan] * 5]], {}, "NaN"),
     (lambda: np.r_[_small()[:-1], [[np.inf] * 5]], {}, "infinity"),
     (lambda: _small()[:1], {}, "n_samples=1"),

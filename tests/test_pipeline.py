@@ -352,10 +352,10 @@ def test_iterative_fits_show_their_passes_as_progress(dask_client, data, tmp_pat
     the run counts them on one status line (no bar per pass, and nothing when progress is off)."""
     import re
 
-    from mkdist._methods import _power_kmeans
+    from mkdist._methods._power_kmeans import _estimators
 
     # Restarts on a 300-row sample, then the kept run refined by passes over the Dask rows.
-    monkeypatch.setattr(_power_kmeans, "INIT_SAMPLE_SIZE", 300)
+    monkeypatch.setattr(_estimators, "INIT_SAMPLE_SIZE", 300)
     views, _ = data
     params = dict(method="rff-power", random_state=0, n_init=2)
     cluster(_dask(views), str(tmp_path / "quiet.zarr"), 3, **params)

@@ -16,21 +16,10 @@ from scipy.spatial.distance import cdist
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 from mkdist._core._blocks import RowBlocks
-from mkdist._methods._power_kmeans import (
-    LOG_WEIGHT_FLOOR,
-    S0_GAP_FACTOR,
-    MultiViewRFFPowerKMeans,
-    RFFKernelPowerKMeans,
-    _auto_s0,
-    _consensus_labels,
-    _fit_loop,
-    _log_gap,
-    _Model,
-    _partition_centroids,
-    _power_mean_weights,
-    _row_labels,
-    default_n_components,
-)
+from mkdist._methods._power_kmeans import MultiViewRFFPowerKMeans, RFFKernelPowerKMeans, default_n_components
+from mkdist._methods._power_kmeans._loop import S0_GAP_FACTOR, auto_s0, fit_loop, log_gap
+from mkdist._methods._power_kmeans._passes import LOG_WEIGHT_FLOOR, PassModel, power_mean_weights, row_labels
+from mkdist._methods._power_kmeans._restarts import consensus_labels, partition_centroids
 from mkdist.errors import InputValidationError
 from mkdist.metrics import clustering_accuracy, nmi
 
@@ -89,7 +78,7 @@ def test_power_mean_weights_match_the_direct_formula():
     rng = np.random.default_rng(0)
     C = rng.uniform(0.2, 2.0, size=(50, 4))
     s, k = -3.0, 4
-    w, log_mean = _power_mean_weights(C, s)
+    w, log_mean = power_mean_weights(C, s)
     direct = (C ** (s - 1) / k) / ((C**s).sum(axis=1, keepdims=True) / k) ** (1 - 1 / s)
     np.testing.assert_allclose(w, direct, rtol=1e-12)
     M = ((C**s).mean(axis=1)) ** (1 / s)
@@ -100,7 +89,7 @@ def test_power_mean_weights_match_the_direct_formula():
 
 def test_weights_stay_finite_at_s_minus_1000_and_zero_cost():
     C = np.array([[0.0, 0.5, 1.0], [0.30, 0.31, 2.0], [0.0, 0.0, 1.0], [1e-300, 3.9, 4.0]])
-    w, log_mean = _power_mean_weights(C, -1000.0)
+    w, log_mean = power_mean_weights(C, -1000.0)
     assert np.isfinite(w).all() and np.isfinite(log_mean).all()
     # no subnormals: every weight is 0 or at least exp(LOG_WEIGHT_FLOOR)
     assert np.all((w == 0) | (w >= math.exp(LOG_WEIGHT_FLOOR)))
@@ -114,11 +103,11 @@ def test_weights_stay_finite_at_s_minus_1000_and_zero_cost():
 def test_auto_s0_is_inverse_to_the_log_gap():
     rng = np.random.default_rng(0)
     C = rng.uniform(0.2, 1.5, size=(200, 5))
-    s0 = _auto_s0(C)
-    assert s0 * _log_gap(C) == pytest.approx(-S0_GAP_FACTOR)
+    s0 = auto_s0(C)
+    assert s0 * log_gap(C) == pytest.approx(-S0_GAP_FACTOR)
     # squaring the costs doubles every log gap, so it halves |s0|: the start weights
     # C^s0 are then identical.
-    assert _auto_s0(C**2) == pytest.approx(s0 / 2)
+    assert auto_s0(C**2) == pytest.approx(s0 / 2)
 
 
 # ----------------------------------------------------------------------------- one iteration
@@ -158,8 +147,8 @@ def test_one_iteration_matches_the_paper_formulas(cls, views, dtype, rtol, atol)
     eta = rng.uniform(0.3, 1.0, size=(3, 2)) if cls is MultiViewRFFPowerKMeans else None
     lam = 50.0 if eta is not None else None
     features = dataclasses.replace(est._feature_map(), dtype=dtype)
-    model = _Model(features, theta, alpha, float("nan"), eta)
-    out = _fit_loop(RowBlocks(dict(zip(["a", "b"], X)), block_rows=40), model, s0=-2.5,
+    model = PassModel(features, theta, alpha, float("nan"), eta)
+    out = fit_loop(RowBlocks(dict(zip(["a", "b"], X)), block_rows=40), model, s0=-2.5,
                     annealing=1.04, anneal_every=2, max_iter=1, tol=0.0, lam=lam,
                     reseed_pool=phis)
     ref_theta, ref_alpha = _reference_iteration(phis, theta, alpha, -2.5, eta, lam)
@@ -172,9 +161,9 @@ def test_one_iteration_matches_the_paper_formulas(cls, views, dtype, rtol, atol)
 def test_objective_never_increases_at_fixed_s(cls, views, dtype, rtol, monkeypatch):
     """Without annealing each iteration is an MM step: f_s (+ lam sum alpha log alpha) falls,
     to rounding (float32 features: ~1e-6 of f near the fixed point)."""
-    import mkdist._methods._power_kmeans as module
+    from mkdist._methods._power_kmeans import _estimators, _loop, _passes, _restarts  # noqa: F401
 
-    monkeypatch.setattr(module, "FEATURE_DTYPE", dtype)
+    monkeypatch.setattr(_passes, "FEATURE_DTYPE", dtype)
     X, _ = views
     est = _fit(cls, X, s0=-2.0, annealing=1.0, max_iter=25, tol=0.0)
     f = est.objective_history_
@@ -189,14 +178,14 @@ def test_objective_never_increases_at_fixed_s(cls, views, dtype, rtol, monkeypat
 def test_fit_stops_when_the_objective_stalls_at_fixed_s(cls, views):
     """tol > 0: a pass at the s of the previous pass that lowers f by <= OBJECTIVE_RTOL of f ends
     the fit (the shift test alone runs on); annealing passes never do."""
-    import mkdist._methods._power_kmeans as module
+    from mkdist._methods._power_kmeans import _estimators, _loop, _passes, _restarts  # noqa: F401
 
     X, _ = views
     est = _fit(cls, X, s0=-2.0, annealing=1.0, max_iter=40, tol=1e-30)
     f = est.objective_history_
     assert est.diagnostics_["converged"] and est.n_iter_ < 40
-    assert f[-2] - f[-1] <= module.OBJECTIVE_RTOL * abs(f[-2])
-    assert np.all(f[:-2] - f[1:-1] > module.OBJECTIVE_RTOL * np.abs(f[:-2]))
+    assert f[-2] - f[-1] <= _loop.OBJECTIVE_RTOL * abs(f[-2])
+    assert np.all(f[:-2] - f[1:-1] > _loop.OBJECTIVE_RTOL * np.abs(f[:-2]))
 
 
 def test_annealing_schedule(views):
@@ -262,7 +251,7 @@ def overlapping():
 def test_merged_centroids_do_not_end_the_fit(overlapping, monkeypatch):
     """s0 near 0 first merges the centroids, where they barely move; the guard keeps
     annealing until they split again instead of stopping on the small shift."""
-    import mkdist._methods._power_kmeans as module
+    from mkdist._methods._power_kmeans import _estimators, _loop, _passes, _restarts  # noqa: F401
 
     X, y = overlapping
     # the kept restart's own run (a consensus run starts at its final s, past the merging)
@@ -273,7 +262,7 @@ def test_merged_centroids_do_not_end_the_fit(overlapping, monkeypatch):
     assert not est.diagnostics_["merged_at_end"] and est.diagnostics_["converged"]
     assert nmi(y, est.labels_) >= nmi(y, sharp.labels_) - 0.01
     # without the guard the shift test stops the fit among merged centroids
-    monkeypatch.setattr(module, "MERGE_TOL", 0.0)
+    monkeypatch.setattr(_loop, "MERGE_TOL", 0.0)
     unguarded = RFFKernelPowerKMeans(4, s0=-0.05, **kw).fit(X)
     assert unguarded.n_iter_ < est.n_iter_ / 3
     assert nmi(y, unguarded.labels_) < nmi(y, est.labels_) - 0.05
@@ -292,25 +281,25 @@ def test_a_cluster_whose_weight_mass_vanishes_is_reseeded(views):
     (phi,) = est.rff_features(X[0])
     theta = est.centroids_.copy()
     theta[0, 2] = -phi.mean(axis=0) * 5  # far from every point: all its weights underflow
-    model = _Model(est._feature_map(), theta, np.ones(1), float("nan"), None)
-    out = _fit_loop(RowBlocks({"v": X[0]}, block_rows=64), model, s0=-1000.0, annealing=1.04,
+    model = PassModel(est._feature_map(), theta, np.ones(1), float("nan"), None)
+    out = fit_loop(RowBlocks({"v": X[0]}, block_rows=64), model, s0=-1000.0, annealing=1.04,
                     anneal_every=2, max_iter=30, tol=1e-9, lam=None, reseed_pool=[phi])
     assert out["n_reseeded"] >= 1
     assert np.isfinite(out["model"].centroids).all()
-    assert np.unique(_row_labels([X[0]], out["model"])).size == 3
+    assert np.unique(row_labels([X[0]], out["model"])).size == 3
     # a model without a feature map reads its rows as features (the NumPy feature cache)
     cached = dataclasses.replace(out["model"], features=None)
-    np.testing.assert_array_equal(_row_labels([phi], cached), _row_labels([X[0]], out["model"]))
+    np.testing.assert_array_equal(row_labels([phi], cached), row_labels([X[0]], out["model"]))
 
 
 def test_feature_cache_gives_the_same_fit(views, monkeypatch):
     """NumPy input walks the cached features or recomputes them per block: same row
     functions on the same row blocks, so the same numbers."""
-    import mkdist._methods._power_kmeans as module
+    from mkdist._methods._power_kmeans import _estimators, _loop, _passes, _restarts  # noqa: F401
 
     X, _ = views
     cached = _fit(MultiViewRFFPowerKMeans, X, chunk_size=40)
-    monkeypatch.setattr(module, "FEATURE_CACHE_BYTES", 0)
+    monkeypatch.setattr(_passes, "FEATURE_CACHE_BYTES", 0)
     recomputed = _fit(MultiViewRFFPowerKMeans, X, chunk_size=40)
     np.testing.assert_array_equal(recomputed.labels_, cached.labels_)
     np.testing.assert_array_equal(recomputed.centroids_, cached.centroids_)
@@ -320,17 +309,17 @@ def test_feature_cache_gives_the_same_fit(views, monkeypatch):
 @pytest.fixture
 def recorded_restarts(monkeypatch):
     """Every restart a fit runs: (the restarter, its seed, its result)."""
-    import mkdist._methods._power_kmeans as module
+    from mkdist._methods._power_kmeans import _estimators, _loop, _passes, _restarts  # noqa: F401
 
     calls = []
-    run = module._Restarter.__call__
+    run = _restarts.Restarter.__call__
 
     def record(self, seed):
         out = run(self, seed)
         calls.append((self, seed, out))
         return out
 
-    monkeypatch.setattr(module._Restarter, "__call__", record)
+    monkeypatch.setattr(_restarts.Restarter, "__call__", record)
     return calls
 
 
@@ -380,7 +369,7 @@ def test_consensus_of_identical_partitions_is_that_partition():
 
     labels = np.random.default_rng(0).integers(0, 5, size=200)
     renamed = [labels, (labels + 2) % 5, np.array([4, 3, 2, 1, 0])[labels]]
-    assert adjusted_rand_score(labels, _consensus_labels(renamed, 5, seed=0)) == 1.0
+    assert adjusted_rand_score(labels, consensus_labels(renamed, 5, seed=0)) == 1.0
 
 
 def test_consensus_votes_out_an_error_the_restarts_do_not_share():
@@ -395,14 +384,14 @@ def test_consensus_votes_out_an_error_the_restarts_do_not_share():
         wrong[30 * r: 30 * r + 8] = (r + 1) % 3
         partitions.append(wrong)
     assert all(adjusted_rand_score(truth, p) < 1.0 for p in partitions)
-    assert adjusted_rand_score(truth, _consensus_labels(partitions, 3, seed=0)) == 1.0
+    assert adjusted_rand_score(truth, consensus_labels(partitions, 3, seed=0)) == 1.0
 
 
 def test_partition_centroids_are_the_cluster_means():
     rng = np.random.default_rng(0)
     phis = [rng.normal(size=(30, 6)), rng.normal(size=(30, 6))]  # every view has 2D features
     labels = rng.integers(0, 3, size=30)  # cluster 3 is empty
-    out = _partition_centroids(phis, labels, 4)
+    out = partition_centroids(phis, labels, 4)
     assert out.shape == (2, 4, 6)
     for v, phi in enumerate(phis):
         for j in range(3):
@@ -413,10 +402,10 @@ def test_partition_centroids_are_the_cluster_means():
 @pytest.fixture
 def recorded_consensus(monkeypatch):
     """The consensus runs a fit makes: (the consensus partition, the result of from_consensus)."""
-    import mkdist._methods._power_kmeans as module
+    from mkdist._methods._power_kmeans import _estimators, _loop, _passes, _restarts  # noqa: F401
 
     calls = []
-    consensus, continue_from = module._consensus_labels, module._Restarter.from_consensus
+    consensus, continue_from = _restarts.consensus_labels, _restarts.Restarter.from_consensus
 
     def record_labels(*args, **kwargs):
         out = consensus(*args, **kwargs)
@@ -428,8 +417,8 @@ def recorded_consensus(monkeypatch):
         calls.append(out)
         return out
 
-    monkeypatch.setattr(module, "_consensus_labels", record_labels)
-    monkeypatch.setattr(module._Restarter, "from_consensus", record_run)
+    monkeypatch.setattr(_restarts, "consensus_labels", record_labels)
+    monkeypatch.setattr(_restarts.Restarter, "from_consensus", record_run)
     return calls
 
 
@@ -467,7 +456,7 @@ def test_consensus_continues_from_the_restarts_consensus(cls, overlapping, recor
 def test_auto_restarts_and_start_inits_are_sized_by_the_work_of_a_pass(views, monkeypatch, recorded_restarts):
     """n_init="auto" runs as many restarts (3 to 10) and each start as many k-means++ inits
     (1 to 10) as fit their work budgets in products n k F of a pass; an int n_init is kept."""
-    import mkdist._methods._power_kmeans as module
+    from mkdist._methods._power_kmeans import _estimators, _loop, _passes, _restarts  # noqa: F401
 
     X, _ = views
     est = MultiViewRFFPowerKMeans(3, random_state=0).fit(X)
@@ -475,8 +464,8 @@ def test_auto_restarts_and_start_inits_are_sized_by_the_work_of_a_pass(views, mo
     assert est.diagnostics_["restarts"]["start_n_init"] == 10
     work = 150 * 3 * 2 * est.n_components_ * 2  # n k 2D L
     for budget, restarts, inits in [(4.5, 4, 2), (1.0, 3, 1), (0.1, 3, 1)]:
-        monkeypatch.setattr(module, "RESTART_WORK", budget * work)
-        monkeypatch.setattr(module, "START_WORK", budget / 2 * work)
+        monkeypatch.setattr(_restarts, "RESTART_WORK", budget * work)
+        monkeypatch.setattr(_restarts, "START_WORK", budget / 2 * work)
         recorded_restarts.clear()
         est = MultiViewRFFPowerKMeans(3, random_state=0).fit(X)
         assert est.n_init_ == len(recorded_restarts) == restarts
@@ -510,9 +499,9 @@ def test_a_restart_run_alone_gives_the_same_result(cls, overlapping, recorded_re
 def test_the_winner_is_refined_over_all_rows(views, monkeypatch, recorded_restarts):
     """Sample smaller than the data: the restarts run on the sample, then only the winner
     passes over all rows, from its final centroids and s, with lambda per point unchanged."""
-    import mkdist._methods._power_kmeans as module
+    from mkdist._methods._power_kmeans import _estimators, _loop, _passes, _restarts  # noqa: F401
 
-    monkeypatch.setattr(module, "INIT_SAMPLE_SIZE", 90)
+    monkeypatch.setattr(_estimators, "INIT_SAMPLE_SIZE", 90)
     X, y = views
     est = MultiViewRFFPowerKMeans(3, n_init=3, restart_selection="agreement", random_state=0).fit(X)
     diag = est.diagnostics_["restarts"]
@@ -543,10 +532,10 @@ def test_dask_matches_numpy_with_one_compute_per_iteration(cls, views, dtype, rt
     import dask
     import dask.array as da
 
-    import mkdist._methods._power_kmeans as module
+    from mkdist._methods._power_kmeans import _estimators, _loop, _passes, _restarts  # noqa: F401
 
-    monkeypatch.setattr(module, "FEATURE_DTYPE", dtype)
-    monkeypatch.setattr(module, "INIT_SAMPLE_SIZE", sample_size)
+    monkeypatch.setattr(_passes, "FEATURE_DTYPE", dtype)
+    monkeypatch.setattr(_estimators, "INIT_SAMPLE_SIZE", sample_size)
     X, y = views
     ref = _fit(cls, X)
     Xd = [da.from_array(v, chunks=(40, 5)) for v in X]
@@ -577,19 +566,19 @@ def test_distributed_features_are_persisted_within_the_memory_budget(views, dask
     float32 summation order."""
     import dask.array as da
 
-    import mkdist._methods._power_kmeans as module
+    from mkdist._methods._power_kmeans import _estimators, _loop, _passes, _restarts  # noqa: F401
 
     # the features of all rows serve the refinement of the winner, when the sample is not all rows
-    monkeypatch.setattr(module, "INIT_SAMPLE_SIZE", 100)
+    monkeypatch.setattr(_estimators, "INIT_SAMPLE_SIZE", 100)
     X, _ = views
     Xd = [da.from_array(v, chunks=(40, 5)) for v in X]             # chunks of 40, 40, 40, 30 rows
     ref = _fit(MultiViewRFFPowerKMeans, X)
     workers = dask_client.scheduler_info(n_workers=-1)["workers"].values()
     memory = len(workers) * min(w["memory_limit"] for w in workers)
-    chunk_bytes = 40 * 2 * 2 * ref.n_components_ * np.dtype(module.FEATURE_DTYPE).itemsize
-    monkeypatch.setattr(module, "FEATURE_PERSIST_FRACTION", chunks_in_budget * chunk_bytes / memory)
+    chunk_bytes = 40 * 2 * 2 * ref.n_components_ * np.dtype(_passes.FEATURE_DTYPE).itemsize
+    monkeypatch.setattr(_passes, "FEATURE_PERSIST_FRACTION", chunks_in_budget * chunk_bytes / memory)
     rows = RowBlocks(dict(zip(["view0", "view1"], Xd)))
-    kept = module._feature_rows(rows, ref._feature_map())
+    kept = _passes.feature_rows(rows, ref._feature_map())
     if persisted == 0:
         assert kept is None
     else:
@@ -712,7 +701,7 @@ def test_summary_reports_views_kernels_and_pep(cls, views):
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("cls, params, match", [
-    (RFFKernelPowerKMeans, {"n_clusters": 0}, r"`n_clusters`=0 must be >= 1"),
+    (RFFKernelPowerKMeans, {"n_clusters": 0}, r"`n_clusters`=0: give K as an integer >= 1 \(e.g. 10\)\.$"),
     (RFFKernelPowerKMeans, {"n_components": 0}, r"`n_components`=0 must be >= 1"),
     (RFFKernelPowerKMeans, {"n_components": "huge"}, r"`n_components`='huge'"),
     (RFFKernelPowerKMeans, {"s0": 0.0}, r"`s0`=0.0 must be < 0"),
@@ -734,15 +723,15 @@ def test_summary_reports_views_kernels_and_pep(cls, views):
     (MultiViewRFFPowerKMeans, {"n_init": "many"}, r"`n_init`='many' must be 'auto'"),
     (MultiViewRFFPowerKMeans, {"restart_selection": "best"}, r"`restart_selection`='best'.*'consensus'"),
     (RFFKernelPowerKMeans, {"restart_selection": None}, r"`restart_selection`=None"),
-    (RFFKernelPowerKMeans, {"n_clusters": 151}, r"n_samples=150 should be >= n_clusters=151"),
+    (RFFKernelPowerKMeans, {"n_clusters": 151}, r"`n_clusters`=151: K is more than the 150 rows; lower `n_clusters`"),
 ])
 def test_bad_parameters_are_rejected_before_work(cls, params, match, views, monkeypatch):
-    import mkdist._methods._power_kmeans as module
+    from mkdist._methods._power_kmeans import _estimators, _loop, _passes, _restarts  # noqa: F401
 
     X, _ = views
     # the checks must come before any work on the data
-    monkeypatch.setattr(module, "gather_rows", lambda *a: pytest.fail("data read before validation"))
-    monkeypatch.setattr(module, "RowBlocks", lambda *a, **k: pytest.fail("data read before validation"))
+    monkeypatch.setattr(_estimators, "gather_rows", lambda *a: pytest.fail("data read before validation"))
+    monkeypatch.setattr(_estimators, "RowBlocks", lambda *a, **k: pytest.fail("data read before validation"))
     kw = {"n_clusters": 3, **params}
     with pytest.raises(InputValidationError, match=match):
         cls(**kw).fit(X)

@@ -282,12 +282,12 @@ def test_cli_refuses_bad_arguments_in_one_line_before_loading_the_numerical_stac
     unknown = tmp_path / "unknown.json"
     unknown.write_text(json.dumps({"n_clusters": 3, "bogus_option": 1}))
     cases = [
-        (["--n-clusters", "1"], "`n_clusters`=1 must be >= 2"),
+        (["--n-clusters", "1"], "--n-clusters 1: give K as an integer >= 2"),
         (["--n-clusters", "3", "--method", "spectral"], "unknown method 'spectral'"),
         (["--n-clusters", "3", "--n-workers", "-1"], "--n-workers"),
         (["--config", str(bad_config)], "is not valid TOML"),
         (["--config", str(unknown)], "does not take `bogus_option`"),
-        (["--n-clusters", "3", "--n-landmarks", "10", "--method", "rff-power"], "does not use `n_landmarks`"),
+        (["--n-clusters", "3", "--n-landmarks", "10", "--method", "rff-power"], "does not use --n-landmarks"),
     ]
     record = tmp_path / "imported.json"
     for args, message in cases:

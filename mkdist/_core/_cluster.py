@@ -12,6 +12,8 @@ scheduler`` process import what the tasks reference - scikit-learn, SciPy, xarra
 pandas, about 1,400 modules: 1.5 s before the first task and 0.9 s before the embedding's on a
 1M-row run, with the workers idle (``bench/RESULTS.md``, "Plain clusters").  This module
 imports only the standard library at the top, so the scheduler's only import is this light one.
+Only Dask's and distributed's public API is used (the collection protocol, ``dask.optimize``,
+:mod:`dask.task_spec`, ``Client.get``), so a Dask release changes nothing here unannounced.
 """
 
 from __future__ import annotations
@@ -103,20 +105,38 @@ def compute(*args: Any) -> tuple:
     client = active_client()
     if client is None:
         return dask.compute(*args)
-    from dask.base import unpack_collections
     from distributed import futures_of
 
-    collections, repack = unpack_collections(*args, traverse=True)
+    collections: list = []
+    _traverse(args, collections.append)
     if not collections:
         return args
-    persisted = persist_and_wait(list(collections))
+    persisted = persist_and_wait(collections)
     futures = {f.key: f for f in futures_of(persisted)}
     data = dict(zip(futures, client.gather(list(futures.values()))))
     results = []
     for c in collections:
         finalize, extra = c.__dask_postcompute__()
         results.append(finalize(_nested(c.__dask_keys__(), data), *extra))
-    return repack(results)
+    done = iter(results)
+    return _traverse(args, lambda _: next(done))
+
+
+def _traverse(obj: Any, visit: Callable[[Any], Any]) -> Any:
+    """``obj`` with every Dask collection in it (inside lists, tuples and dicts) replaced by
+    ``visit(collection)``, in a fixed order (the order :func:`compute` relies on)."""
+    from dask import is_dask_collection
+
+    if is_dask_collection(obj):
+        return visit(obj)
+    if isinstance(obj, list):
+        return [_traverse(v, visit) for v in obj]
+    if isinstance(obj, tuple):
+        items = [_traverse(v, visit) for v in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)  # namedtuples keep their type
+    if isinstance(obj, dict):
+        return {k: _traverse(v, visit) for k, v in obj.items()}
+    return obj
 
 
 def compute_here(*arrays: Any) -> list:
@@ -153,11 +173,10 @@ def _submit_opaque(client, collections: list) -> list:
     objects (a Dask array's finalize step imports ``dask.array``, which imports xarray and
     pandas on the scheduler), a plain dict of opaque tasks with nothing but this module.
     """
-    from dask.core import flatten
     from distributed import futures_of
 
     graph = opaque_graph_dict(collections)
-    keys = [list(flatten(c.__dask_keys__())) for c in collections]
+    keys = [_flat(c.__dask_keys__()) for c in collections]
     # Output keys missing from the optimized graph are already on the cluster (a collection
     # persisted earlier): their futures are taken as they are.  Looked up only then, since
     # futures_of walks (and materializes) every graph.
@@ -173,16 +192,27 @@ def _submit_opaque(client, collections: list) -> list:
     return rebuilt
 
 
+def _flat(keys: Any) -> list:
+    """The keys of ``__dask_keys__()`` (a key or nested lists of keys) in one list."""
+    return [k for sub in keys for k in _flat(sub)] if isinstance(keys, list) else [keys]
+
+
 def opaque_graph_dict(collections: list) -> dict:
     """The low-level graph of ``collections``, materialized and optimized here, every task opaque.
 
-    Materialized and optimized together, as ``Client.persist`` would have the scheduler do it
-    (shared upstream tasks stay shared, fused tasks keep their output keys).  Each task
-    becomes a call of :func:`run_opaque` on its pickled self, with the same key and the same
-    dependencies, so the scheduler orders and places nothing differently but never unpickles
-    what a task calls or holds (why: see the module docstring).  Data nodes holding NumPy
-    arrays or plain Python values stay as they are: the scheduler reads those without imports.
-    Dask annotations (``dask.annotate``) are not carried over; mkdist sets none.
+    Optimized together (``dask.optimize``), as ``Client.persist`` would have the scheduler do it
+    (shared upstream tasks stay shared, fused tasks keep their output keys), and materialized
+    through the collection protocol (``__dask_graph__``).  Each task becomes a
+    :class:`dask.task_spec.Task` calling :func:`run_opaque` on its pickled self, with the same
+    key and the same dependencies, so the scheduler orders and places nothing differently but
+    never unpickles what a task calls or holds (why: see the module docstring).  Aliases and
+    data nodes holding NumPy arrays (not of objects) or plain Python values stay as they are:
+    the scheduler reads those without imports.  Dask annotations (``dask.annotate``) and the
+    data-producer mark of input tasks are not carried over; mkdist sets no annotation, and the
+    scheduler's root-task heuristic (groups much larger than the cluster) covers the row tasks.
+
+    Only the public Dask API is used: ``dask.optimize``, the collection protocol and the task
+    classes of :mod:`dask.task_spec` (a node called with its dependencies' values).
 
     Parameters
     ----------
@@ -191,33 +221,52 @@ def opaque_graph_dict(collections: list) -> dict:
     Returns
     -------
     dict
-        Key -> ``dask._task_spec.GraphNode``, for ``Client.get``.
+        Key -> :class:`dask.task_spec.GraphNode`, for ``Client.get``.
     """
-    from dask._task_spec import convert_legacy_graph
-    from dask.base import collections_to_expr
+    import dask
 
-    graph = collections_to_expr(list(collections), optimize_graph=True).__dask_graph__()
-    return {key: _opaque_node(node) for key, node in convert_legacy_graph(dict(graph)).items()}
+    graph: dict = {}
+    for c in dask.optimize(*collections):
+        # Collections optimized together usually share one graph: materialized once.
+        if graph and all(k in graph for k in _flat(c.__dask_keys__())):
+            continue
+        graph.update(c.__dask_graph__())
+    return {key: _opaque_node(key, node) for key, node in graph.items()}
 
 
 #: Values the scheduler unpickles without importing anything beyond NumPy.
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, slice, range)
 
 
-def _opaque_node(node):
+def _opaque_node(key, node):
+    import cloudpickle
     import numpy as np
-    from dask._task_spec import Alias, DataNode, Task, TaskRef
-    from distributed.protocol.pickle import dumps
+    from dask.task_spec import Alias, DataNode, GraphNode, Task, TaskRef
 
-    if isinstance(node, Alias) or (isinstance(node, DataNode) and isinstance(node.value, (np.ndarray, *_PLAIN))):
+    if not isinstance(node, GraphNode):
+        # A legacy tuple or a persisted collection's future: left for the scheduler to read.
         return node
+    if isinstance(node, Alias):
+        return node
+    if isinstance(node, DataNode):
+        value = node.value
+        if isinstance(value, _PLAIN) or (isinstance(value, np.ndarray) and value.dtype != object):
+            return node
     deps = tuple(node.dependencies)
-    return Task(node.key, run_opaque, dumps(deps), dumps(node), *(TaskRef(k) for k in deps),
-                _data_producer=node.data_producer)
+    return Task(key, run_opaque, cloudpickle.dumps((deps, node)), *(TaskRef(k) for k in deps))
 
 
-def run_opaque(dependency_keys: bytes, node: bytes, *values: Any) -> Any:
-    """Run a task pickled by :func:`opaque_graph_dict` on its dependencies' values (on a worker)."""
-    from distributed.protocol.pickle import loads
+def run_opaque(payload: bytes, *values: Any) -> Any:
+    """Run a task pickled by :func:`opaque_graph_dict` on its dependencies' values (on a worker).
 
-    return loads(node)(dict(zip(loads(dependency_keys), values)))
+    Parameters
+    ----------
+    payload : bytes
+        The pickled pair (dependency keys, task node).
+    *values
+        The dependencies' values, in the order of their keys.
+    """
+    import pickle
+
+    keys, node = pickle.loads(payload)
+    return node(dict(zip(keys, values)))

@@ -18,7 +18,8 @@ column where a check needs its values):
 * an undeclared integer column that looks like a row id (unique and monotone) is refused,
   naming it: clustered as a feature, it splits the rows into id ranges;
 * nulls in a feature (from the column statistics) and in the id column are refused before
-  any work, naming the column, the count and the first row.
+  any work, naming the column, the count and the first row; with ``missing="impute"`` the
+  features' nulls pass (as NaN, which the run fills), the id column's never do.
 
 The table itself is a :class:`Table`: in memory (:class:`ArrowTable`, a pandas DataFrame's) or
 Parquet files (``mkdist._pipeline._tables.ParquetTable``).  Only ``pyarrow`` and NumPy are
@@ -48,6 +49,8 @@ DEFAULT_VIEW = "features"
 #: in any order, not only for monotone values.
 _ID_LIKE_NAMES = ("id", "index", "key", "uuid", "row", "rowid", "row_id", "row_number")
 _GLOB_CHARS = "*?["
+#: What every refusal of missing values offers (``missing="impute"``: the run fills them).
+MISSING_HINT = "pass --missing impute (missing='impute') to cluster those rows too, their missing cells imputed"
 
 
 # ----------------------------------------------------------------------------- columns
@@ -376,7 +379,8 @@ def _normalise_declaration(views: Any) -> dict[str, list[str]] | None:
 
 
 def plan_views(table: Table, views: Any = None, *, id_column: str | None = None,
-               label_column: str | None = None, categories: Mapping[str, Sequence] | None = None) -> ViewPlan:
+               label_column: str | None = None, categories: Mapping[str, Sequence] | None = None,
+               missing: str | None = None) -> ViewPlan:
     """Sort a table's columns into views; refuse what cannot be clustered, naming it.
 
     Parameters
@@ -398,6 +402,9 @@ def plan_views(table: Table, views: Any = None, *, id_column: str | None = None,
         model's vocabulary (a category it did not see becomes all-zero indicators), and a view
         whose columns all have one is categorical.  Default: each categorical column's distinct
         values, sorted (at most ``MAX_CATEGORIES``).
+    missing : {"refuse", "impute"}, optional
+        "impute" lets nulls in the features through (the run fills them); nulls in the id
+        column are refused either way.  Default "refuse".
 
     Returns
     -------
@@ -505,7 +512,8 @@ def plan_views(table: Table, views: Any = None, *, id_column: str | None = None,
         plan = ViewPlan(chosen, ignored, True, id_column, label_column, vocabularies)
         _refuse_row_id_features(table, [c for v, cols in chosen.items() if v not in categorical for c in cols],
                                 explicit)
-    _refuse_nulls(table, [c for cols in plan.views.values() for c in cols], id_column)
+    features = [c for cols in plan.views.values() for c in cols] if missing != "impute" else []
+    _refuse_nulls(table, features, id_column)
     return plan
 
 
@@ -680,7 +688,7 @@ def _refuse_nulls(table: Table, features: Sequence[str], id_column: str | None) 
                                    "cannot be joined back; fill them or drop those rows")
     others = f" (also: {', '.join(f'{c} {table.columns[c].nulls}' for c in with_nulls[1:])})" if with_nulls[1:] else ""
     raise InputValidationError(f"column {name!r} has {n} missing value{'s' * (n > 1)} ({where}){others}: fill or "
-                               "drop them, or leave the column out of the views")
+                               f"drop them, leave the column out of the views, or {MISSING_HINT}")
 
 
 def _id_suffix(table: Table, id_column: str | None, row: int | None, column: str) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,10 +35,12 @@ from ._fused import (
     combine_numpy,
     compiled_available,
 )
-from ._kernel_specs import FittedKernel, KernelSpec
+from ._kernel_specs import FittedKernel, KernelSpec, resolve_kernel_specs
 from ._scaling import FeatureScaling
 
 __all__ = [
+    "LandmarkKernels",
+    "fit_landmark_kernels",
     "ProjectedKernels",
     "CombinedProjection",
     "KernelPreprocessing",
@@ -51,6 +53,61 @@ __all__ = [
     "kernel_model_state",
     "kernel_model_from_state",
 ]
+
+
+@dataclasses.dataclass(frozen=True)
+class LandmarkKernels:
+    """The kernel set-up of a fit on the landmarks (:func:`fit_landmark_kernels`).
+
+    Attributes
+    ----------
+    specs : list of KernelSpec, length m
+        The user's ``kernels=`` resolved against the views ("auto" decided on the landmarks).
+    scaling : FeatureScaling or None
+        Per-feature scaling estimated on the landmarks.
+    views : dict of str to ndarray of shape (n, d_v)
+        The landmark rows scaled, float64, C-contiguous: what the kernels are evaluated on.
+    kernels : list of FittedKernel, length m
+        The specs with their bandwidth heuristics turned into numbers.
+    """
+
+    specs: list[KernelSpec]
+    scaling: FeatureScaling | None
+    views: dict[str, np.ndarray]
+    kernels: list[FittedKernel]
+
+
+def fit_landmark_kernels(kernels: Any, landmark_views: Mapping[str, np.ndarray], *, scale: str | None,
+                         random_state: int | None,
+                         check: Callable[[list[KernelSpec], dict[str, np.ndarray]], None] | None = None,
+                         ) -> LandmarkKernels:
+    """Specs -> scaling -> fitted kernels on the landmark rows: the set-up every kernel method shares.
+
+    Parameters
+    ----------
+    kernels : str, list of KernelSpec/dict, or None
+        The estimator's ``kernels`` (:func:`mkdist._core._kernel_specs.resolve_kernel_specs`).
+    landmark_views : dict of str to ndarray of shape (n, d_v)
+        The landmark rows of every view, in memory.
+    scale : {None, "minmax", "standard", "auto"}
+        :meth:`FeatureScaling.fit` on the landmarks.
+    random_state : int or None
+        Seed of the bandwidth heuristics' subsample (:func:`fit_kernels`).
+    check : callable, optional
+        Called with the specs and the scaled views before the bandwidths are estimated: a
+        method's own refusals (a constant view) come before any kernel work.
+
+    Returns
+    -------
+    LandmarkKernels
+    """
+    specs = resolve_kernel_specs(kernels, list(landmark_views), landmark_views)  # "auto" reads the views' sparsity
+    scaling = FeatureScaling.fit(scale, landmark_views)
+    views = scaling.apply(landmark_views, np.float64) if scaling is not None else landmark_views
+    views = {k: np.ascontiguousarray(v, dtype=np.float64) for k, v in views.items()}
+    if check is not None:
+        check(specs, views)
+    return LandmarkKernels(specs, scaling, views, fit_kernels(specs, views, random_state=random_state))
 
 
 def fit_kernels(specs: Sequence[KernelSpec], landmark_views: Mapping[str, np.ndarray],

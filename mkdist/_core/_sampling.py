@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -41,7 +42,8 @@ def sample_landmark_indices(views: Mapping, n_landmarks: int, *, method: str = "
         "uniform": without replacement over all N rows.  "kmeans++": D^2 sampling
         (k-means++ seeding, Arthur & Vassilvitskii 2007) of n rows from a uniform pre-sample of
         ``presample_factor * n`` rows, on the concatenated, per-view standardised features:
-        landmarks that spread over the data instead of following its density.
+        landmarks that spread over the data instead of following its density (a missing
+        cell, NaN, counts as its feature's mean).
     random_state : int, RandomState or None
 
     Returns
@@ -64,8 +66,16 @@ def sample_landmark_indices(views: Mapping, n_landmarks: int, *, method: str = "
     feats = []
     for v in rows.values():
         v = np.asarray(v, dtype=np.float64)
-        sd = v.std(axis=0)
-        feats.append((v - v.mean(axis=0)) / np.where(sd > 0, sd, 1.0) / np.sqrt(v.shape[1]))
+        if np.isnan(v).any():
+            # Over the observed values: a run that imputes draws its landmarks before its fill
+            # is known (in the input scan's pass); a missing cell counts as the feature's mean.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a feature with no value in the pre-sample
+                mu, sd = np.nan_to_num(np.nanmean(v, axis=0)), np.nanstd(v, axis=0)
+            v = np.where(np.isnan(v), mu, v)
+        else:
+            mu, sd = v.mean(axis=0), v.std(axis=0)
+        feats.append((v - mu) / np.where(sd > 0, sd, 1.0) / np.sqrt(v.shape[1]))
     Z = np.hstack(feats)
     chosen = np.empty(n_landmarks, dtype=np.int64)
     chosen[0] = rng.randint(m)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputValidationError
+from ..errors import InputValidationError, ParameterError
 
 __all__ = [
     "Interval",
@@ -27,6 +27,8 @@ __all__ = [
     "NClusters",
     "AUTO_N_CLUSTERS",
     "n_clusters_range",
+    "check_k_at_most",
+    "shown_value",
     "validate_params",
     "as_views",
     "check_finite",
@@ -106,9 +108,6 @@ class Interval:
         if self.high is None and self.low == 0 and self.closed in ("neither", "right"):
             return "a positive number"
         return f"a number {self.bounds()}".rstrip()
-
-    def formatted(self, value: Any) -> str:
-        return repr(float(value)) if self.kind is Real else repr(int(value))
 
 
 class Options:
@@ -193,17 +192,51 @@ class NClusters:
             return f"an integer >= {self.low}"
         return f'an integer >= {self.low}, "auto" or a range (k_min, k_max) of integers >= {self.low}'
 
-    def error(self, name: str, value: Any) -> str:
-        """The message for a value this constraint refuses."""
+    def error(self, name: str, value: Any) -> ParameterError:
+        """The error for a value this constraint refuses: one message for every wrong K (0 and 1
+        alike), and the method's reason when it cannot choose K."""
         asks = value == AUTO_N_CLUSTERS if isinstance(value, str) else isinstance(value, (list, tuple))
         if asks and not self.auto:
-            return f"`{name}`={_fmt(value)}: {self.auto_reason}"
-        if _is_int(value):
-            return f"`{name}`={int(value)} must be >= {self.low}."
-        if isinstance(value, (list, tuple)) and len(value) == 2 and all(_is_int(v) for v in value):
-            return (f"`{name}`={_fmt(tuple(int(v) for v in value))} must be a range (k_min, k_max) with "
-                    f"{self.low} <= k_min <= k_max.")
-        return f"`{name}`={_fmt(value)} must be {self.noun()}."
+            return ParameterError(name, shown_value(value), f": {self.auto_reason}")
+        give = f": give K as an integer >= {self.low} (e.g. 10)"
+        if self.auto:
+            give += (', or `"auto"` or a range `(k_min, k_max)` (e.g. `(3, 20)`) to choose K from the landmarks, '
+                     f"with {self.low} <= k_min <= k_max")
+        return ParameterError(name, shown_value(value), give + ".")
+
+
+def shown_value(value: Any) -> Any:
+    """A value as a message shows it: a range as a tuple, NumPy scalars as Python's."""
+    if isinstance(value, (list, tuple)):
+        return tuple(v.item() if isinstance(v, np.generic) else v for v in value)
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def check_k_at_most(n_clusters: Any, k: int, count: int, what: str, remedy: str) -> None:
+    """Refuse a K above ``count`` (rows, landmarks, anchors), with one message wherever it is checked.
+
+    Parameters
+    ----------
+    n_clusters : int, "auto" or (k_min, k_max)
+        As given (the message shows it).
+    k : int
+        The largest K it asks for.
+    count : int
+    what : str
+        What ``count`` counts ("rows", "landmarks").
+    remedy : str
+        What to change besides K, e.g. "raise `n_landmarks`" (backquoted names: a front end
+        words them its way).
+
+    Raises
+    ------
+    ParameterError
+    """
+    if k > count:
+        asked = "K" if _is_int(n_clusters) else f"K = {k}, the largest it searches,"
+        raise ParameterError("n_clusters", shown_value(n_clusters),
+                             f": {asked} is more than the {count:,} {what}; {remedy + ' or ' if remedy else ''}"
+                             "lower `n_clusters`.")
 
 
 def n_clusters_range(value: Any, low: int = 2) -> tuple[int, int | None] | None:
@@ -247,22 +280,23 @@ def validate_params(constraints: Mapping[str, Sequence[Any]], params: Mapping[st
             continue
         own = [f for f in forms if hasattr(f, "error")]
         if own:  # a constraint that words its own refusal (NClusters)
-            raise InputValidationError(own[0].error(name, value))
+            raise own[0].error(name, value)
         intervals = [f for f in forms if isinstance(f, Interval)]
         # A number of the right kind outside its range: say the range, as "`x`=0 must be >= 1".
         in_kind = [f for f in intervals if f.right_type(value)]
         if in_kind:
             f = in_kind[0]
             why = f": {f.hint}" if f.hint else "."
-            raise InputValidationError(f"`{name}`={f.formatted(value)} must be {f.bounds()}{why}")
+            raise ParameterError(name, float(value) if f.kind is Real else int(value), f" must be {f.bounds()}{why}")
         nouns = [f.noun() for f in forms]
         if len(intervals) == 1 and intervals[0].kind is Integral and len(forms) <= 2 and not isinstance(
                 value, str):
             # e.g. "`n_anchors` must be an integer >= 2, got 2.5 (float)."
             extra = " or None" if any(isinstance(f, Options) and f.values == (None,) for f in forms) else ""
-            raise InputValidationError(
-                f"`{name}` must be {intervals[0].noun()}{extra}, got {_fmt(value)} ({type(value).__name__}).")
-        raise InputValidationError(f"`{name}`={_fmt(value)} must be {' or '.join(nouns)}.")
+            raise ParameterError(name, value, f" must be {intervals[0].noun()}{extra}, got {_fmt(value)} "
+                                              f"({type(value).__name__}).", show_value=False)
+        raise ParameterError(name, value.item() if isinstance(value, np.generic) else value,
+                             f" must be {' or '.join(nouns)}.")
 
 
 def collect_constraints(cls: type, attr: str = "_param_constraints") -> dict[str, list]:

@@ -39,12 +39,14 @@ from .._core._state import StateArrays, check_state_format, encode_params, to_js
 from .._core._validation import (
     as_views,
     check_finite,
+    check_k_at_most,
     collect_constraints,
     is_dask_array,
     n_clusters_range,
+    shown_value,
     validate_params,
 )
-from ..errors import AmbiguousNClustersWarning, InputValidationError
+from ..errors import AmbiguousNClustersWarning, InputValidationError, ParameterError
 from . import _params
 
 logger = logging.getLogger("mkdist")
@@ -250,8 +252,7 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
 
     def _check_params_vs_input(self, n_samples: int, views: dict) -> dict[str, Any]:
         """Checks that need N or the views (metadata only); returns resolved values."""
-        if self._largest_k() > n_samples:
-            raise InputValidationError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}.")
+        check_k_at_most(self.n_clusters, self._largest_k(), n_samples, "rows", "")
         return {}
 
     # ------------------------------------------------------------------ choosing K
@@ -281,9 +282,10 @@ class MkdistEstimator(ClusterMixin, TransformerMixin, BaseEstimator):
         k_min, k_max = asked
         k_max = _default_search(n_landmarks, k_min)[1] if k_max is None and n_landmarks >= 4 else (k_max or k_min)
         if n_landmarks < 4 or k_max >= n_landmarks:
-            raise InputValidationError(
-                f"n_clusters={self.n_clusters!r} searches K up to {k_max}, which needs more than {k_max} {what} "
-                f"(at least 4); there are {n_landmarks}: raise n_{what}, lower k_max or give an integer n_clusters.")
+            raise ParameterError(
+                "n_clusters", shown_value(self.n_clusters),
+                f": searching K up to {k_max} needs more than {k_max} {what} (and at least 4); there are "
+                f"{n_landmarks}: raise `n_{what}`, lower k_max or give K as an integer.")
         return k_min, k_max
 
     def _choose_n_clusters(self, kernel: np.ndarray, n_landmarks: int, seed: int, kernel_weights=None) -> int:
@@ -588,9 +590,7 @@ class LandmarkEmbeddingEstimator(MkdistEstimator):
             raise InputValidationError(f"n_landmarks={n} must be <= n_samples={n_samples}.")
         k_range = self._check_k_range(n)
         k = self._largest_k() if k_range is None else k_range[1]
-        if k > n:
-            raise InputValidationError(
-                f"n_clusters={k} must be <= the number of landmarks ({n}); raise n_landmarks or lower n_clusters.")
+        check_k_at_most(self.n_clusters, k, n, "landmarks", "raise `n_landmarks`")
         return n, k
 
     def _check_params_vs_input(self, n_samples: int, views: dict) -> dict[str, Any]:

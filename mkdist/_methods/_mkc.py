@@ -21,12 +21,12 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._core._blocks import RowBlocks, cache_block_rows
 from .._core._fused import prefetch_where_embedded
-from .._core._kernel_specs import FittedKernel, resolve_kernel_specs
+from .._core._kernel_specs import FittedKernel
 from .._core._kernels import (
     CombinedProjection,
     KernelPreprocessing,
     ProjectedKernels,
-    fit_kernels,
+    fit_landmark_kernels,
     fit_preprocessing,
     kernel_blocks,
     kernel_model_from_state,
@@ -369,6 +369,19 @@ def compare_with_uniform(stack: np.ndarray, learned, n_clusters: int, *, normali
             "agree": bool(agreement >= WEIGHTS_AGREEMENT_ARI)}
 
 
+def _refuse_constant_views(specs, views: Mapping[str, np.ndarray]) -> None:
+    """A view whose landmark rows are all the same carries nothing to cluster: refused, naming it."""
+    for name in dict.fromkeys(s.view for s in specs):
+        X = views[name]
+        if X.shape[0] > 1 and np.array_equal(X, np.broadcast_to(X[:1], X.shape)):
+            # Caught here for every kernel kind: a cosine or linear kernel on such a view is 0 or
+            # constant, and the eigensolver then failed with "ARPACK error -9: Starting vector is zero".
+            raise InputValidationError(
+                f"view {name!r} is constant on the landmarks: all {X.shape[0]} landmark rows are the same (a view of "
+                "zeros, or of one repeated row), so no kernel on it carries anything to cluster"
+                + ("; drop the view" if len(views) > 1 else ": there is nothing to cluster"))
+
+
 def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indices: np.ndarray, *,
                        n_clusters: int | Callable[[np.ndarray], int], kernels: Any = None,
                        weights: str = "simplemkkm",
@@ -410,20 +423,9 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
     """
     t0 = time.perf_counter()
     names = list(landmark_views)
-    specs = resolve_kernel_specs(kernels, names, landmark_views)
-    scaling = FeatureScaling.fit(scale, landmark_views)
-    lv = scaling.apply(landmark_views, np.float64) if scaling is not None else landmark_views
-    lv = {k: np.asarray(v, dtype=np.float64) for k, v in lv.items()}
-    for name in dict.fromkeys(s.view for s in specs):
-        X = lv[name]
-        if X.shape[0] > 1 and np.array_equal(X, np.broadcast_to(X[:1], X.shape)):
-            # Caught here for every kernel kind: a cosine or linear kernel on such a view is 0 or
-            # constant, and the eigensolver then failed with "ARPACK error -9: Starting vector is zero".
-            raise InputValidationError(
-                f"view {name!r} is constant on the landmarks: all {X.shape[0]} landmark rows are the same (a view of "
-                "zeros, or of one repeated row), so no kernel on it carries anything to cluster"
-                + ("; drop the view" if len(lv) > 1 else ": there is nothing to cluster"))
-    fitted = fit_kernels(specs, lv, random_state=random_state)
+    setup = fit_landmark_kernels(kernels, landmark_views, scale=scale, random_state=random_state,
+                                 check=_refuse_constant_views)
+    lv, fitted, scaling = setup.views, setup.kernels, setup.scaling
     stack = landmark_kernels(lv, fitted)
     stack, prep = fit_preprocessing(stack, center, normalize)
     t_kernels = time.perf_counter() - t0

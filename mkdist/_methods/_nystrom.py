@@ -38,8 +38,8 @@ from .._core._kmeans import assign_labels, kmeans
 from .._core._linalg import largest_entry_signs
 from .._core._sampling import gather_rows, sample_landmark_indices
 from .._core._state import StateArrays
-from .._core._validation import check_finite, common_float_dtype
-from ..errors import EmbeddingStabilityWarning, InputValidationError
+from .._core._validation import check_finite, check_k_at_most, common_float_dtype, shown_value
+from ..errors import EmbeddingStabilityWarning, InputValidationError, ParameterError
 from . import _params
 from ._base import MkdistEstimator
 from ._registry import register
@@ -362,10 +362,7 @@ class NystromSpectralClustering(MkdistEstimator):
             raise InputValidationError(
                 f"n_anchors={m} must be <= n_samples={n_samples}; lower n_anchors or pass "
                 "n_anchors=None (ceil(anchor_factor * sqrt(N))).")
-        if k > m:
-            raise InputValidationError(
-                f"n_clusters={k} must be <= the number of anchors (n_anchors={m}); raise n_anchors or "
-                "lower n_clusters.")
+        check_k_at_most(self.n_clusters, k, m, "anchors", "raise `n_anchors`")
         return {"n_anchors": m}
 
     # ------------------------------------------------------------------ fitting
@@ -439,10 +436,11 @@ class NystromSpectralClustering(MkdistEstimator):
             timings["choose_k_s"] = time.perf_counter() - t1
         lam, U = _anchor_eigen(K, kernel_dtype)
         if lam.size < k:
-            raise InputValidationError(
-                f"the anchor similarity matrix Kx has numerical rank {lam.size} < n_clusters={k} "
-                f"(sigma={sigma:.4g}, {m} anchors): the anchors are (nearly) identical at "
-                "this bandwidth; raise n_anchors, change `bandwidth`, or lower n_clusters.")
+            raise ParameterError(
+                "n_clusters", shown_value(self.n_clusters),
+                f": K = {k} is more than the numerical rank {lam.size} of the anchor similarity matrix Kx "
+                f"(sigma={sigma:.4g}, {m} anchors): the anchors are (nearly) identical at this bandwidth; "
+                "raise `n_anchors`, change `bandwidth`, or lower `n_clusters`.")
         col_sums = rows.reduce(_column_sums, base, width=m, name="nystrom-degrees")
         q = U @ ((U.T @ col_sums) / lam) / N
         mean_degree = float(col_sums @ q) / N  # = mean_i d_i, without another pass

@@ -34,7 +34,7 @@ __all__ = ["AUTO_N_CLUSTERS_METHODS", "LANDMARK_METHODS", "POWER_BANDWIDTH_RULES
 POWER_BANDWIDTH_RULES = ("median", "mean")
 #: The rules for D, power k-means' random frequencies per view (``default_n_components``).
 D_RULES = ("main", "appendix")
-#: The rules of power k-means' ``restart_selection`` (``mkdist._methods._power_kmeans._select_restart``).
+#: The rules of power k-means' ``restart_selection`` (``mkdist._methods._power_kmeans._restarts.select_restart``).
 RESTART_RULES = ("consensus", "agreement", "objective")
 
 _KERNELS = Types(str, list, tuple, dict, KernelSpec, noun="a kernel set name or a list of kernel specs")
@@ -136,7 +136,8 @@ LATE_FUSION: dict[str, list] = {
 BUILTIN_PARAMETERS: dict[str, tuple[str, dict[str, list]]] = {
     "mkc": ("mkdist._methods._mkc", {**ESTIMATOR, **MKC}),
     "nystrom": ("mkdist._methods._nystrom", {**ESTIMATOR, **NYSTROM}),
-    "rff-power": ("mkdist._methods._power_kmeans", {**ESTIMATOR, **RFF_POWER_KMEANS}),
-    "mv-rff-power": ("mkdist._methods._power_kmeans", {**ESTIMATOR, **RFF_POWER_KMEANS, **MV_RFF_POWER_KMEANS}),
-    "late-fusion": ("mkdist._methods._late_fusion", {**ESTIMATOR, **LATE_FUSION}),
+    "rff-power": ("mkdist._methods._power_kmeans._estimators", {**ESTIMATOR, **RFF_POWER_KMEANS}),
+    "mv-rff-power": ("mkdist._methods._power_kmeans._estimators",
+                     {**ESTIMATOR, **RFF_POWER_KMEANS, **MV_RFF_POWER_KMEANS}),
+    "late-fusion": ("mkdist._methods._late_fusion._estimator", {**ESTIMATOR, **LATE_FUSION}),
 }

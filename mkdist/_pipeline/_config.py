@@ -122,8 +122,11 @@ class RunConfig:
     def __post_init__(self):
         self.params = {k: _plain(v) for k, v in dict(self.params or {}).items()}
         # A run's seed is stored with it (to resume with the same random choices): an integer.
-        validate_params({"random_state": [Interval(Integral, 0, 2**32 - 1), None],
-                         "n_clusters": [NClusters(1)]},
+        # K against the method's own constraint (NClusters(2) for "auto", whose methods all
+        # need two clusters): a K the method refuses gets the one message for it, whether it
+        # also fails a looser bound (0) or not (1).
+        k_rule = method_parameters(self.method)["n_clusters"] if self.method != AUTO_METHOD else [NClusters(2)]
+        validate_params({"random_state": [Interval(Integral, 0, 2**32 - 1), None], "n_clusters": k_rule},
                         {"random_state": self.random_state, "n_clusters": self.n_clusters})
         self.random_state = None if self.random_state is None else int(self.random_state)
         asked = n_clusters_range(self.n_clusters, 1)

@@ -16,12 +16,14 @@ from mkdist.storage._remote import options_for
 
 from .._core._blocks import RowBlocks, align_row_chunks
 from .._core._cluster import compute
+from .._core._columns import MISSING_HINT
+from .._core._missing import all_missing_rows
 from .._core._validation import as_views, is_dask_array
 from ..errors import InputValidationError, StoreExistsError
 from ._tables import is_table_source
 
 __all__ = ["load_views", "views_fingerprint", "scan_views", "load_ids", "write_labels_parquet",
-           "check_labels_out", "DEFAULT_CHUNK_BYTES"]
+           "check_labels_out", "check_missing", "DEFAULT_CHUNK_BYTES", "MISSING_OPTIONS"]
 
 #: Target bytes per row chunk of the widest view when mkdist chooses the chunking
 #: (NumPy input, .npy/.npz files): big enough to amortise task overhead, small enough
@@ -29,6 +31,26 @@ __all__ = ["load_views", "views_fingerprint", "scan_views", "load_ids", "write_l
 DEFAULT_CHUNK_BYTES = 32 * 2**20
 #: Names never treated as views in .npz files / datasets (labels shipped beside the data).
 LABEL_NAMES = ("y", "labels", "y5", "cat")
+#: What a run does with missing cells (nulls, NaN): refuse the input (the default), or
+#: cluster every row with its missing cells imputed (:mod:`mkdist._core._missing`).
+MISSING_OPTIONS = ("refuse", "impute")
+
+
+def check_missing(value: Any, default: str = "refuse") -> str:
+    """The ``missing`` option checked: "refuse" or "impute" (None: ``default``).
+
+    Raises
+    ------
+    InputValidationError
+        Any other value, naming the two.
+    """
+    if value is None:
+        return default
+    if value not in MISSING_OPTIONS:
+        raise InputValidationError(
+            f"missing={value!r}: choose 'refuse' (a missing cell stops the run, naming it; the default) or 'impute' "
+            "(every row is clustered, its missing cells filled from the rows most like it)")
+    return str(value)
 
 
 def _rows_per_chunk(views: Mapping[str, Any], chunk_rows: int | None) -> int:
@@ -153,6 +175,10 @@ class InputSource:
     categories : dict of str to list, optional
         Tables: column -> its categories, fixed (a fitted model's, so that a new batch is
         encoded as the data it was fitted on); default: read from the table.
+    missing : {"refuse", "impute"}, optional
+        Missing cells (a table's nulls, NaN): "refuse" (None means it) stops the run before any
+        work, naming the column and the first row; "impute" clusters every row, its missing
+        cells filled from the rows most like it (see ``mkdist.cluster``).
     """
 
     location: str
@@ -162,9 +188,12 @@ class InputSource:
     chunk_rows: int | None = None
     storage_options: dict | None = None
     categories: dict | None = None
+    missing: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "location", os.fspath(self.location))
+        if self.missing is not None:
+            object.__setattr__(self, "missing", check_missing(self.missing))
         if isinstance(self.views, Mapping):
             object.__setattr__(self, "views", {str(k): (v if isinstance(v, str) else list(v))
                                                for k, v in self.views.items()})
@@ -188,19 +217,23 @@ class InputSource:
 
 
 def as_input(source: Any, *, views: Any = None, id_column: str | None = None, label_column: str | None = None,
-             chunk_rows: int | None = None, storage_options: dict | None = None) -> Any:
+             chunk_rows: int | None = None, storage_options: dict | None = None, missing: str | None = None) -> Any:
     """``source`` as an :class:`InputSource` when it is a location (str, PathLike or the JSON
-    of one); in-memory inputs (arrays, xarray) are returned as they are."""
+    of one); in-memory inputs (arrays, xarray) are returned as they are (``missing`` is then
+    checked, and applies to the run: see ``mkdist.cluster``)."""
     if isinstance(source, InputSource):
         changes = {k: v for k, v in dict(views=views, id_column=id_column, label_column=label_column,
-                                         chunk_rows=chunk_rows, storage_options=storage_options).items()
+                                         chunk_rows=chunk_rows, storage_options=storage_options,
+                                         missing=missing).items()
                    if v is not None}
         return dataclasses.replace(source, **changes) if changes else source
     if isinstance(source, Mapping) and "location" in source:
-        return as_input(InputSource.from_json(source), views=views, id_column=id_column,
-                        label_column=label_column, chunk_rows=chunk_rows, storage_options=storage_options)
+        return as_input(InputSource.from_json(source), views=views, id_column=id_column, label_column=label_column,
+                        chunk_rows=chunk_rows, storage_options=storage_options, missing=missing)
     if isinstance(source, (str, os.PathLike)):
-        return InputSource(os.fspath(source), views, id_column, label_column, chunk_rows, storage_options)
+        return InputSource(os.fspath(source), views, id_column, label_column, chunk_rows, storage_options,
+                           missing=missing)
+    check_missing(missing)
     return source
 
 
@@ -334,8 +367,9 @@ def open_input(source: InputSource) -> OpenedInput:
 
         table = ParquetTable.open(source.location, source.storage_options)
         plan = plan_views(table, source.views, id_column=source.id_column, label_column=source.label_column,
-                          categories=source.categories)
-        fingerprint = _hash({"table": table.fingerprint, "plan": plan.to_json(), "chunk_rows": source.chunk_rows})
+                          categories=source.categories, missing=source.missing)
+        fingerprint = _hash({"table": table.fingerprint, "plan": plan.to_json(), "chunk_rows": source.chunk_rows,
+                             **_missing_key(source.missing)})
         return OpenedInput(source, kind, table.n_rows, plan.widths(), plan.feature_names(), fingerprint, plan, table)
     if source.views is not None and isinstance(source.views, Mapping):
         raise InputValidationError(f"views by columns apply to tables (Parquet); {source.location} is {kind}: "
@@ -351,7 +385,13 @@ def open_input(source: InputSource) -> OpenedInput:
     return OpenedInput(source, kind, rows.pop(), {k: int(s[1]) for k, s in shapes.items()},
                        {k: [str(j) for j in range(int(s[1]))] for k, s in shapes.items()},
                        _hash({"listing": _listing(source.location, source.storage_options),
-                              "views": source.views, "chunk_rows": source.chunk_rows}))
+                              "views": source.views, "chunk_rows": source.chunk_rows, **_missing_key(source.missing)}))
+
+
+def _missing_key(missing: str | None) -> dict[str, str]:
+    """What ``missing`` adds to an input's fingerprint: nothing for the default, so the
+    fingerprints of inputs read without the option stay what they were."""
+    return {"missing": missing} if check_missing(missing) != "refuse" else {}
 
 
 def _npy_shape(f) -> tuple[int, ...]:
@@ -421,7 +461,7 @@ def _hash(obj: Any) -> str:
 
 def load_views(source: Any, *, views: Any = None, chunk_rows: int | None = None,
                id_column: str | None = None, label_column: str | None = None,
-               storage_options: dict | None = None) -> dict[str, Any]:
+               storage_options: dict | None = None, missing: str | None = None) -> dict[str, Any]:
     """Read the input as an ordered ``{view: dask.array}`` with aligned row chunks.
 
     Parameters
@@ -445,6 +485,10 @@ def load_views(source: Any, *, views: Any = None, chunk_rows: int | None = None,
         Tables: columns that are never features (the ids, the true labels).
     storage_options : dict, optional
         fsspec options of a remote location.
+    missing : {"refuse", "impute"}, optional
+        Tables: "impute" reads features with nulls (as NaN) instead of refusing them
+        (default "refuse").  The cells stay NaN here: a run fills them from its input scan
+        (``mkdist.cluster(..., missing="impute")``); the estimators refuse NaN.
 
     Returns
     -------
@@ -461,10 +505,10 @@ def load_views(source: Any, *, views: Any = None, chunk_rows: int | None = None,
     from .._core._columns import is_frame
 
     if is_frame(source):
-        return _frame_views(source, views=views, id_column=id_column, label_column=label_column,
+        return _frame_views(source, views=views, id_column=id_column, label_column=label_column, missing=missing,
                             chunk_rows=chunk_rows)
     source = as_input(source, views=views, id_column=id_column, label_column=label_column,
-                      chunk_rows=chunk_rows, storage_options=storage_options)
+                      chunk_rows=chunk_rows, storage_options=storage_options, missing=missing)
     if isinstance(source, InputSource):
         return open_input(source).load()
     if isinstance(source, xr.Dataset):
@@ -476,20 +520,23 @@ def load_views(source: Any, *, views: Any = None, chunk_rows: int | None = None,
 
 # ----------------------------------------------------------------------------- DataFrames
 def _frame_views(frame: Any, *, views: Any, id_column: str | None, label_column: str | None,
-                 chunk_rows: int | None, categories: Mapping | None = None) -> dict[str, Any]:
+                 chunk_rows: int | None, categories: Mapping | None = None,
+                 missing: str | None = None) -> dict[str, Any]:
     """A pandas DataFrame's views (in memory, encoded once) or a dask DataFrame's (lazily, one
     encoding task per partition), by the same column rules as a Parquet table."""
     from .._core._columns import ArrowTable, encode_views, frame_to_arrow, plan_views, view_layout
 
     if type(frame).__module__.split(".")[0] == "pandas":
         table = ArrowTable(frame_to_arrow(frame))
-        plan = plan_views(table, views, id_column=id_column, label_column=label_column, categories=categories)
+        plan = plan_views(table, views, id_column=id_column, label_column=label_column, categories=categories,
+                          missing=check_missing(missing))
         columns = list(dict.fromkeys(c for cols in plan.views.values() for c in cols))
         return _aligned(encode_views(table.read((0, table.n_rows), columns), view_layout(table, plan)), chunk_rows)
     from ._tables import DaskFrameTable, dask_frame_views
 
     table = DaskFrameTable(frame)
-    plan = plan_views(table, views, id_column=id_column, label_column=label_column, categories=categories)
+    plan = plan_views(table, views, id_column=id_column, label_column=label_column, categories=categories,
+                      missing=check_missing(missing))
     return _aligned(dask_frame_views(table, plan, chunk_rows), None)
 
 
@@ -539,69 +586,122 @@ def frame_input(frame: Any, store: Any, *, storage_options: Mapping[str, Any] | 
     return fs.unstrip_protocol(target) if fs.protocol not in ("file", ("file", "local")) else target
 
 
-def views_fingerprint(views: Mapping[str, Any]) -> str:
+def views_fingerprint(views: Mapping[str, Any], missing: str | None = None) -> str:
     """A short hash identifying the input: view names, shapes, dtypes, chunks and Dask keys.
 
     Dask names of arrays built from NumPy (``from_array``) hash their content, and those of
     Zarr/Parquet arrays their path, so the same input gives the same fingerprint in a later
-    process and a run store can tell whether it holds this input's run.
+    process and a run store can tell whether it holds this input's run.  ``missing="impute"``
+    is part of it (its runs cluster rows a refusing run never sees); the default is not, so
+    fingerprints of runs without the option stay what they were.
     """
     desc = [{"view": k, "shape": list(v.shape), "dtype": str(v.dtype), "chunks": [list(c) for c in v.chunks],
              "name": v.name} for k, v in views.items()]
+    if check_missing(missing) != "refuse":
+        desc.append({"missing": missing})
     return "sha256:" + hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def _moments(blocks: list, shifts: list) -> np.ndarray:
     """Per view and column: sum of (x - s), of (x - s)^2 and of |x - s| over the finite values,
-    and the count of NaN/inf values, shape (4 sum(d),)."""
+    the count of NaN and of +-inf values; then the rows whose every cell is NaN.  Shape
+    (5 sum(d) + 1,)."""
     parts = []
     for X, s in zip(blocks, shifts):
         Z = np.asarray(X, dtype=np.float64) - s
-        bad = ~np.isfinite(Z)
+        nan, inf = np.isnan(Z), np.isinf(Z)
+        bad = nan | inf
         if bad.any():
             Z = np.where(bad, 0.0, Z)
         with np.errstate(over="ignore", invalid="ignore"):
-            parts += [Z.sum(axis=0), (Z * Z).sum(axis=0), np.abs(Z).sum(axis=0), bad.sum(axis=0)]
+            parts += [Z.sum(axis=0), (Z * Z).sum(axis=0), np.abs(Z).sum(axis=0), nan.sum(axis=0), inf.sum(axis=0)]
+    parts.append([float(all_missing_rows(blocks).sum())])
     return np.concatenate(parts)
 
 
-def _bad_rows(blocks: list, column: int) -> np.ndarray:
-    """Per row: whether the column of the (one) view holds NaN or inf."""
-    return ~np.isfinite(blocks[0][:, column])
+def _bad_rows(blocks: list, where: tuple[int | None, str]) -> np.ndarray:
+    """Per row: whether column ``where[0]`` of the (one) view holds NaN or inf (``where[1]``
+    "bad") or inf ("inf"); with column None, whether every cell of every view is NaN."""
+    column, what = where
+    if column is None:
+        return all_missing_rows(blocks)
+    x = blocks[0][:, column]
+    return np.isinf(x) if what == "inf" else ~np.isfinite(x)
 
 
-def _refuse_non_finite(rows: RowBlocks, counts: dict[str, np.ndarray], feature_names, describe_row) -> None:
-    """The NaN/inf found by the scan, in one message: the first column with its count and first
-    row (found by a second pass over that column, on this error path only), then the others."""
-    bad = [(view, j, int(c)) for view in rows.names for j, c in enumerate(counts[view]) if c > 0]
-    if not bad:
-        return
+def _first_row(rows: RowBlocks, view: str | None, column: int | None, what: str = "bad") -> int:
+    """The first row a refusal names: found by a second pass over that column (over every
+    view for a row with no value at all), on the error path only."""
+    arrays = {view: rows.arrays[rows.names.index(view)]} if view is not None else dict(zip(rows.names, rows.arrays))
+    mask = RowBlocks(arrays).map(_bad_rows, (column, what), n_cols=None, dtype=bool, check_finite=False)
+    return int(compute(mask.argmax())[0])
 
+
+def _column_namer(feature_names):
     def column(view: str, j: int) -> str:
         names = (feature_names or {}).get(view)
         return f"column {names[j]!r}" if names else f"view {view!r}, feature {j}"
 
+    return column
+
+
+def _refuse_non_finite(rows: RowBlocks, counts: dict[str, np.ndarray], feature_names, describe_row, *,
+                       what: str = "bad") -> None:
+    """The NaN/inf found by the scan, in one message: the first column with its count and first
+    row (found by a second pass over that column, on this error path only), then the others.
+
+    ``what``: "bad" (NaN or infinity, ``missing="refuse"``) or "inf" (infinity, which
+    ``missing="impute"`` does not fill: it is a value, not a missing one)."""
+    bad = [(view, j, int(c)) for view in rows.names for j, c in enumerate(counts[view]) if c > 0]
+    if not bad:
+        return
+    column = _column_namer(feature_names)
     view, j, n = bad[0]
-    mask = RowBlocks({view: rows.arrays[rows.names.index(view)]}).map(_bad_rows, j, n_cols=None, dtype=bool,
-                                                                      check_finite=False)
-    first = int(compute(mask.argmax())[0])
+    first = _first_row(rows, view, j, what)
     where = describe_row(first) if describe_row is not None else f"row {first}"
     others = "; also " + ", ".join(f"{column(v, k).removeprefix('column ')} ({c})" for v, k, c in bad[1:4]) \
         + (f" and {len(bad) - 4} more columns" if len(bad) > 4 else "") if len(bad) > 1 else ""
+    if what == "inf":
+        raise InputValidationError(
+            f"{column(view, j)} holds infinity in {n} row{'s' * (n > 1)}, first at {where}{others}: infinity is a "
+            "value, not a missing one, so missing='impute' does not fill it; replace it (by a finite value, or by "
+            "NaN to have it imputed), drop those rows, or leave the column out of the views")
     raise InputValidationError(
         f"{column(view, j)} holds NaN or infinity in {n} row{'s' * (n > 1)}, first at {where}{others}: fill or "
-        "drop those rows, or leave the column out of the views")
+        f"drop those rows, leave the column out of the views, or {MISSING_HINT}")
+
+
+def _refuse_empty(rows: RowBlocks, parts: dict, n_empty_rows: int, feature_names, describe_row) -> None:
+    """``missing="impute"``: a column with no value at all, or rows with no value at all,
+    cannot be filled from what they show: refused, naming them."""
+    column = _column_namer(feature_names)
+    N = rows.n_samples
+    for view in rows.names:
+        empty = np.flatnonzero(parts[view][3] + parts[view][4] >= N)
+        if empty.size:
+            raise InputValidationError(
+                f"{column(view, int(empty[0]))} has no value in any of the {N} rows: nothing to impute it from; "
+                "leave it out of the views")
+    if n_empty_rows:
+        first = _first_row(rows, None, None)
+        where = describe_row(first) if describe_row is not None else f"row {first}"
+        raise InputValidationError(
+            f"{n_empty_rows} row{'s have' if n_empty_rows > 1 else ' has'} no value in any view, first at {where}: "
+            "there is nothing to cluster such a row on, imputed or not; drop those rows")
 
 
 def scan_views(views: Mapping[str, Any], gather: np.ndarray | None = None, *,
-               feature_names: Mapping[str, Sequence[str]] | None = None, describe_row=None):
+               feature_names: Mapping[str, Sequence[str]] | None = None, describe_row=None,
+               missing: str = "refuse"):
     """One pass over the input before anything is stored: refuse what no method can cluster.
 
     Raises (``InputValidationError``, naming the view) on NaN/inf (naming the column, the
     number of bad values and the first row), on values whose squared deviations overflow
     float64 (around 1e154 and beyond), on values that differ only at a scale where they
     underflow (around 1e-154), and on constant views (every row the same, which includes
-    input of duplicate rows only).
+    input of duplicate rows only).  With ``missing="impute"`` NaN cells are counted instead
+    (they are filled later, :class:`mkdist._core._missing.Imputer`), and refused are only
+    infinity, a column without any value and a row without any value.
 
     Parameters
     ----------
@@ -613,50 +713,61 @@ def scan_views(views: Mapping[str, Any], gather: np.ndarray | None = None, *,
         The column names of each view, for the messages.
     describe_row : callable, optional
         ``describe_row(row) -> str`` for the messages (e.g. with the row's id).
+    missing : {"refuse", "impute"}, default="refuse"
 
     Returns
     -------
     stats : dict of str to dict
-        Per view: ``n_rows``, ``n_features``, per-feature ``mean`` and ``std`` (population),
-        the statistics of the data a model was fitted on (kept in the run store).
+        Per view: ``n_rows``, ``n_features``, per-feature ``mean`` and ``std`` (population,
+        over the finite values), the statistics of the data a model was fitted on (kept in
+        the run store); with missing cells, ``missing``: the NaN count per feature.
     rows : dict of str to ndarray of shape (n, d_v)
         Only with ``gather``: those rows of every view.
     """
+    missing = check_missing(missing)
     rows = RowBlocks(views)
     # Deviations from a reference row keep the moments accurate for data far from 0.
     first = [np.nan_to_num(r, nan=0.0, posinf=0.0, neginf=0.0) for r in _first_rows(rows)]
     widths = [int(a.shape[1]) for a in rows.arrays]
     # NaN/inf are counted in this pass (not raised at the first bad chunk), so the message can
     # say how many rows are bad.
-    sums = rows.reduce(_moments, first, width=4 * sum(widths), name="scan-input", take=gather, check_finite=False)
+    sums = rows.reduce(_moments, first, width=5 * sum(widths) + 1, name="scan-input", take=gather,
+                       check_finite=False)
     if gather is not None:
         sums, picked = sums
     N = rows.n_samples
     parts: dict[str, tuple[np.ndarray, ...]] = {}
     start = 0
     for name, d in zip(rows.names, widths):
-        parts[name] = tuple(sums[start + i * d:start + (i + 1) * d] for i in range(4))
-        start += 4 * d
-    _refuse_non_finite(rows, {name: p[3] for name, p in parts.items()}, feature_names, describe_row)
+        parts[name] = tuple(sums[start + i * d:start + (i + 1) * d] for i in range(5))
+        start += 5 * d
+    if missing == "impute":
+        _refuse_non_finite(rows, {name: p[4] for name, p in parts.items()}, feature_names, describe_row, what="inf")
+        _refuse_empty(rows, parts, int(round(sums[-1])), feature_names, describe_row)
+    else:
+        _refuse_non_finite(rows, {name: p[3] + p[4] for name, p in parts.items()}, feature_names, describe_row)
     out: dict[str, dict] = {}
-    for (name, (s1, s2, sa, _)), d, s in zip(parts.items(), widths, first):
+    for (name, (s1, s2, sa, nan, inf)), d, s in zip(parts.items(), widths, first):
         if not np.all(np.isfinite(s2)):
             raise InputValidationError(
                 f"view {name!r} holds values whose squared deviations overflow float64 (magnitudes around "
                 "1e154 or larger): no distance-based kernel can be computed on it; rescale the view (divide "
                 "it by a constant) before clustering.")
-        mean = s + s1 / N
-        var = np.maximum(s2 / N - (s1 / N) ** 2, 0.0)
+        n = N - nan - inf  # the finite values of each column: all N unless missing="impute"
+        mean = s + s1 / n
+        var = np.maximum(s2 / n - (s1 / n) ** 2, 0.0)
         if np.all(var == 0) and np.any(sa > 0):
             raise InputValidationError(
                 f"view {name!r} varies only at a scale where squared deviations underflow float64 (largest "
-                f"mean absolute deviation {float(np.max(sa) / N):.3g}): rescale the view (multiply it by a "
+                f"mean absolute deviation {float(np.max(sa / n)):.3g}): rescale the view (multiply it by a "
                 "constant) before clustering.")
         if np.all(sa == 0):
             raise InputValidationError(
                 f"view {name!r} is constant: all {N} rows are the same, so it carries nothing to cluster; "
                 + ("drop it from the input." if len(views) > 1 else "there is nothing to cluster."))
         out[name] = {"n_rows": N, "n_features": d, "mean": mean.tolist(), "std": np.sqrt(var).tolist()}
+        if nan.any():
+            out[name]["missing"] = [int(c) for c in nan]
     if gather is not None:
         return out, dict(zip(rows.names, picked))
     return out
@@ -745,14 +856,17 @@ def load_ids(source: Any, id_column: str | None, views: Mapping[str, Any]):
 LABELS_MARK = b"mkdist"
 
 
-def _labels_part(ids, labels, distance, id_name: str, mark: str, fs, path: str) -> int:
+def _labels_part(ids, labels, distance, missing_cells, id_name: str, mark: str, fs, path: str) -> int:
     """Write one row chunk of the labels output as one Parquet file; returns its rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     ids = ids if isinstance(ids, (pa.Array, pa.ChunkedArray)) else pa.array(np.asarray(ids))
-    table = pa.table({id_name: ids, "cluster": pa.array(np.asarray(labels, dtype=np.int32)),
-                      "distance": pa.array(np.asarray(distance, dtype=np.float32))})
+    columns = {id_name: ids, "cluster": pa.array(np.asarray(labels, dtype=np.int32)),
+               "distance": pa.array(np.asarray(distance, dtype=np.float32))}
+    if missing_cells is not None:
+        columns["missing_cells"] = pa.array(np.asarray(missing_cells, dtype=np.int32))
+    table = pa.table(columns)
     table = table.replace_schema_metadata({LABELS_MARK: mark})
     with fs.open(path, "wb") as f:
         pq.write_table(table, f)
@@ -803,7 +917,7 @@ def check_labels_out(path: Any, overwrite: bool, mark: Mapping[str, Any] | None 
 
 def write_labels_parquet(path: Any, labels, distance, ids, *, id_name: str = "id", overwrite: bool = False,
                          mark: Mapping[str, Any] | None = None, storage_options: Mapping[str, Any] | None = None,
-                         compute=None) -> str:
+                         compute=None, missing_cells=None) -> str:
     """Every row's cluster (and squared distance to its centre), keyed by its id, as Parquet.
 
     Written in parallel (one file per row chunk, by the task that holds the chunk's labels)
@@ -826,6 +940,9 @@ def write_labels_parquet(path: Any, labels, distance, ids, *, id_name: str = "id
     compute : callable, optional
         Computes the list of Delayed writes (default ``dask.compute``): the pipeline passes
         its progress-reporting compute.
+    missing_cells : dask.array.Array of shape (N,), optional
+        Imputed cells per row (a run with ``missing="impute"``): written as column
+        ``missing_cells`` (int32).
 
     Returns
     -------
@@ -847,8 +964,10 @@ def write_labels_parquet(path: Any, labels, distance, ids, *, id_name: str = "id
     write = dask.delayed(_labels_part, pure=False)
     try:
         fs.makedirs(tmp, exist_ok=True)
-        parts = [write(i, lab, d, id_name, text, fs, f"{tmp}/part-{k:05d}.parquet")
-                 for k, (i, lab, d) in enumerate(zip(ids, labels.to_delayed().ravel(), distance.to_delayed().ravel()))]
+        counts = [None] * len(ids) if missing_cells is None else list(missing_cells.to_delayed().ravel())
+        parts = [write(i, lab, d, c, id_name, text, fs, f"{tmp}/part-{k:05d}.parquet")
+                 for k, (i, lab, d, c) in enumerate(zip(ids, labels.to_delayed().ravel(), distance.to_delayed().ravel(),
+                                                        counts))]
         (compute or dask.compute)(parts)
         fs.invalidate_cache(tmp)  # the workers wrote the parts: a cached listing would miss them
         if fs.exists(p):

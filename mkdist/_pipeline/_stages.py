@@ -28,10 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from .._core import _missing
 from .._core._blocks import report_passes
 from .._core._cluster import active_client, compute, compute_here, persist_and_wait
 from .._core._columns import is_frame
 from .._core._kmeans import assign_with_distance
+from .._core._missing import Imputer, count_missing, donor_indices, fill_views
 from .._core._sampling import gather_rows
 from .._core._state import dataset_to_state, state_to_dataset, to_jsonable
 from .._methods._registry import AUTO_METHOD, get_method
@@ -43,6 +45,7 @@ from ._io import (
     InputSource,
     OpenedInput,
     check_labels_out,
+    check_missing,
     frame_input,
     load_ids,
     load_views,
@@ -56,6 +59,7 @@ __all__ = [
     "check_run", "check_assign", "open_run", "writer_lease", "prepare_resume", "stage_plan", "run_stage",
     "merge_timings", "stage_landmarks", "stage_model", "stage_embedding", "stage_labels",
     "stage_metrics", "load_estimator", "assign", "refuse_overlap", "persist_progress", "input_record", "like_model",
+    "run_imputer", "IMPUTATION_STAGE",
 ]
 
 logger = logging.getLogger("mkdist")
@@ -199,7 +203,7 @@ def _int32(labels):
 
 # ----------------------------------------------------------------------------- opening a run
 def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False,
-              chunk_rows: int | None = None):
+              chunk_rows: int | None = None, missing: str | None = None):
     """Every check of a run that reads no data, and writes nothing.
 
     The store must not overlap the input (when the input is a location); every parameter is
@@ -208,6 +212,8 @@ def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool 
     refused unless ``overwrite``, as is a store another live run is writing (even with
     ``overwrite``).  ``config.random_state=None`` adopts the seed of a stored run of the same
     input (to resume it); ``config.method="auto"`` is resolved to a method here (in place).
+    ``missing`` (default: an opened input's own, else "refuse") is part of the run's
+    fingerprint when it is "impute".
 
     Returns
     -------
@@ -221,6 +227,7 @@ def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool 
     InputValidationError, StoreExistsError, StoreLockedError, SchemaVersionError, DamagedStoreError
     """
     config.check_params()  # first: a bad argument is refused before the input (or xarray) is opened
+    missing = _missing_mode(views, missing)
     opened = views if isinstance(views, OpenedInput) else None
     refuse_overlap(store_url, input=opened.source.location if opened is not None else views)
     from mkdist.storage import RunStore
@@ -231,7 +238,7 @@ def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool 
         config.check_params()
         logger.info("method='auto' chose %r: %s", config.method, config.auto["reason"])
     config.validate(views)
-    fingerprint = views_fingerprint(views)
+    fingerprint = views_fingerprint(views, missing)
     existing = None
     try:
         existing = RunStore.open(store_url, mode="r")
@@ -250,13 +257,20 @@ def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool 
     return views, fingerprint, existing
 
 
-def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False, progress: bool = False):
+def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False, progress: bool = False,
+             missing: str | None = None):
     """Check the run (:func:`check_run`), scan the input, then create or reopen the run store.
 
     The scan is one pass over the data before anything is written: NaN/inf (with view,
     chunk and row), values whose squared distances overflow or underflow, constant views.  A
     store that holds the same run is reopened for resuming (its stored input statistics are
     reused: no pass); a new seed is drawn when none is given or stored.
+
+    With ``missing="impute"`` (default: an opened input's own) the scan counts the missing
+    cells instead of refusing them and reads a uniform sample of donor rows in its pass; the
+    fill (:class:`mkdist._core._missing.Imputer`: the donors and the features' statistics) is
+    stored as stage ``imputation``, and root attribute ``missing`` says what was missing.
+    Every stage, a resumed run and ``assign`` fill from that stage.
 
     Returns
     -------
@@ -265,7 +279,8 @@ def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool =
     from mkdist.storage import RunStore
 
     opened = views if isinstance(views, OpenedInput) else None
-    views, fingerprint, existing = check_run(store_url, views, config, overwrite=overwrite)
+    missing = _missing_mode(views, missing)
+    views, fingerprint, existing = check_run(store_url, views, config, overwrite=overwrite, missing=missing)
     described = {} if opened is None else {"feature_names": opened.feature_names,
                                            "describe_row": opened.describe_row}
     n_rows = int(next(iter(views.values())).shape[0])
@@ -273,20 +288,36 @@ def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool =
         config.random_state = int(np.random.SeedSequence().entropy % (2**31 - 1))
     same_run = existing is not None and not overwrite and existing.fingerprint == fingerprint
     stats = existing.attrs.get("input_stats") if same_run else None
-    landmarks = None
+    if missing == "impute" and same_run and not existing.is_complete(IMPUTATION_STAGE, verify="full"):
+        stats = None  # its fill was lost: the scan reads the same donor rows again (same seed)
+    landmarks = imputer = None
     if stats is None:
-        # The landmark rows are read in the scan's pass (each chunk once) when the plan needs them.
+        # The landmark rows (when the plan needs them) and the donor rows (when the run imputes)
+        # are read in the scan's pass: each chunk once.
+        idx = None
         if "landmarks" in stage_plan(config) and not (same_run and existing.is_complete("landmarks")):
             idx = config.make_estimator().sample_landmarks(views, config.random_state)
-            with _pass_progress("scan input", progress, n_rows):
-                stats, rows = scan_views(views, gather=idx, **described)
-            landmarks = (idx, rows)
-        else:
-            with _pass_progress("scan input", progress, n_rows):
-                stats = scan_views(views, **described)
+        donors = donor_indices(n_rows, config.random_state) if missing == "impute" else None
+        wanted = [t for t in (idx, donors) if t is not None]
+        take = None if not wanted else (wanted[0] if len(wanted) == 1 else np.union1d(*wanted))
+        with _pass_progress("scan input", progress, n_rows):
+            scanned = scan_views(views, gather=take, missing=missing, **described)
+        stats, rows = scanned if take is not None else (scanned, None)
+        if donors is not None:
+            at = np.searchsorted(take, donors)
+            imputer = Imputer(list(rows), [stats[v]["mean"] for v in rows], [stats[v]["std"] for v in rows],
+                              [r[at] for r in rows.values()], _missing.N_NEIGHBORS)
+        if idx is not None:
+            at = np.searchsorted(take, idx)
+            picked = [r[at] for r in rows.values()]
+            # Landmarks with missing cells are filled as every other row will be, before the fit.
+            landmarks = (idx, dict(zip(rows, imputer.fill(picked) if imputer is not None else picked)))
     run = RunStore.create(store_url, fingerprint=fingerprint, params=config.to_json(), overwrite=overwrite)
     if "input_stats" not in run.attrs:
         run.update_attrs(input_stats=stats)
+    if imputer is not None:
+        _write_imputation(run, imputer)
+        run.update_attrs(missing=_missing_record(stats, imputer, (opened.feature_names if opened else None)))
     if opened is not None and "input" not in run.attrs:
         # How the input's columns became views: an assignment of a new batch reads it the same way.
         run.update_attrs(input=input_record(opened))
@@ -294,6 +325,92 @@ def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool =
     if landmarks is not None:
         _HANDOFF[_handoff_key(run, "landmarks")] = landmarks
     return run
+
+
+def _missing_mode(views: Any, missing: str | None) -> str:
+    """A run's ``missing`` option: as given, else its opened input's, else "refuse"."""
+    if missing is None and isinstance(views, (OpenedInput, InputSource)):
+        source = views.source if isinstance(views, OpenedInput) else views
+        missing = source.missing
+    return check_missing(missing)
+
+
+#: The stage of a run with ``missing="impute"`` that holds its fill (written when the run opens).
+IMPUTATION_STAGE = "imputation"
+
+
+def _write_imputation(run, imputer: Imputer) -> None:
+    import xarray as xr
+
+    ds = xr.Dataset(attrs={"view_names": imputer.view_names, "n_neighbors": imputer.n_neighbors})
+    for name, values in imputer.arrays().items():
+        view = name.split("__", 1)[1]
+        ds[name] = (("donor", f"feature__{view}") if name.startswith("donors__") else (f"feature__{view}",), values)
+    run.write_stage(IMPUTATION_STAGE, ds, overwrite=True, compute=compute)
+
+
+def _missing_record(stats: Mapping[str, dict], imputer: Imputer, feature_names) -> dict[str, Any]:
+    """Root attribute ``missing`` of an imputing run: the cells missing per column, the fill."""
+    columns = {}
+    for view, st in stats.items():
+        names = (feature_names or {}).get(view) or [f"{view}[{j}]" for j in range(st["n_features"])]
+        columns.update({str(n): int(c) for n, c in zip(names, st.get("missing") or []) if c})
+    return {"mode": "impute", "cells": int(sum(columns.values())), "columns": columns,
+            "fill": f"mean of the {imputer.n_neighbors} nearest of {imputer.n_donors} donor rows"
+            if imputer.n_neighbors else "column mean"}
+
+
+#: Imputers read recently, by (store, imputation stage token): every stage of a run fills
+#: with the same one.
+_IMPUTERS: collections.OrderedDict = collections.OrderedDict()
+
+
+def run_imputer(store) -> Imputer | None:
+    """How a run fills missing cells (its ``imputation`` stage), or None when it does not impute.
+
+    Raises
+    ------
+    StoreNotFoundError, DamagedStageError
+        The run imputes but its ``imputation`` stage is gone or damaged (re-running the run
+        scans its input again and rewrites it).
+    """
+    store = as_store(store, mode="r")
+    if (store.attrs.get("missing") or {}).get("mode") != "impute":
+        return None
+    key = (str(store.url), store.stage_token(IMPUTATION_STAGE))
+    if key[1] is None or key not in _IMPUTERS:
+        ds = store.read_stage(IMPUTATION_STAGE)  # refuses a missing or damaged stage by name
+        names = list(ds.attrs["view_names"])
+        arrays = dict(zip(ds.data_vars, compute_here(*(ds[v].data for v in ds.data_vars))))
+        _IMPUTERS[key] = Imputer.from_arrays(names, arrays, int(ds.attrs["n_neighbors"]))
+        while len(_IMPUTERS) > _MODEL_STATES_KEPT:
+            _IMPUTERS.popitem(last=False)
+    return _IMPUTERS[key]
+
+
+def _stage_views(store, views: Any):
+    """The views a stage hands the estimator, and the missing cells per row.
+
+    As read when the run does not impute (counts None); else every view filled with the
+    run's stored fill, lazily: the fill runs in the tasks that consume the rows (no extra
+    pass), and the counts (int32, shape (N,)) share the rows' reads.
+    """
+    views = load_views(views)
+    imputer = run_imputer(store)
+    if imputer is None:
+        return views, None
+    return fill_views(views, imputer), count_missing(views, table_cells(store))
+
+
+def table_cells(store) -> dict[str, np.ndarray] | None:
+    """Per categorical view of the run's table, which of its features stand for one cell (the
+    first indicator of each column), so that a missing category counts as one cell."""
+    record = store.attrs.get("input") or {}
+    categories = record.get("categories")
+    if not categories:
+        return None
+    return {view: np.concatenate([np.arange(len(categories[c])) == 0 for c in cols])
+            for view, cols in record["views"].items() if cols and all(c in categories for c in cols)}
 
 
 def input_record(opened: OpenedInput) -> dict[str, Any]:
@@ -336,7 +453,7 @@ _READ_UNFINISHED = "Labelling with the model it is still writing"
 
 
 def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
-                 chunk_rows: int | None = None):
+                 chunk_rows: int | None = None, missing: str | None = None):
     """Every check of an assignment that reads no data, and writes nothing.
 
     The output must not overlap the model store or the input; the model store must hold a
@@ -344,10 +461,12 @@ def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
     replacing the model) is refused with ``StoreLockedError``; the input's views and features
     must match the model; an output store that holds another assignment or that this mkdist
     cannot read (unless ``overwrite``), or that another live run writes, is refused.
+    ``missing`` (default: the batch's own, else the model run's) "impute" needs a model run
+    that imputed: its fill values fill the batch.
 
     Returns
     -------
-    estimator, views, fingerprint
+    estimator, views, fingerprint, opened
     """
     from mkdist.storage import RunStore
 
@@ -365,10 +484,13 @@ def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
                                    "finish it first (re-run it to resume).")
     est = load_estimator(src)
     source = like_model(source, src)
+    mode = _assign_missing(src, source, missing)
+    if isinstance(source, InputSource) and source.missing != mode:
+        source = dataclasses.replace(source, missing=mode)
     opened = source.open() if isinstance(source, InputSource) else None
     views = opened.load() if opened is not None else load_views(source, chunk_rows=chunk_rows)
     est.predict(views)  # lazy: checks the views against the model, computes nothing
-    fingerprint = views_fingerprint(views)
+    fingerprint = views_fingerprint(views, mode)
     try:
         out = RunStore.open(output, mode="r")
     except FileNotFoundError:
@@ -382,6 +504,20 @@ def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
         if not overwrite:
             out.check_same_run(fingerprint, _assign_params(src))
     return est, views, fingerprint, opened
+
+
+def _assign_missing(src, source: Any, missing: str | None) -> str:
+    """How an assignment treats the batch's missing cells: as asked (``missing``, else the
+    batch's InputSource), else as the model's run did; "impute" fills with the model's fill."""
+    asked = missing if missing is not None else (source.missing if isinstance(source, InputSource) else None)
+    model = (src.attrs.get("missing") or {}).get("mode", "refuse")
+    mode = check_missing(asked, default=model)
+    if mode == "impute" and model != "impute":
+        raise InputValidationError(
+            f"missing='impute' fills a batch with its model's fill values, and the run in {src.url} has none (it ran "
+            "with missing='refuse'): refit it with --missing impute (missing='impute'), or fill the batch's missing "
+            "cells first")
+    return mode
 
 
 def _assign_params(src) -> dict[str, Any]:
@@ -407,8 +543,9 @@ def stage_landmarks(store, views: Any) -> float:
         idx, rows = handed
     else:
         views = load_views(views)
+        # Drawn on the views as read, as open_run draws them (the same rows for the same seed).
         idx = config.make_estimator().sample_landmarks(views, config.random_state)
-        rows = gather_rows(views, idx)
+        rows = gather_rows(_stage_views(store, views)[0], idx)
     ds = xr.Dataset({"landmark_index": (("landmark",), idx)})
     for name, r in rows.items():
         ds[f"X__{name}"] = (("landmark", f"feature__{name}"), r)
@@ -438,7 +575,7 @@ def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
         *values, index = compute_here(*(ds[f"X__{n}"].data for n in names), ds["landmark_index"].data)
         est.fit_landmarks(dict(zip(names, values)), index, config.random_state)
     else:
-        views = load_views(views)
+        views, _ = _stage_views(store, views)
         with _pass_progress("model", progress, int(next(iter(views.values())).shape[0])):
             est.fit(views)
     ds = state_to_dataset(est.model_state(), config.method)
@@ -518,7 +655,7 @@ def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, f
     if "embedding" not in plan or (store.is_complete("embedding") and (
             not config.write_kernel_blocks or store.is_complete("kernel_blocks"))):
         return {"embed_s": 0.0, "write_s": 0.0}
-    views = load_views(views)
+    views, counts = _stage_views(store, views)
     est = load_estimator(store)
     t_embed = t_write = 0.0
     if not store.is_complete("embedding"):
@@ -530,6 +667,9 @@ def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, f
         # Uncompressed: zstd saves 8% on these floats and cost 2-3x the read time of each of
         # the k-means passes (measured on W1, 50,000 x 20 float32 chunks: 9-11 ms vs 3-4 ms).
         ds["embedding"].encoding["compressors"] = None
+        if counts is not None:
+            # Counted in the embedding's pass (the rows' reads are shared); the labels stage copies it.
+            ds["missing_cells"] = (("sample",), counts)
         n_rows = int(next(iter(views.values())).shape[0])
         store.write_stage_lazy("embedding", ds).commit(lambda delayed: _persist(delayed, progress, "embedding", n_rows))
         t_embed = time.perf_counter() - t0
@@ -572,7 +712,9 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     labels), or the fitted estimator's assignment for fit-predict methods.
 
     Besides ``labels`` (sample,) the stage holds ``distance`` (sample,), each row's squared
-    distance to its centre, ``cluster_sizes`` (cluster,), and the report sample: ``report_index`` (report_row,),
+    distance to its centre, ``cluster_sizes`` (cluster,), for a run that imputes
+    ``missing_cells`` (sample,), each row's imputed cells (attrs ``missing_rows`` and
+    ``missing_cells`` count them), and the report sample: ``report_index`` (report_row,),
     ``report_labels`` (report_row,) and ``report_embedding`` (report_row, component), so that a
     report reads neither the embedding nor the labels of every row.  Its attrs hold
     ``distance_p99``, the 99th percentile of the distances (what drift monitoring compares new
@@ -594,7 +736,9 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     if "embedding" in stage_plan(config):
         # Streamed from the store by every pass (k-means sample, Lloyd passes, labels), not
         # persisted: worker memory stays independent of N (see stage_embedding).
-        H = store.read_stage("embedding")["embedding"].data
+        embedding = store.read_stage("embedding")
+        H = embedding["embedding"].data
+        counts = embedding["missing_cells"].data if "missing_cells" in embedding else None
         with _pass_progress("k-means", progress, int(H.shape[0])):
             km = est.fit_centroids(H, config.random_state)  # None: the method keeps its landmark centroids
         labels, distance = assign_with_distance(H, est.cluster_centers_)
@@ -603,24 +747,30 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
         if km is not None:
             attrs = {"inertia": float(km.inertia), "kmeans_n_iter": int(km.n_iter)}
     else:
-        views = load_views(views)
+        views, counts = _stage_views(store, views)
         labels, distance = est.assign_with_distance(views)
         shown = est.report_embedding(views)
     idx = report_rows(int(labels.shape[0]))
+    extra = () if counts is None else (counts,)
     if shown is None:
         # The report rows of the stored embedding in a read of their own (cheap, it is stored
         # uncompressed): gathered in the labels' pass, every embedding chunk read from the
         # store had a second consumer and stayed in memory until the gather ran.
         sample = np.asarray(compute(H[idx])[0])
-        labels, distance = _persist((_int32(labels), distance.astype(np.float32)), progress, "labels",
-                                    int(labels.shape[0]))
-    else:
-        # One persist: the report sample shares the pass (and the input reads) with the labels.
-        labels, distance, sample = _persist((_int32(labels), distance.astype(np.float32), shown[idx]), progress,
+        labels, distance, *extra = _persist((_int32(labels), distance.astype(np.float32), *extra), progress,
                                             "labels", int(labels.shape[0]))
+    else:
+        # One persist: the report sample (and the missing cells) share the pass and the input
+        # reads with the labels.
+        labels, distance, sample, *extra = _persist((_int32(labels), distance.astype(np.float32), shown[idx],
+                                                     *extra), progress, "labels", int(labels.shape[0]))
     # The sizes too: the labels are in memory now, and the metrics and the report need them.
-    sample, sample_distance, sample_labels, sizes = compute(
-        sample, distance[idx], labels[idx], da.bincount(labels, minlength=int(est.n_clusters_)))
+    sample, sample_distance, sample_labels, sizes, *missing = compute(
+        sample, distance[idx], labels[idx], da.bincount(labels, minlength=int(est.n_clusters_)),
+        *[x for c in extra for x in ((c > 0).sum(), c.sum())])
+    if extra:
+        variables["missing_cells"] = (("sample",), extra[0])
+        attrs.update(missing_rows=int(missing[0]), missing_cells=int(missing[1]))
     t_labels = time.perf_counter() - t0
     t0 = time.perf_counter()
     variables.update({"labels": (("sample",), labels), "distance": (("sample",), distance),
@@ -633,8 +783,13 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     return {"kmeans_s": t_labels, "write_s": time.perf_counter() - t0}
 
 
-def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=None) -> dict[str, Any]:
-    """Cluster sizes, the model's summary, timings (and scores when ``y_true`` is given), stored."""
+def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=None,
+                  scheduler: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Cluster sizes, the model's summary, timings (and scores when ``y_true`` is given), stored.
+
+    ``scheduler``: where the run computed
+    (:meth:`mkdist._pipeline._dask_runtime.RunScheduler.to_json`), recorded as it is.
+    """
     import dask
     import xarray as xr
 
@@ -655,9 +810,14 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
         "N": int(lab.shape[0]),
         "cluster_sizes": [int(s) for s in sizes],
         "timings": dict(timings or {}),
+        "scheduler": dict(scheduler) if scheduler is not None else None,
         "scores": scores,
         "kmeans": kmeans,
     }
+    record = store.attrs.get("missing")
+    if record and "missing_rows" in labels.attrs:
+        summary["missing"] = {"mode": record["mode"], "rows": labels.attrs["missing_rows"],
+                              "cells": labels.attrs["missing_cells"], "fill": record.get("fill")}
     summary = to_jsonable(summary)
     ds = xr.Dataset({"cluster_sizes": (("cluster",), np.asarray(sizes, dtype=np.int64))})
     ds.attrs["summary"] = json.dumps(summary)
@@ -694,7 +854,8 @@ def merge_timings(parts: list[dict[str, float]]) -> dict[str, float]:
 # ----------------------------------------------------------------------------- entry points
 def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
            progress: bool = False, chunk_rows: int | None = None, labels_out: Any = None,
-           id_column: str | None = None, drift_thresholds: Mapping[str, float] | None = None) -> Any:
+           id_column: str | None = None, drift_thresholds: Mapping[str, float] | None = None,
+           missing: str | None = None) -> Any:
     """Label new points with a stored model, no refit, and measure how far they drifted.
 
     Parameters
@@ -713,6 +874,10 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
         Column / coordinate of ``source`` holding the row ids (default: the row position).
     drift_thresholds : dict, optional
         Overrides of ``mkdist._pipeline._drift.DEFAULT_THRESHOLDS``.
+    missing : {"refuse", "impute"}, optional
+        The batch's missing cells; default: as the model's run treated its own.  "impute"
+        fills them with the model's fill (its stored donors and statistics, never the
+        batch's); the labels stage then holds ``missing_cells`` per row.
 
     Returns
     -------
@@ -729,10 +894,11 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
         # Read by column like the model's table, from a Parquet copy beside the output (see frame_input).
         source = frame_input(source, output)
     est, vs, fingerprint, opened = check_assign(model_store, source, output, overwrite=overwrite,
-                                                chunk_rows=chunk_rows)
+                                                chunk_rows=chunk_rows, missing=missing)
     source = opened.source if opened is not None else source
     id_column = id_column or (source.id_column if opened is not None else None)
     src = as_store(model_store, mode="r")
+    imputer = run_imputer(src) if _assign_missing(src, source, missing) == "impute" else None
     if labels_out is not None:
         refuse_overlap(labels_out, model_store=model_store, input=source, output=output)
         check_labels_out(labels_out, overwrite, _assignment_mark(output, fingerprint),
@@ -748,19 +914,30 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
         if prepare_resume(out, ["labels"])["status"].get("labels") != "complete":
             n_rows = int(next(iter(vs.values())).shape[0])
             with _pass_progress("scan input", progress, n_rows):
-                batch_stats = scan_views(vs, **described)  # refuses NaN / overflow / constant views before any write
-            labels, distance = est.assign_with_distance(vs)
-            labels, distance = _persist((_int32(labels), distance.astype(np.float32)), progress, "assign",
-                                        int(labels.shape[0]))
-            sizes, beyond = compute(da.bincount(labels, minlength=int(est.n_clusters_)), (distance > fit_p99).mean())
+                # Refuses NaN (unless imputed) / overflow / constant views before any write.
+                batch_stats = scan_views(vs, missing="impute" if imputer is not None else "refuse", **described)
+            views = vs if imputer is None else fill_views(vs, imputer)
+            extra = () if imputer is None else (count_missing(vs, table_cells(src)),)
+            labels, distance = est.assign_with_distance(views)
+            labels, distance, *extra = _persist((_int32(labels), distance.astype(np.float32), *extra), progress,
+                                                "assign", int(labels.shape[0]))
+            sizes, beyond, *missing_sums = compute(da.bincount(labels, minlength=int(est.n_clusters_)),
+                                                   (distance > fit_p99).mean(),
+                                                   *[x for c in extra for x in ((c > 0).sum(), c.sum())])
             drift = drift_statistics(fit_stats=src.attrs.get("input_stats") or {}, batch_stats=batch_stats,
                                      fitted_sizes=fitted_sizes, batch_sizes=sizes,
                                      share_beyond_fit_p99=float(beyond), thresholds=thresholds)
             drift["fit_p99"] = fit_p99
-            out.write_stage("labels", xr.Dataset({"labels": (("sample",), labels),
-                                                  "distance": (("sample",), distance)},
-                                                 attrs={"drift": json.dumps(drift)}), compute=compute)
-            out.update_attrs(drift=drift, input_stats=batch_stats)
+            variables = {"labels": (("sample",), labels), "distance": (("sample",), distance)}
+            attrs: dict[str, Any] = {"drift": json.dumps(drift)}
+            record: dict[str, Any] = {}
+            if extra:
+                variables["missing_cells"] = (("sample",), extra[0])
+                attrs.update(missing_rows=int(missing_sums[0]), missing_cells=int(missing_sums[1]))
+                record = {"missing": {"mode": "impute", "rows": int(missing_sums[0]), "cells": int(missing_sums[1]),
+                                      "fill": f"the model's, from {src.url}"}}
+            out.write_stage("labels", xr.Dataset(variables, attrs=attrs), compute=compute)
+            out.update_attrs(drift=drift, input_stats=batch_stats, **record)
         if labels_out is not None:
             stored = out.read_stage("labels")
             chunks = next(iter(vs.values())).chunks[0]
@@ -769,7 +946,9 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
                                  stored["distance"].data.rechunk((chunks,)), load_ids(source, id_column, vs),
                                  id_name=id_column or "row", overwrite=overwrite, mark=mark,
                                  storage_options=getattr(source, "storage_options", None),
-                                 compute=persist_progress("labels-out", int(stored["labels"].shape[0]), progress))
+                                 compute=persist_progress("labels-out", int(stored["labels"].shape[0]), progress),
+                                 missing_cells=stored["missing_cells"].data.rechunk((chunks,))
+                                 if "missing_cells" in stored else None)
     return out
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from .._core._cluster import compute
 from .._pipeline._stages import REPORT_ROWS, as_store, load_estimator, refuse_overlap, writer_lease
 from ..errors import InputValidationError
-from ._tables import _fmt
+from ._tables import _fmt, missing_text
 
 __all__ = ["summary_markdown", "inspect_store", "inspect_markdown", "assignment_summary", "report_data",
            "write_report", "ReportDraft", "load_labels"]
@@ -88,6 +88,10 @@ def summary_markdown(summary: dict, store: str | None = None) -> str:
         lines.append(f"| K choice | {k_verdict(choice)} ({choice['rule']}) |")
     if summary.get("resumed_stages"):
         lines.append(f"| resumed stages | {', '.join(summary['resumed_stages'])} |")
+    if summary.get("missing"):
+        lines.append(f"| missing cells | {missing_text(summary['missing'])} |")
+    if (summary.get("scheduler") or {}).get("description"):
+        lines.append(f"| computed on | {summary['scheduler']['description']} |")
     for k, v in (summary.get("scores") or {}).items():
         lines.append(f"| {k} | {v:.4f} |")
     if summary.get("timings"):
@@ -206,6 +210,16 @@ def inspect_markdown(info: dict) -> str:
         for k in ("N", "cluster_sizes", "scores", "timings"):
             if summary.get(k) is not None:
                 lines.append(f"  {k:<14} {json.dumps(summary[k], default=_fmt)}")
+    record = info["attrs"].get("missing")
+    if record:
+        # An assignment records its counts at the root; a run's are in its summary.
+        counted = {**record, **((summary or {}).get("missing") or {})}
+        lines.append(f"missing cells: {missing_text(counted)}" if "rows" in counted else
+                     f"missing cells: imputed ({record.get('fill')}); {record.get('cells', 0):,} cells")
+        if record.get("columns"):
+            top = sorted(record["columns"].items(), key=lambda kv: -kv[1])
+            lines.append("  by column: " + ", ".join(f"{c} {n:,}" for c, n in top[:8])
+                         + (f" and {len(top) - 8} more" if len(top) > 8 else ""))
     params = info["attrs"].get("params") or {}
     if params.get("model_store"):
         lines.append(f"assignment of new rows with the model in {params['model_store']}")
@@ -255,7 +269,11 @@ def assignment_summary(store) -> dict:
                for v, d in drift["views"].items()]
         md.append("")
     md += ["| cluster | points |", "|---|---|"] + [f"| {i} | {int(n)} |" for i, n in enumerate(sizes)]
+    missing = store.attrs.get("missing")
+    if missing:
+        md += ["", f"Missing cells: {missing_text(missing)}."]
     return {"N": int(labels.shape[0]), "cluster_sizes": [int(n) for n in sizes], "output": str(store.url),
+            "missing": missing,
             "drift": drift, "drifted": bool(drift and drift["drifted"]), "markdown": "\n".join(md) + "\n"}
 
 

@@ -29,7 +29,7 @@ def run_demo(workdir: str | Path, *, n_samples: int = 200_000, n_workers: int = 
     import shutil
 
     from .._pipeline._config import RunConfig
-    from .._pipeline._dask_runtime import dask_client
+    from .._pipeline._dask_runtime import run_scheduler
     from .._pipeline._io import InputSource
     from ._driver import drive_run, plan_run
 
@@ -43,7 +43,7 @@ def run_demo(workdir: str | Path, *, n_samples: int = 200_000, n_workers: int = 
     shutil.rmtree(store, ignore_errors=True)
     config = RunConfig.from_options(n_clusters=10, n_landmarks=1000, random_state=0)
     plan = plan_run(InputSource(str(source), label_column="y"), str(store), config, report=True)
-    with dask_client(None, n_workers):
+    with run_scheduler(None, n_workers, n_rows=n_samples, echo=echo):
         result = drive_run(plan, progress=progress, label_key="y", owner="mkdist demo", echo=echo)
     summary = dict(result.metrics)
     summary["store"] = str(store)

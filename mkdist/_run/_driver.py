@@ -27,11 +27,13 @@ from mkdist.storage._remote import probe_run, register_options
 from .._core._columns import is_frame
 from .._methods._registry import DEFAULT_METHOD
 from .._pipeline._config import ClusterResult, RunConfig
+from .._pipeline._dask_runtime import current_scheduler, in_process
 from .._pipeline._io import (
     InputSource,
     OpenedInput,
     as_input,
     check_labels_out,
+    check_missing,
     frame_input,
     load_ids,
     refuse_file_store,
@@ -99,6 +101,8 @@ class RunPlan:
     request : str or None
         For a location's input: the request this run answers (:func:`mkdist._pipeline._rerun.request_key`),
         recorded in the store when the run finishes, so that the same command again is a no-op.
+    missing : {"refuse", "impute"}
+        What the run does with missing cells (an input location's own option, or the one given).
     """
 
     source: Any
@@ -114,6 +118,7 @@ class RunPlan:
     report: bool | str
     id_column: str | None = None
     request: str | None = None
+    missing: str = "refuse"
 
     def labels_mark(self, run) -> dict[str, Any]:
         """What a labels output written from ``run`` records about it."""
@@ -121,19 +126,21 @@ class RunPlan:
 
 
 def plan_run(source: Any, store: Any, config: RunConfig, *, labels_out: Any = None, overwrite: bool = False,
-             report: bool | str = False, id_column: str | None = None) -> RunPlan:
+             report: bool | str = False, id_column: str | None = None, missing: str | None = None) -> RunPlan:
     """Every check of a run that reads no data and writes nothing, and what the run will do.
 
     Parameters against the method's table, the input's metadata (a table's columns, views,
     nulls and row ids; a Zarr/.npz layout), parameters against the input's shape, the store
     (a file, another run, another live writer), the labels output (another run's, or already
     written by this one) and the report path (overlapping the store or the input).
+    ``missing`` applies to an in-memory input (a location's is its InputSource's own).
 
     Raises
     ------
     InputValidationError, StoreExistsError, StoreLockedError, SchemaVersionError, DamagedStoreError
     """
     config.check_params()
+    check_missing(missing)
     # Remote locations first: a wrong key or an unreachable endpoint is one line, before any
     # metadata is read and before anything is created.
     probe_run(source.location if isinstance(source, InputSource) else None, store, labels_out,
@@ -151,8 +158,11 @@ def plan_run(source: Any, store: Any, config: RunConfig, *, labels_out: Any = No
     else:
         opened = source.open() if isinstance(source, InputSource) else None
     request = request_key(opened.fingerprint, config.to_json()) if opened is not None else None
+    if opened is not None:
+        missing = opened.source.missing
+    missing = check_missing(missing)
     views, fingerprint, existing = check_run(store, opened if opened is not None else source, config,
-                                            overwrite=overwrite)
+                                            overwrite=overwrite, missing=missing)
     # check_run refused a store of another run; with a known seed, this is the same run.
     same_run = (existing is not None and not overwrite and existing.fingerprint == fingerprint
                 and config.random_state is not None)
@@ -170,7 +180,7 @@ def plan_run(source: Any, store: Any, config: RunConfig, *, labels_out: Any = No
     elif labels_out is not None and id_column is not None:
         load_ids(source, id_column, views)  # an in-memory input without that coordinate: refused now
     return RunPlan(source, store, config, views, opened, existing, None if labels_out is None else str(labels_out),
-                   action, complete, overwrite, report, id_column, request)
+                   action, complete, overwrite, report, id_column, request, missing)
 
 
 def _storage_options(source: Any) -> dict | None:
@@ -225,9 +235,11 @@ def drive_run(plan: RunPlan, *, progress: bool = False, y_true: Any = None, labe
     """
     config, store = plan.config, plan.store
     t_all = time.perf_counter()
+    # Asked once, of the scheduler the stages will ask (their caller chose it: run_scheduler).
+    where = current_scheduler().to_json()
     with _remove_if_unused(store), writer_lease(store, owner=owner):
         run = step(STEP_NAMES["open"], open_run, store, plan.opened if plan.opened is not None else plan.source,
-                   config, overwrite=plan.overwrite, progress=progress)
+                   config, overwrite=plan.overwrite, progress=progress, missing=plan.missing)
         resume = prepare_resume(run)
         before = resume["status"]
         stages = list(stage_plan(config))
@@ -255,7 +267,8 @@ def drive_run(plan: RunPlan, *, progress: bool = False, y_true: Any = None, labe
             else:
                 if y_true is None and label_key is not None:
                     y_true = step(STEP_NAMES["y_true"], load_labels, plan.source, label_key)
-                metrics = step(STEP_NAMES["metrics"], stage_metrics, run, timings=timings, y_true=y_true)
+                metrics = step(STEP_NAMES["metrics"], stage_metrics, run, timings=timings, y_true=y_true,
+                               scheduler=where)
             labels_out = None
             if plan.labels_out is not None:
                 labels_out = step(STEP_NAMES["labels_out"], _write_labels_out, run, plan, progress=progress)
@@ -311,7 +324,8 @@ def _write_labels_out(run, plan: RunPlan, *, progress: bool = False) -> str:
 
 def write_labels_out(store: Any, labels_out: Any, source: Any, *, id_column: str | None = None,
                      overwrite: bool = False, views: dict | None = None, progress: bool = False) -> str:
-    """A finished run's labels as Parquet keyed by its input's ids: id, cluster, distance per row.
+    """A finished run's labels as Parquet keyed by its input's ids: id, cluster, distance per row
+    (and ``missing_cells``, the imputed cells per row, when the run imputed).
 
     Written from the stored labels (no recompute).  An output this run already wrote is left
     as it is; one of another run (or any other file) is replaced only with ``overwrite``.
@@ -347,9 +361,11 @@ def write_labels_out(store: Any, labels_out: Any, source: Any, *, id_column: str
     chunks = next(iter(views.values())).chunks[0]
     labels = stored["labels"].data.rechunk((chunks,))
     distance = stored["distance"].data.rechunk((chunks,))
+    counts = stored["missing_cells"].data.rechunk((chunks,)) if "missing_cells" in stored else None
     return write_labels_parquet(labels_out, labels, distance, load_ids(source, id_column, views),
                                 id_name=id_column or "row", overwrite=True, mark=mark, storage_options=options,
-                                compute=persist_progress("labels-out", int(labels.shape[0]), progress))
+                                compute=persist_progress("labels-out", int(labels.shape[0]), progress),
+                                missing_cells=counts)
 
 
 def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], kernels: Any = None,
@@ -357,8 +373,16 @@ def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], ke
             random_state: int | None = None, *, method: str = DEFAULT_METHOD, views: Any = None,
             id_column: str | None = None, overwrite: bool = False, progress: bool = False, y_true=None,
             label_column: str | None = None, chunk_rows: int | None = None, labels_out: Any = None,
-            report: bool | str = False, storage_options: dict | None = None, **params) -> ClusterResult:
-    """Run the staged pipeline of a method on the active Dask scheduler, persisting every stage.
+            report: bool | str = False, storage_options: dict | None = None, missing: str | None = None,
+            **params) -> ClusterResult:
+    """Run the staged pipeline of a method, persisting every stage: on the active
+    ``distributed.Client`` if there is one, else in this process.
+
+    With no client the stages compute on Dask's threaded scheduler, one BLAS thread per Dask
+    thread (:func:`mkdist._pipeline._dask_runtime.in_process`); no worker processes are
+    started (a LocalCluster started from a script without an ``if __name__ == "__main__"``
+    guard would re-run the script in each worker).  The summary records which
+    (``result.metrics["scheduler"]``).
 
     Parameters
     ----------
@@ -419,6 +443,16 @@ def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], ke
         no credentials of their own); never stored.  Each remote location is probed before
         any work: a wrong key or an unreachable endpoint raises
         :class:`~mkdist.errors.StorageAccessError` with nothing created.
+    missing : {"refuse", "impute"}, optional
+        Missing cells (a table's nulls, NaN).  "refuse" (the default) stops the run before any
+        work, naming the column, the count and the first row.  "impute" clusters and labels
+        every row: each missing cell gets the mean of that feature over the 10 rows most like
+        the row on the cells it has (across all views), found among 1000 donor rows read in
+        the input scan (:mod:`mkdist._core._missing`); the fill is stored with the run, so
+        a resumed run and ``assign`` of a later batch fill the same way.  The labels stage
+        and ``labels_out`` say per row how many cells were imputed (``missing_cells``), the
+        summary counts them.  Infinity is refused either way, and so is a row with no value
+        in any view (there is nothing to cluster it on).
     **params
         Parameters of the method's estimator (e.g. ``weights="uniform"`` for ``mkc``),
         ``method_params={...}``, or ``write_kernel_blocks=True``.
@@ -441,7 +475,7 @@ def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], ke
         # A run reads its input at every stage and on resume: the frame becomes a table beside the store.
         source = frame_input(source, store, storage_options=storage_options)
     source = as_input(source, views=views, id_column=id_column, label_column=label_column, chunk_rows=chunk_rows,
-                      storage_options=storage_options)
+                      storage_options=storage_options, missing=missing)
     # One set of options for every remote location of the run: the input's, the store's and the
     # labels output's (the store is reopened from its URL by the stages and the report).
     register_options(storage_options, store, labels_out, report if isinstance(report, str) else None,
@@ -451,14 +485,17 @@ def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], ke
 
         source = load_views(source, views=views, chunk_rows=chunk_rows)
     plan = plan_run(source, store, config, labels_out=labels_out, overwrite=overwrite, report=report,
-                    id_column=id_column)
-    return drive_run(plan, progress=progress, y_true=y_true, label_key=label_column if y_true is None else None,
-                     owner="mkdist.cluster")
+                    id_column=id_column, missing=missing)
+    from .._core._cluster import active_client
+
+    with contextlib.nullcontext() if active_client() is not None else in_process():
+        return drive_run(plan, progress=progress, y_true=y_true,
+                         label_key=label_column if y_true is None else None, owner="mkdist.cluster")
 
 
 def drive_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False, progress: bool = False,
                  labels_out: Any = None, id_column: str | None = None, drift_thresholds: dict | None = None,
-                 report: bool = True, step: Step = direct_step) -> dict[str, Any]:
+                 report: bool = True, step: Step = direct_step, missing: str | None = None) -> dict[str, Any]:
     """Label a new batch with a stored model (:func:`mkdist.assign`), then its report: what
     ``mkdist assign`` and the assign flow run.
 
@@ -469,7 +506,7 @@ def drive_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
         ``labels_out`` (where they were written).
     """
     out = step(STEP_NAMES["assign"], assign, model_store, source, output, overwrite=overwrite, progress=progress,
-               labels_out=labels_out, id_column=id_column, drift_thresholds=drift_thresholds)
+               labels_out=labels_out, id_column=id_column, drift_thresholds=drift_thresholds, missing=missing)
     summary = assignment_summary(out)
     if labels_out is not None:
         summary["labels_out"] = str(labels_out)
@@ -522,6 +559,8 @@ def refit_inputs(model_store: Any, source: Any, *, store: Any = None,
         batch = dataclasses.replace(batch, location=os.path.abspath(batch.location))
     if batch.views is None and record.get("views"):
         batch = dataclasses.replace(batch, views=record["views"])
+    if batch.missing is None and (model.attrs.get("missing") or {}).get("mode") == "impute":
+        batch = dataclasses.replace(batch, missing="impute")  # the refit fills its batch as the fit did
     target = os.fspath(store) if store is not None else str(model.url)
     if "://" not in target:
         target = os.path.abspath(target)
