@@ -225,8 +225,23 @@ def worker_peak_rss(client) -> dict:
     return {addr: round(v / 2**30, 3) for addr, v in peaks.items()}
 
 
-def run_pipeline(N: int, store: Path, *, report: bool = False, cluster: str = "tuned", **params) -> dict:
-    """W1 at N rows through ``mkdist.cluster`` on a fresh 2-worker cluster (``cluster``: see
+def task_compute_seconds(records: list) -> dict:
+    """Seconds the workers spent computing each kind of task (the key's name up to its token),
+    from a ``distributed.get_task_stream`` record list: where a stage's time went on the workers."""
+    out: dict = {}
+    for rec in records:
+        key = rec["key"]
+        name = key[0] if isinstance(key, tuple) else str(key)
+        name = re.sub(r"-[0-9a-f]{32}$", "", name)
+        for ss in rec.get("startstops", ()):
+            if ss.get("action") == "compute":
+                out[name] = out.get(name, 0.0) + ss["stop"] - ss["start"]
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def run_pipeline(N: int, store: Path, *, report: bool = False, cluster: str = "tuned", n_workers: int = 2,
+                 **params) -> dict:
+    """W1 at N rows through ``mkdist.cluster`` on a fresh ``n_workers`` x 1 thread cluster (``cluster``: see
     :data:`CLUSTERS`), end to end from Zarr into ``store`` (replaced).  With ``report`` the run writes its
     report as ``cluster_flow``
     does (``mkdist.cluster(report=True)``: the model's figures drawn by a background process while
@@ -244,13 +259,17 @@ def run_pipeline(N: int, store: Path, *, report: bool = False, cluster: str = "t
     if store.exists():
         shutil.rmtree(store)
     y = xr.open_zarr(src, consolidated=False)["y"].values
-    workers, client = local_cluster(cluster=cluster)
-    out: dict = {"N": N, "cluster": cluster}
+    workers, client = local_cluster(n_workers, cluster=cluster)
+    out: dict = {"N": N, "cluster": cluster, "n_workers": n_workers}
     try:
         client.run(import_library)  # workers import the library before the clock starts
-        t0 = time.perf_counter()
-        res = mkdist.cluster(str(src), str(store), random_state=0, report=report, **{**W1, **params})
-        out["end_to_end_s"] = total = time.perf_counter() - t0
+        from distributed import get_task_stream
+
+        with get_task_stream(client) as stream:
+            t0 = time.perf_counter()
+            res = mkdist.cluster(str(src), str(store), random_state=0, report=report, **{**W1, **params})
+            out["end_to_end_s"] = total = time.perf_counter() - t0
+        out["task_compute_s"] = task_compute_seconds(stream.data)
         peaks = worker_peak_rss(client)
         out["worker_rss_after_gib"] = {a: round(v / 2**30, 3) for a, v in client.run(vm_rss_bytes).items()}
         # What the row tasks left the workers' allocator in (mkdist/_core/_worker_env.py): "set" and a

@@ -138,8 +138,9 @@ def _floor_worker(src: str, lo: int, hi: int, model, block_rows: int, conn) -> N
     conn.send({"embed_s": t_embed, "lloyd_s": time.perf_counter() - t0 - t_embed})
 
 
-def floor(N: int, pipeline_store: str, block_rows: int) -> dict:
-    """fit + embed + 20 Lloyd passes: fit in this process, the rest in 2 single-thread processes."""
+def floor(N: int, pipeline_store: str, block_rows: int, n_procs: int = 2) -> dict:
+    """fit + embed + 20 Lloyd passes: fit in this process, the rest in ``n_procs`` single-thread
+    processes on equal shares of the rows."""
     import xarray as xr
 
     from mkdist import MultipleKernelClustering
@@ -160,8 +161,8 @@ def floor(N: int, pipeline_store: str, block_rows: int) -> dict:
     est.fit_landmarks(rows, idx, 0)
     t_fit = time.perf_counter() - t0
     pipes, procs = [], []
-    half = N // 2
-    for lo, hi in ((0, half), (half, N)):
+    bounds = np.linspace(0, N, n_procs + 1).astype(int)
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
         parent, child = ctx.Pipe()
         p = ctx.Process(target=_floor_worker, args=(src, lo, hi, est.model_, block_rows, child))
         p.start()
@@ -188,7 +189,7 @@ def floor(N: int, pipeline_store: str, block_rows: int) -> dict:
     t_rest = time.perf_counter() - t0
     for p in procs:
         p.join()
-    return {"block_rows": block_rows, "fit_s": t_fit, "embed_s": max(p["embed_s"] for p in parts),
+    return {"block_rows": block_rows, "n_procs": n_procs, "fit_s": t_fit, "embed_s": max(p["embed_s"] for p in parts),
             "lloyd_s": max(p["lloyd_s"] for p in parts), "total_s": t_fit + t_rest, "lloyd_passes": N_LLOYD}
 
 

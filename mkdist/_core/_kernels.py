@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,6 +27,14 @@ import numpy as np
 
 from ..errors import InputValidationError
 from ._distances import _sq_from_gram, bandwidth_statistic, check_bandwidth, row_sq_norms
+from ._fused import (
+    MODE_CONSTANT,
+    MODE_DIAGONAL,
+    MODE_DIAGONAL_CENTRED,
+    combine_compiled,
+    combine_numpy,
+    compiled_available,
+)
 from ._kernel_specs import FittedKernel, KernelSpec, resolve_kernel_specs
 from ._scaling import FeatureScaling
 
@@ -33,6 +42,7 @@ __all__ = [
     "LandmarkKernels",
     "fit_landmark_kernels",
     "ProjectedKernels",
+    "CombinedProjection",
     "KernelPreprocessing",
     "fit_kernels",
     "kernel_blocks",
@@ -141,15 +151,20 @@ def _exponent_scale(k: FittedKernel) -> float:
     return 0.5 / k.sigma**2 if k.kind == "rbf" else 1.0 / k.sigma
 
 
-def _power_families(kernels: Sequence[FittedKernel]) -> dict[int, tuple[int, int]]:
+def _power_families(kernels: Sequence[FittedKernel], base: str = "median") -> dict[int, tuple[int, int]]:
     """For distance kernels of one kind whose exponents differ by powers of two: kernel -> (base, p).
 
     exp(-c' r) = exp(-c r)^(c'/c), and for c'/c = 2^p that is p squarings (p > 0) or -p
     square roots (p < 0) of the base kernel: one ``exp`` serves the whole family (the
     ``rbf-grid`` multipliers 0.5, 1, 2 are such a family).  The base is the family's median
-    exponent: squaring doubles float rounding, a square root halves it, and starting from the
-    middle keeps both few.  A base that underflows to 0 makes its wider relatives 0 too, where
-    their true value is below 1e-10 (float32) -- far below any kernel value that matters.
+    exponent (``base="median"``, the kernels of the fit): squaring doubles float rounding, a
+    square root halves it, and starting from the middle keeps both few.  A base that underflows
+    to 0 makes its wider relatives 0 too, where their true value is below 1e-10 (float32) -- far
+    below any kernel value that matters.  ``base="widest"`` (the fused embedding) starts from the
+    smallest exponent and squares only: a square root costs about what an ``exp`` does, a
+    squaring a tenth of that (measured on W1: the float32 embedding's largest error against
+    float64 went from 2.6e-6 to 2.8e-6, float32 noise; the combination step 1.6 -> 1.25 us a row
+    and view).
     """
     out: dict[int, tuple[int, int]] = {}
     for kind in ("rbf", "laplacian"):
@@ -159,9 +174,10 @@ def _power_families(kernels: Sequence[FittedKernel]) -> dict[int, tuple[int, int
             i0 = idx[0]
             octaves = {i: math.log2(scales[i] / scales[i0]) for i in idx}
             family = [i for i in idx if abs(octaves[i] - round(octaves[i])) < 1e-9]
-            base = sorted(family, key=lambda i: scales[i])[len(family) // 2]
+            ranked = sorted(family, key=lambda i: scales[i])
+            b = ranked[0] if base == "widest" else ranked[len(family) // 2]
             for i in family:
-                out[i] = (base, round(math.log2(scales[i] / scales[base])))
+                out[i] = (b, round(math.log2(scales[i] / scales[b])))
             idx = [i for i in idx if i not in family]
     return out
 
@@ -511,3 +527,177 @@ class ProjectedKernels:
             elif prep.normalize == "trace":
                 G /= prep.scale[p]
             yield j, G
+
+
+class CombinedProjection:
+    """sum_p w_p kn_p(x, :) @ Q for kernels that share one projection Q (MKC-AE's H_n D_n^-1), fused.
+
+    :class:`ProjectedKernels` projects each kernel's rows on its own (late fusion needs them
+    side by side).  When every kernel shares Q, the weighted sum can be formed before the
+    projection (:mod:`mkdist._core._fused`): per row block, one GEMM per view for its kernels,
+    one ``exp`` per RBF family, one combination step per view, and ONE thin GEMM with Q,
+    where the per-kernel route did one thin GEMM per kernel.  With kn_p the preprocessed
+    kernel (centring at the landmark mean, normalisation), row factor a_p(x) and column scale
+    dl_p (see :class:`ProjectedKernels`):
+
+        sum_p w_p kn_p(x, :) Q = [sum_p a_p(x) dl_p * k_p(x, :)] Q - sum_p a_p(x) ((m_p(x) - s_p) u_p + v_p)
+
+    with u_p = dl_p @ Q and v_p = (dl_p r_p) @ Q.  An RBF view's squared distances come out of
+    its GEMM already scaled: [x, ||x||^2, 1] @ [2c L, -c, -c ||l||^2]^T = -c ||x - l||^2, so no
+    elementwise pass precedes the ``exp``.  Other kernel kinds come from :func:`_view_kernels`.
+
+    Parameters
+    ----------
+    landmarks : dict of str to ndarray of shape (n, d_v)
+    kernels : list of FittedKernel, length m
+    preprocessing : KernelPreprocessing
+    weights : ndarray of shape (m,)
+        w_p; kernels with weight 0 are never computed.
+    projection : ndarray of shape (n, c)
+        Q.
+    dtype : numpy dtype
+        Precision of the kernel blocks, the combination and the GEMM with Q; results are float64.
+    """
+
+    def __init__(self, landmarks: Mapping[str, np.ndarray], kernels: Sequence[FittedKernel],
+                 preprocessing: KernelPreprocessing, weights: np.ndarray, projection: np.ndarray, dtype=np.float64):
+        dt = self.dtype = np.dtype(dtype)
+        prep = preprocessing
+        Q = np.asarray(projection, dtype=np.float64)
+        n = Q.shape[0]
+        self.n_landmarks = n
+        self.Q = np.ascontiguousarray(Q, dtype=dt)
+        self._Q64 = Q
+        self.center = bool(prep.center)
+        if prep.normalize == "diagonal":
+            self.mode = MODE_DIAGONAL_CENTRED if prep.center else MODE_DIAGONAL
+        else:
+            self.mode = MODE_CONSTANT  # trace normalisation: a constant, folded into the weights
+        active = [p for p in range(len(kernels)) if weights[p] > 0]
+        self.sources: list[dict] = []  # per view: RBF families, then the other kernels
+        order: list[int] = []  # kernel p of every slot t, in the order the sources fill them
+        for view in dict.fromkeys(kernels[p].view for p in active):
+            idx = [p for p in active if kernels[p].view == view]
+            L = np.asarray(landmarks[view], dtype=np.float64)
+            rbf = [p for p in idx if kernels[p].kind == "rbf"]
+            fam = _power_families([kernels[p] for p in rbf], base="widest")
+            bases = list(dict.fromkeys(fam[i][0] for i in range(len(rbf))))
+            c0 = _exponent_scale(kernels[rbf[bases[0]]]) if rbf else 0.0
+            families = []
+            for base in bases:
+                members = [i for i in range(len(rbf)) if fam[i][0] == base]
+                families.append((_exponent_scale(kernels[rbf[base]]) / c0, self._slots(
+                    [rbf[i] for i in members], [fam[i][1] for i in members], order, prep, weights)))
+            LaT = None
+            if rbf:
+                LaT = np.vstack([2.0 * c0 * L.T, np.full((1, n), -c0), -c0 * np.einsum("ij,ij->i", L, L)[None, :]])
+                LaT = np.ascontiguousarray(LaT, dtype=dt)
+            other = [p for p in idx if kernels[p].kind != "rbf"]
+            self.sources.append({
+                "view": view, "LaT": LaT, "families": families, "landmarks": np.asarray(landmarks[view], dtype=dt),
+                "other": [(kernels[p], self._slots([p], [0], order, prep, weights)) for p in other]})
+        self.n_slots = len(order)
+        dl = np.stack([_column_scale(prep, p, n) for p in order]) if order else np.zeros((0, n))
+        self.U = dl @ Q
+        self.V = (dl * prep.row_means[order]) @ Q if self.center else np.zeros_like(self.U)
+
+    def _buffers(self, b: int) -> dict:
+        """This thread's (rows, n) working arrays, reused from block to block.
+
+        A fresh 1 MB array per block is a fresh mapping whenever malloc's mmap threshold is
+        below it (a nanny's MALLOC_TRIM_THRESHOLD_ pins it at 128 KiB): its first touch faults
+        every page, which cost more than the GEMM that fills it.  Per thread, since a Dask
+        worker may run several tasks at once.
+        """
+        local = self.__dict__.setdefault("_local", threading.local())
+        work = getattr(local, "work", None)
+        if work is None or work["arg"].shape[0] < b:
+            shape = (b, self.n_landmarks)
+            work = local.work = {k: np.empty(shape, dtype=self.dtype) for k in ("arg", "C", "other", "derived")}
+        return work
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_local", None)  # the working arrays stay with their threads
+        return state
+
+    def _slots(self, ps, powers, order, prep, weights) -> dict:
+        """The combination step's arrays for kernels ``ps`` of one source, filling slots from len(order)."""
+        n = self.n_landmarks
+        offset = len(order)
+        order.extend(ps)
+        scale = [prep.scale[p] if prep.normalize == "trace" else 1.0 for p in ps]
+        dl = np.stack([_column_scale(prep, p, n) for p in ps])
+        c = self.Q.shape[1]
+        dlQ = np.zeros((len(ps), n, -(-(c + 1) // 8) * 8))  # NumPy route: [dl Q, 1/n, zero padding]
+        dlQ[:, :, :c] = dl[:, :, None] * self._Q64[None, :, :]
+        dlQ[:, :, c] = 1.0 / n
+        return {"offset": offset, "kernels": list(ps), "powers": np.asarray(powers, dtype=np.int64),
+                "dl": np.ascontiguousarray(dl, dtype=self.dtype), "dlQ": np.ascontiguousarray(dlQ, dtype=self.dtype),
+                "shift": np.asarray([prep.grand_means[p] if prep.center else 0.0 for p in ps], dtype=np.float64),
+                "weight": np.asarray([weights[p] / s for p, s in zip(ps, scale)], dtype=np.float64)}
+
+    def __call__(self, views_block: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The weighted, projected kernel rows of one row block.
+
+        Parameters
+        ----------
+        views_block : dict of str to ndarray of shape (b, d_v)
+
+        Returns
+        -------
+        ndarray of shape (b, c), float64
+        """
+        dt = self.dtype
+        b = next(iter(views_block.values())).shape[0]
+        compiled = compiled_available()
+        work = self._buffers(b)
+        # The compiled step sums the kernels into C for one GEMM with Q; the NumPy one projects
+        # each kernel and sums the projections in H (see mkdist._core._fused).
+        C = None
+        if compiled:
+            C = work["C"][:b]
+            C.fill(0)
+        H = None if compiled else np.zeros((b, self.Q.shape[1]))
+        coef = np.empty((b, self.n_slots))
+        cent = np.empty((b, self.n_slots))
+
+        def combine(blk, s, kxx, clip):
+            if compiled:
+                combine_compiled(blk, s["powers"], s["dl"], s["shift"], s["weight"], kxx, self.mode, clip, C,
+                                 coef, cent, s["offset"], _DIAG_FLOOR)
+            else:
+                combine_numpy(blk, s["powers"], s["dlQ"], s["shift"], s["weight"], kxx, self.mode, clip, H,
+                              coef, cent, s["offset"], _DIAG_FLOOR, work=work["derived"][:b])
+
+        buffer = None
+        for src in self.sources:
+            X = np.asarray(views_block[src["view"]], dtype=dt)
+            if src["families"]:
+                Xa = np.empty((b, X.shape[1] + 2), dtype=dt)
+                Xa[:, :-2] = X
+                Xa[:, -2] = row_sq_norms(X)
+                Xa[:, -1] = 1.0
+                arg = np.matmul(Xa, src["LaT"], out=work["arg"][:b])  # -c0 ||x - l||^2
+                single = len(src["families"]) == 1
+                for ratio, s in src["families"]:
+                    blk = np.exp(arg, out=arg) if single else np.exp(arg * ratio)
+                    combine(blk, s, np.ones((b, len(s["kernels"]))), True)
+            if src["other"]:
+                if buffer is None:
+                    buffer = work["other"][:b]
+                ks = [k for k, _ in src["other"]]
+                for (k, s), blk in zip(src["other"], _view_kernels(X, src["landmarks"], ks, buffer)):
+                    combine(blk, s, self_kernel(views_block, k, dtype=np.float64)[:, None], False)
+        if compiled:
+            H = (C @ self.Q).astype(np.float64, copy=False)
+        if self.center:
+            H -= cent @ self.U + coef @ self.V
+        return H
+
+
+def _column_scale(prep: KernelPreprocessing, p: int, n: int) -> np.ndarray:
+    """dl_p: the landmark side of diagonal normalisation (ones without it), shape (n,)."""
+    if prep.normalize == "diagonal":
+        return 1.0 / np.sqrt(np.maximum(prep.diag[p], _DIAG_FLOOR))
+    return np.ones(n)

@@ -20,8 +20,10 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from .._core._blocks import RowBlocks, cache_block_rows
+from .._core._fused import prefetch_where_embedded
 from .._core._kernel_specs import FittedKernel
 from .._core._kernels import (
+    CombinedProjection,
     KernelPreprocessing,
     ProjectedKernels,
     fit_landmark_kernels,
@@ -120,8 +122,8 @@ class MKCModel:
 
     @property
     def projected_kernels(self) -> ProjectedKernels:
-        """The kernel-row projections of the embedding, built once per model (every block of
-        every worker reuses them); kernels with weight 0 are never computed."""
+        """Every kernel's projected rows on their own (the per-kernel route; the embedding itself
+        goes through :attr:`combined_projection`); kernels with weight 0 are never computed."""
         cached = self.__dict__.get("_projected")
         if cached is None:
             P = self.projection
@@ -130,10 +132,22 @@ class MKCModel:
             self.__dict__["_projected"] = cached
         return cached
 
+    @property
+    def combined_projection(self) -> CombinedProjection:
+        """sum_p alpha_p^2 P_p(x) H_n D_n^-1 of a row block, fused (one thin GEMM per block), built
+        once per model: every block of every worker reuses it."""
+        cached = self.__dict__.get("_combined")
+        if cached is None:
+            cached = CombinedProjection(self.landmarks, self.kernels, self.preprocessing, self.kernel_weights**2,
+                                        self.projection, dtype=self.dtype)
+            self.__dict__["_combined"] = cached
+        return cached
+
     def __getstate__(self):
-        # Ship the model to workers without the cache (it is rebuilt there once).
+        # Ship the model to workers without the caches (they are rebuilt there once).
         state = dict(self.__dict__)
         state.pop("_projected", None)
+        state.pop("_combined", None)
         return state
 
     def state(self) -> tuple[dict, dict]:
@@ -173,17 +187,14 @@ class MKCModel:
 def _embed_rows(blocks: list, model: MKCModel) -> np.ndarray:
     """H_N rows of one row block (eq. 8): (sum_p alpha_p^2 P_p) H_n D_n^-1, shape (b, K).
 
-    ``blocks`` are the blocks of every view in ``model.view_names`` order.  Each kernel costs
-    one exp pass, one row mean and one thin GEMM (``ProjectedKernels``).
+    ``blocks`` are the blocks of every view in ``model.view_names`` order.  Per view one GEMM and
+    one exp per RBF family, the kernels summed before ONE thin GEMM with H_n D_n^-1
+    (:class:`~mkdist._core._kernels.CombinedProjection`).
     """
     dtype = np.dtype(model.dtype)
     views = dict(zip(model.view_names, blocks))
     views = model.scaling.apply(views, dtype) if model.scaling is not None else views
-    proj = model.projected_kernels
-    w2 = model.kernel_weights**2
-    H = np.zeros((blocks[0].shape[0], model.n_components))
-    for j, G in proj.rows(views):
-        H += w2[proj.index[j]] * G
+    H = model.combined_projection(views)
     if model.normalize_embedding:
         H = unit_rows(H)
     return H.astype(dtype, copy=False)
@@ -218,7 +229,9 @@ def embed(views: Mapping[str, Any], model: MKCModel):
     missing = [n for n in model.view_names if n not in views]
     if missing:
         raise InputValidationError(f"views {missing} are missing; the model was fitted on {model.view_names}.")
-    rows = cache_block_rows(model.n_landmarks, np.dtype(model.dtype).itemsize)
+    # Two (rows, n) arrays are live per sub-block (the kernel source and the sum C, or the source
+    # and a derived kernel): both stay within the cache budget together.
+    rows = cache_block_rows(model.n_landmarks, 2 * np.dtype(model.dtype).itemsize)
     return RowBlocks(views, model.view_names, block_rows=rows).map(
         _embed_rows, model, n_cols=model.n_components, dtype=np.dtype(model.dtype), name="embed")
 
@@ -653,12 +666,15 @@ class MultipleKernelClustering(KernelLandmarkEstimator):
         self.n_clusters_choice_ = None
         n_clusters = self.n_clusters if k_range is None else (
             lambda stack: self._choose_n_clusters(stack, n, seed))
+        dtype = self.dtype or str(common_float_dtype(landmark_views))
+        # The workers (or this process) load the embedding's compiled step while the model is fitted.
+        prefetch_where_embedded(dtype)
         with blas_threads(1):  # faster than two on a quiet machine, and 10x faster on a busy one (mkdist._core._linalg)
             model, info = fit_landmark_model(
                 landmark_views, np.asarray(landmark_indices), n_clusters=n_clusters, kernels=self.kernels,
                 weights=self.weights, center=self.center, normalize=self.normalize,
                 normalize_embedding=self.normalize_embedding, scale=self.scale, max_iter=self.max_iter,
-                tol=self.tol, dtype=self.dtype or str(common_float_dtype(landmark_views)), random_state=seed,
+                tol=self.tol, dtype=dtype, random_state=seed,
                 embedding_dim=self.embedding_dim, embedding_scale=self._embedding_scale())
         self._set_fitted_views(landmark_views)
         self._set_model(model)

@@ -1,0 +1,358 @@
+"""The combination step of the fused embedding: kernel blocks of one view into one (b, n) block.
+
+MKC-AE projects every base kernel onto the same landmark-side matrix Q = H_n D_n^-1, so the
+weighted sum of the preprocessed kernel rows can be formed *before* the projection: one
+(b, n) x (n, c) GEMM per row block instead of one per kernel (six for ``rbf-grid`` on two
+views; those thin GEMMs were half of a W1 row's time).  What stands in the way is that the
+preprocessing of kernel p scales each row by a factor that depends on that row's kernel mean
+(centring, diagonal normalisation), so the sum needs each block's row means first.  This
+module computes, for every row and kernel t of a view, from one *source* block:
+
+    k_t   = src ** (2 ** powers[t])              (squarings or square roots, see _power_families)
+    m_t   = mean_j k_t[j]
+    a_t   = weight[t] * rowfactor(kxx[t], m_t)   (diagonal normalisation: 1/sqrt(kc(x, x)))
+    C    += a_t * dl_t * k_t                     (dl_t: the landmark side of the normalisation)
+    coef[t] = a_t,  cent[t] = a_t * (m_t - shift[t])   (the rank-one centring terms)
+
+The compiled step (numba, when it is installed: ``pip install mkdist[fast]``) keeps each row
+in L1 and touches the (b, n) block once per kernel.  Without numba, :func:`combine_numpy`
+computes the same sum a NumPy way (one thin GEMM per kernel, see there).  ``MKDIST_NUMBA=0``
+selects NumPy.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+__all__ = ["combine_numpy", "combine_compiled", "compiled_available", "prefetch", "prefetch_where_embedded",
+           "MODE_CONSTANT",
+           "MODE_DIAGONAL_CENTRED", "MODE_DIAGONAL"]
+
+#: a_t = weight[t] (no normalisation, or trace normalisation folded into the weight)
+MODE_CONSTANT = 0
+#: a_t = weight[t] / sqrt(max(kxx - 2 m_t + shift[t], floor))  (centred, diagonal normalisation)
+MODE_DIAGONAL_CENTRED = 1
+#: a_t = weight[t] / sqrt(max(kxx, floor))  (diagonal normalisation without centring)
+MODE_DIAGONAL = 2
+
+
+def combine_numpy(src: np.ndarray, powers: np.ndarray, dlQ: np.ndarray, shift: np.ndarray, weight: np.ndarray,
+                  kxx: np.ndarray, mode: int, clip: bool, H: np.ndarray, coef: np.ndarray, cent: np.ndarray,
+                  offset: int, floor: float, work: np.ndarray | None = None) -> None:
+    """The step in whole-block NumPy passes, each kernel through its own thin GEMM; ``src`` is overwritten.
+
+    Without a compiler, forming C costs three (b, n) passes and a row sum per kernel, no less
+    than the thin GEMM it saves (measured on W1), so this route projects each kernel on its
+    own: G_t = k_t @ [dl_t Q, 1/n] gives the projection and the row mean in one GEMM, and
+    ``H += a_t G_t`` -- the same sum as ``C @ Q``.
+
+    Parameters
+    ----------
+    src : ndarray of shape (b, n)
+        The view's source block: an exponentiated RBF family base, or a raw kernel block.
+    powers : ndarray of shape (q,), int
+        Kernel t is ``src ** 2 ** powers[t]`` (0: the block itself).
+    dlQ : ndarray of shape (q, n, c'), src's dtype
+        [dl_t Q, 1/n, zeros] (dl_t: 1 / sqrt of the centred landmark diagonal, ones without
+        diagonal normalisation; zero columns pad c' to a multiple of 8, which OpenBLAS
+        multiplies faster than c + 1 = 21).
+    shift, weight : ndarray of shape (q,), float64
+        The landmark kernel's grand mean s_t, and the kernel's weight (alpha^2, over the trace
+        scale for trace normalisation).
+    kxx : ndarray of shape (b, q), float64
+        k_t(x, x) of every row.
+    mode : int
+        ``MODE_CONSTANT``, ``MODE_DIAGONAL_CENTRED`` or ``MODE_DIAGONAL``.
+    clip : bool
+        Clip ``src`` at 1 first (an RBF base from the expanded squared distance, whose rounding
+        can leave an exponent a hair above 0).
+    H : ndarray of shape (b, c), float64
+        Accumulator of sum_t a_t k_t dl_t Q, updated in place.
+    coef, cent : ndarray of shape (b, Q), float64
+        Columns ``offset .. offset + q`` receive a_t and a_t (m_t - s_t).
+    offset : int
+    floor : float
+        Floor of the centred self-kernel before its square root.
+    work : ndarray of shape (b, n), src's dtype, optional
+        Where the derived kernels are formed (allocated when needed if not given).
+    """
+    c = H.shape[1]
+    if clip:
+        np.minimum(src, 1.0, out=src)
+    # The block itself first, then the squared kernels in increasing power, each from the one
+    # before (one (b, n) buffer, no copy), then the square roots the same way.
+    ups = sorted((t for t in range(len(powers)) if powers[t] > 0), key=lambda t: powers[t])
+    downs = sorted((t for t in range(len(powers)) if powers[t] < 0), key=lambda t: -powers[t])
+    for chain in ([t for t in range(len(powers)) if powers[t] == 0], ups, downs):
+        done = 0
+        for t in chain:
+            p = int(powers[t])
+            if p == 0:
+                k = src
+            else:
+                if work is None:
+                    work = np.empty_like(src)
+                k = work
+                for step in range(done, abs(p)):
+                    prev = src if step == 0 else k
+                    if p > 0:
+                        np.multiply(prev, prev, out=k)
+                    else:
+                        np.sqrt(prev, out=k)
+                done = abs(p)
+            G = (k @ dlQ[t]).astype(np.float64, copy=False)
+            m = G[:, c]
+            a = _row_factor(m, kxx[:, t], mode, shift[t], weight[t], floor)
+            coef[:, offset + t] = a
+            cent[:, offset + t] = a * (m - shift[t])
+            H += a[:, None] * G[:, :c]
+
+
+def _row_factor(m: np.ndarray, kxx: np.ndarray, mode: int, shift: float, weight: float, floor: float) -> np.ndarray:
+    if mode == MODE_DIAGONAL_CENTRED:
+        return weight / np.sqrt(np.maximum(kxx - 2.0 * m + shift, floor))
+    if mode == MODE_DIAGONAL:
+        return weight / np.sqrt(np.maximum(kxx, floor))
+    return np.full(m.shape, weight)
+
+
+def _combine_loops(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cent, offset, floor):
+    """The same step row by row (compiled by numba), the row in L1 throughout.
+
+    ``rbf-grid``'s family (a clipped source with powers 0, 2 and 4: sigma x 2, x 1, x 0.5) goes
+    through two passes over the row: the three row sums, then C += sum_t a_t dl_t k_t with the
+    kernels recomputed from the source (four squarings) rather than stored and read back, so
+    the (b, n) accumulator is read and written once for the three.  Any other source goes
+    kernel by kernel.
+    """
+    b, n = src.shape
+    q = powers.shape[0]
+    base = np.empty(n, dtype=src.dtype)
+    work = np.empty(n, dtype=src.dtype)
+    base[0] = 1.0
+    one = base[0]  # 1 in src's dtype: float32 arithmetic stays float32
+    zero = one - one
+    slot = np.full(5, -1)
+    for t in range(q):
+        if 0 <= powers[t] <= 4:
+            slot[powers[t]] = t
+    if clip and q == 3 and slot[0] >= 0 and slot[2] >= 0 and slot[4] >= 0:
+        t0, t1, t2 = slot[0], slot[2], slot[4]
+        d0, d1, d2 = dl[t0], dl[t1], dl[t2]
+        ts = (t0, t1, t2)
+        af = np.zeros(3, dtype=src.dtype)
+        for i in range(b):
+            row = src[i]
+            crow = C[i]
+            s0 = zero
+            s1 = zero
+            s2 = zero
+            for j in range(n):
+                x = row[j]
+                x = x if x < one else one
+                x4 = x * x
+                x4 = x4 * x4
+                x16 = x4 * x4
+                x16 = x16 * x16
+                s0 += x
+                s1 += x4
+                s2 += x16
+            for u in range(3):
+                t = ts[u]
+                m = float((s0, s1, s2)[u]) / n
+                if mode == 1:
+                    a = weight[t] / np.sqrt(max(kxx[i, t] - 2.0 * m + shift[t], floor))
+                elif mode == 2:
+                    a = weight[t] / np.sqrt(max(kxx[i, t], floor))
+                else:
+                    a = weight[t]
+                coef[i, offset + t] = a
+                cent[i, offset + t] = a * (m - shift[t])
+                af[u] = one * a
+            f0, f1, f2 = af[0], af[1], af[2]
+            for j in range(n):
+                x = row[j]
+                x = x if x < one else one
+                x4 = x * x
+                x4 = x4 * x4
+                x16 = x4 * x4
+                x16 = x16 * x16
+                crow[j] += f0 * d0[j] * x + f1 * d1[j] * x4 + f2 * d2[j] * x16
+        return
+    for i in range(b):
+        row = src[i]
+        if clip:
+            for j in range(n):
+                x = row[j]
+                base[j] = x if x < one else one
+        else:
+            for j in range(n):
+                base[j] = row[j]
+        crow = C[i]
+        for t in range(q):
+            p = powers[t]
+            tot = one - one
+            if p == 0:
+                for j in range(n):
+                    x = base[j]
+                    work[j] = x
+                    tot += x
+            elif p == 1:
+                for j in range(n):
+                    x = base[j] * base[j]
+                    work[j] = x
+                    tot += x
+            elif p == 2:
+                for j in range(n):
+                    x = base[j] * base[j]
+                    x = x * x
+                    work[j] = x
+                    tot += x
+            elif p == 3:
+                for j in range(n):
+                    x = base[j] * base[j]
+                    x = x * x
+                    x = x * x
+                    work[j] = x
+                    tot += x
+            elif p == 4:
+                for j in range(n):
+                    x = base[j] * base[j]
+                    x = x * x
+                    x = x * x
+                    x = x * x
+                    work[j] = x
+                    tot += x
+            elif p == -1:
+                for j in range(n):
+                    x = np.sqrt(base[j])
+                    work[j] = x
+                    tot += x
+            elif p == -2:
+                for j in range(n):
+                    x = np.sqrt(np.sqrt(base[j]))
+                    work[j] = x
+                    tot += x
+            else:
+                for j in range(n):
+                    x = base[j]
+                    if p > 0:
+                        for _ in range(p):
+                            x = x * x
+                    else:
+                        for _ in range(-p):
+                            x = np.sqrt(x)
+                    work[j] = x
+                    tot += x
+            m = float(tot) / n
+            if mode == 1:
+                a = weight[t] / np.sqrt(max(kxx[i, t] - 2.0 * m + shift[t], floor))
+            elif mode == 2:
+                a = weight[t] / np.sqrt(max(kxx[i, t], floor))
+            else:
+                a = weight[t]
+            coef[i, offset + t] = a
+            cent[i, offset + t] = a * (m - shift[t])
+            af = one * a
+            d = dl[t]
+            for j in range(n):
+                crow[j] += af * d[j] * work[j]
+
+
+_COMPILED: list = []
+_LOCK = threading.Lock()
+_PREFETCHED: set = set()
+
+
+def compiled_available() -> bool:
+    """Whether the compiled combination is used: numba importable and not ``MKDIST_NUMBA=0``.
+
+    Decided by the environment alone, never by timing or by the size of a call, so that a row
+    gets the same float32 bits in any process, chunk or run (the two routes differ by float32
+    rounding, ~3e-6 on a unit embedding row).
+    """
+    if os.environ.get("MKDIST_NUMBA", "1") == "0":
+        return False
+    return _compiled() is not None
+
+
+def _compiled():
+    with _LOCK:
+        if not _COMPILED:
+            try:
+                import numba
+            except ImportError:
+                _COMPILED.append(None)
+            else:
+                # cache=True: the machine code is kept beside this module (or in numba's user
+                # cache), so a new process loads it (~0.3-1 s with numba's import) instead of
+                # compiling again (~2-5 s per dtype).  Reassociation lets the row sums
+                # vectorise; no finite-math assumptions.
+                _COMPILED.append(numba.njit(cache=True, nogil=True,
+                                            fastmath={"reassoc", "contract", "nsz"})(_combine_loops))
+    return _COMPILED[0]
+
+
+def _numba_installed() -> bool:
+    import importlib.util
+
+    return os.environ.get("MKDIST_NUMBA", "1") != "0" and importlib.util.find_spec("numba") is not None
+
+
+def prefetch(dtype: str) -> None:
+    """Load the compiled step for ``dtype`` in a background thread of this process, once.
+
+    A new process pays numba's import and the cached machine code's load (0.3-2 s, more on a
+    busy machine) at its first compiled call; started while the landmark model is fitted, that
+    time overlaps the fit instead of the first embed task.  Returns at once; a call that
+    arrives before the load is done waits for it (numba's compiler lock).
+    """
+    key = np.dtype(dtype).str
+    with _LOCK:
+        if key in _PREFETCHED or not _numba_installed():
+            return
+        _PREFETCHED.add(key)
+    threading.Thread(target=_load, args=(np.dtype(dtype),), name="mkdist-numba-prefetch", daemon=True).start()
+
+
+def _load(dtype: np.dtype) -> None:
+    fn = _compiled()
+    if fn is not None:
+        src = np.ones((1, 1), dtype=dtype)
+        fn(src, np.zeros(1, dtype=np.int64), np.ones((1, 1), dtype=dtype), np.zeros(1), np.ones(1), np.ones((1, 1)),
+           MODE_CONSTANT, True, np.zeros((1, 1), dtype=dtype), np.empty((1, 1)), np.empty((1, 1)), 0, 1e-12)
+
+
+def prefetch_where_embedded(dtype: str) -> None:
+    """:func:`prefetch` on every worker of the active Dask client (without waiting for them), or
+    in this process when there is none: where the rows will be embedded."""
+    if not _numba_installed():
+        return
+    from ._cluster import active_client
+
+    client = active_client()
+    if client is None:
+        prefetch(dtype)
+    else:
+        client.run(_prefetch_on_worker, np.dtype(dtype).str, wait=False)
+
+
+async def _prefetch_on_worker(dtype: str) -> None:
+    # A coroutine: distributed runs a function without waiting for it only if it is one.
+    prefetch(dtype)
+
+
+def combine_compiled(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cent, offset, floor) -> None:
+    """The step through the compiled loops: ``C += a_t dl_t k_t`` (numba must be installed).
+
+    Parameters as :func:`combine_numpy`, except ``dl`` : ndarray of shape (q, n) (the column
+    scales alone) and ``C`` : ndarray of shape (b, n) in src's dtype (the accumulator);
+    ``src`` is left as it is.
+    """
+    fn = _compiled()
+    if fn is None:
+        raise ImportError("numba is not installed: pip install 'mkdist[fast]'")
+    fn(src, powers, dl, shift, weight, kxx, int(mode), bool(clip), C, coef, cent, int(offset), float(floor))
