@@ -17,7 +17,7 @@ from ..._core._distances import bandwidth_statistic, check_bandwidth
 from ..._core._sampling import gather_rows
 from ..._core._scaling import FeatureScaling
 from ..._core._state import StateArrays
-from ..._core._validation import Interval, Options, is_dask_array, validate_params
+from ..._core._validation import Interval, Options, check_finite, is_dask_array, validate_params
 from ...errors import InputValidationError
 from .. import _params
 from .._base import MkdistEstimator, resolve_seed
@@ -167,12 +167,8 @@ class RFFPowerKMeansBase(MkdistEstimator):
         arrays = dict(zip(rows.names, rows.arrays))
         sample = gather_rows(arrays, sample_idx) if rows.is_dask or N > INIT_SAMPLE_SIZE else arrays
         sample = {name: np.asarray(v, dtype=np.float64) for name, v in sample.items()}
-        if rows.is_dask:
-            for name, v in sample.items():
-                if not np.isfinite(v).all():
-                    row = int(sample_idx[np.argmax(~np.isfinite(v).all(axis=1))])
-                    raise InputValidationError(
-                        f"Input contains NaN or infinity: view {name!r}, row {row}.")
+        if rows.is_dask:  # NumPy input was checked whole (_fit_views); NaN here would make sigma NaN
+            check_finite(sample, row_numbers=sample_idx)
         scaling = FeatureScaling.fit(self.scale, sample)
         where = "all rows" if N <= INIT_SAMPLE_SIZE else f"{sample_idx.size} sampled rows"
         centers, scales, sigmas = [], [], []
