@@ -71,6 +71,15 @@ def write_result(out: dict, name: str, path: str | Path | None = None) -> Path:
     return path
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSON-lines file a resumable benchmark appends to (none when it does not
+    exist yet; blank lines skipped)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 # ----------------------------------------------------------------------------- A/B of two checkouts
 def one_blas_thread_env(**extra: str) -> dict[str, str]:
     """This process's environment with one BLAS / OpenMP thread, and ``extra``: what a job of an

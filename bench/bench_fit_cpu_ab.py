@@ -6,7 +6,7 @@ split into sub-packages): ``MultipleKernelClustering(10)``, ``LateFusionClusteri
 BLAS thread.  CPU seconds of the process (``time.process_time``), which a busy shared machine
 disturbs far less than wall time; wall seconds alongside.
 
-``python bench/bench_fit_cpu_ab.py OLD_PYTHON [--rounds 3]`` (OLD_PYTHON: the interpreter of a checkout of
+``python bench/bench_fit_cpu_ab.py OLD_PYTHON [--rounds 3] [--out PATH]`` (OLD_PYTHON: the interpreter of a checkout of
 the older commit, with that checkout installed in it).  Prints JSON, also written to
 ``bench/results/fit_cpu_ab_mfeat.json``.
 """
@@ -41,6 +41,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("old_python")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default=None, help="JSON path (default bench/results/fit_cpu_ab_mfeat.json)")
     args = ap.parse_args()
     runs, loads = alternate({"old": args.old_python, "new": sys.executable}, args.rounds,
                             lambda _, python: run_job(python, _JOB, SHARED_DATA / "mfeat.npz", timeout=1800))
@@ -49,7 +50,7 @@ def main() -> None:
     out = {"data": "mfeat", "rounds": args.rounds, "median": medians, "runs": runs,
            "load_1min": [round(x, 1) for x in loads]}
     print(json.dumps(out, indent=1))
-    write_result(out, "fit_cpu_ab_mfeat")
+    write_result(out, "fit_cpu_ab_mfeat", args.out)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ built-in method with ``random_state=0`` and its defaults (Nystrom, one view, on 
 LocalCluster (the graphs a run sends to the scheduler; ``labels_`` computed there).  Each
 checkout runs in its own interpreter; the labels are compared by SHA-1 of their int64 bytes.
 
-``python bench/bench_labels_ab.py OLD_PYTHON`` (OLD_PYTHON: the interpreter of a checkout of
+``python bench/bench_labels_ab.py OLD_PYTHON [--out PATH]`` (OLD_PYTHON: the interpreter of a checkout of
 the older commit, with that checkout installed in it).  Prints JSON, also written to
 ``bench/results/labels_ab_five_estimators.json``.
 """
@@ -78,14 +78,16 @@ def run(python: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("old_python", help="the interpreter of a checkout of the older commit")
-    old, new = run(ap.parse_args().old_python), run(sys.executable)
+    ap.add_argument("--out", default=None, help="JSON path (default bench/results/labels_ab_five_estimators.json)")
+    args = ap.parse_args()
+    old, new = run(args.old_python), run(sys.executable)
     cells = {key: {"identical": old["labels"][key]["sha1"] == cell["sha1"], "acc": round(cell["acc"], 4),
                    "seconds_old": old["labels"][key]["seconds"], "seconds_new": cell["seconds"]}
              for key, cell in new["labels"].items()}
     out = {"old": old["mkdist"], "new": new["mkdist"], "cells": cells,
            "identical": sum(c["identical"] for c in cells.values()), "of": len(cells)}
     print(json.dumps(out, indent=1))
-    write_result(out, "labels_ab_five_estimators")
+    write_result(out, "labels_ab_five_estimators", args.out)
 
 
 if __name__ == "__main__":
