@@ -71,6 +71,7 @@ def _cli_run(mode: str, n: int) -> tuple[dict, np.ndarray]:
     store = OUT / "smalltables" / f"{mode}-{n}.zarr"
     shutil.rmtree(store, ignore_errors=True)
     shutil.rmtree(f"{store}.report.html", ignore_errors=True)
+    store.parent.mkdir(parents=True, exist_ok=True)  # GNU time writes its file before mkdist makes the store
     rss = store.with_suffix(".rss")
     # GNU time: the command's peak resident memory (in-process: the whole run's; with a
     # LocalCluster, the client's only: its workers are not waited for by this process).
