@@ -47,6 +47,7 @@ from _common import (
     local_cluster,
     machine,
     median,
+    run_job,
     run_pipeline,
     w1_input,
 )
@@ -360,19 +361,13 @@ if __name__ == "__main__":
 
 
 def _labels_with(python: str, N: int, tag: str, params: dict) -> tuple[np.ndarray, dict]:
-    import json
-
     src = w1_input(N)
     store = OUT / "stores" / f"labels-{tag}-{N}.zarr"
     shutil.rmtree(store, ignore_errors=True)
     out = OUT / f"labels-{tag}-{N}.npy"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    r = subprocess.run([python, "-c", _LABELS_JOB, str(src), str(store), str(out), json.dumps(params)],
-                       capture_output=True, text=True, env=env, cwd=str(OUT), timeout=3600)
-    if r.returncode:
-        raise SystemExit(f"{python}: {r.stderr[-2000:]}")
+    info = run_job(python, _LABELS_JOB, src, store, out, json.dumps(params), cwd=OUT)
     shutil.rmtree(store, ignore_errors=True)
-    return np.load(out), json.loads(r.stdout.strip().splitlines()[-1])
+    return np.load(out), info
 
 
 def part_labels(args):
