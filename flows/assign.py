@@ -189,4 +189,4 @@ def _start_refit(deployment: str, parameters: dict[str, Any]) -> dict[str, str]:
             f"refit_on_drift: no deployment {deployment!r} on this Prefect API; deploy it "
             "(prefect deploy --all --prefect-file deploy/prefect.yaml) or set refit_deployment") from None
     return {"flow_run_id": str(run.id), "flow_run_name": run.name, "deployment": deployment,
-            "store": parameters["store"]}
+            "store": parameters["plan"]["store"]}
