@@ -468,7 +468,7 @@ def test_checks_reject_broken_inputs(flows, deployments):
     with pytest.raises(AssertionError, match="n_cluster"):
         check_parameters_bind(fn, {**params, "n_cluster": 3})
     with pytest.raises(TypeError):
-        check_parameters_bind(fn, {k: v for k, v in params.items() if k != "store"})
+        check_parameters_bind(fn, {k: v for k, v in params.items() if k != "plan"})
     with pytest.raises(ValueError):
         check_cron({"cron": "0 25 * * *"})
     with pytest.raises(AssertionError, match="schedule"):
