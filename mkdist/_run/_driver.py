@@ -52,7 +52,7 @@ __all__ = ["cluster", "plan_run", "check_request", "drive_run", "drive_assign", 
            "RunRequest", "direct_step", "STEP_NAMES", "refit_inputs"]
 
 #: What each step of a run is called (the Prefect task names of the flow).
-STEP_NAMES = {"open": "validate-and-open-store", "landmarks": "sample-landmarks", "model": "fit-model",
+STEP_NAMES = {"open": "scan-and-open-store", "landmarks": "sample-landmarks", "model": "fit-model",
               "embedding": "embed-all-points", "labels": "label-all-points", "metrics": "metrics-and-summary",
               "labels_out": "labels-out", "report": "run-report", "y_true": "labels-for-scoring",
               "assign": "assign-new-points", "assign_report": "assignment-report"}
