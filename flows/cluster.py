@@ -4,8 +4,9 @@ Thin by design: the flow takes the run's plan as one parameter (``RunPlan.to_jso
 request written by hand that the flow plans once), the run is ``mkdist.pipeline``'s run
 driver (the same loop as ``mkdist.cluster`` and ``mkdist run``), and every step of it --
 open the store, each stage of the method's plan, the metrics, the labels out, the report --
-runs as a Prefect task through the driver's ``step`` hook, handed the run's context.  The store's stage markers make each stage skip work that is
-already complete, so re-running the flow with the same inputs resumes a failed run.
+runs as a Prefect task through the driver's ``step`` hook, handed the run's context.  The
+store's stage markers make each stage skip work that is already complete, so re-running the
+flow with the same inputs resumes a failed run.
 """
 
 from __future__ import annotations
