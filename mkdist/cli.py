@@ -596,10 +596,10 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
         _check_scheduler(dask_address, connect_timeout)
         from mkdist.pipeline import check_assign
 
-        views = check_assign(model_store, batch, output, overwrite=overwrite)[1]
-        return thresholds, batch, int(next(iter(views.values())).shape[0])
+        checked = check_assign(model_store, batch, output, overwrite=overwrite)
+        return thresholds, batch, checked, int(next(iter(checked.views.values())).shape[0])
 
-    thresholds, batch, n_rows = _guard(prepare, debug)
+    thresholds, batch, checked, n_rows = _guard(prepare, debug)
     flow = use_prefect if use_prefect is not None else prefect_api_configured()
 
     def go():
@@ -623,7 +623,7 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
             if not quiet and scheduler.kind != "local-cluster":
                 _note(f"computing on: {_where_line(scheduler, n_rows)}")
             try:
-                return drive_assign(model_store, batch, output, **options)
+                return drive_assign(checked, **options)  # checked above: not again
             except KeyboardInterrupt:
                 _stop_now()  # as in `run`: stopped in order, our workers need no graceful close
 

@@ -30,6 +30,7 @@ from ._pipeline._drift import DEFAULT_THRESHOLDS as DEFAULT_DRIFT_THRESHOLDS
 from ._pipeline._io import InputSource, as_input, load_views
 from ._pipeline._plan import RunPlan, RunRequest, check_request, plan_run
 from ._pipeline._stages import (
+    AssignPlan,
     assign,
     check_assign,
     load_estimator,
@@ -55,8 +56,8 @@ __all__ = [
     # the run driver (mkdist.cluster, the CLI and the flow)
     "RunRequest", "RunPlan", "check_request", "plan_run", "drive_run", "drive_assign", "STEP_NAMES", "refit_inputs",
     # the stages, as the flows run them
-    "RunContext", "run_context", "check_assign", "open_run", "writer_lease", "prepare_resume", "stage_plan",
-    "run_stage",
+    "RunContext", "run_context", "check_assign", "AssignPlan", "open_run", "writer_lease", "prepare_resume",
+    "stage_plan", "run_stage",
     "stage_landmarks", "stage_model", "stage_embedding", "stage_labels", "stage_metrics",
     # input and output
     "InputSource", "as_input", "load_views", "write_labels_out", "DEFAULT_DRIFT_THRESHOLDS",

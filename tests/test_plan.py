@@ -114,3 +114,13 @@ def test_a_run_validates_its_input_once(npz, tmp_path, counted, monkeypatch):
     assert r.exit_code == 0, r.output
     assert "ACC 1.0000" in r.output or "ACC 0.99" in r.output
     assert counted == {"validate": 1, "open": 1}
+    # `mkdist assign` checks the batch before any work and hands the check on (no second open).
+    counted.update(validate=0, open=0)
+    try:
+        r = CliRunner().invoke(cli.main, ["assign", "--model-store", str(tmp_path / "cli.zarr"), "--input", npz,
+                                          "--output", str(tmp_path / "a.zarr"), "--quiet", "--no-prefect"])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert r.exit_code == 0, r.output
+    assert "assigned 300 rows" in r.output and counted["open"] == 1

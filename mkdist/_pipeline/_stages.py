@@ -59,7 +59,7 @@ from ._io import (
 )
 
 __all__ = [
-    "check_assign", "open_run", "run_context", "RunContext", "write_stored_labels",
+    "check_assign", "AssignPlan", "open_run", "run_context", "RunContext", "write_stored_labels",
     "writer_lease", "prepare_resume", "stage_plan", "run_stage",
     "merge_timings", "stage_landmarks", "stage_model", "stage_embedding", "stage_labels",
     "stage_metrics", "load_estimator", "assign", "refuse_overlap", "persist_progress", "input_record", "like_model",
@@ -362,8 +362,37 @@ def like_model(source: Any, model) -> Any:
 _READ_UNFINISHED = "Labelling with the model it is still writing"
 
 
+@dataclasses.dataclass(frozen=True)
+class AssignPlan:
+    """An assignment, checked before any work (:func:`check_assign`); :func:`assign` takes it
+    instead of checking again.
+
+    Attributes
+    ----------
+    model_store, output : str, PathLike or RunStore
+    source : InputSource or in-memory input
+        The batch, read as the model's input was (:func:`like_model`).
+    estimator : estimator
+        The model's, loaded.
+    views : dict of str to dask.array.Array
+        The batch's views, lazy (checked against the model).
+    fingerprint : str
+    opened : OpenedInput or None
+    overwrite : bool
+    """
+
+    model_store: Any
+    source: Any
+    output: Any
+    estimator: Any
+    views: dict
+    fingerprint: str
+    opened: Any = None
+    overwrite: bool = False
+
+
 def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
-                 chunk_rows: int | None = None, missing: str | None = None):
+                 chunk_rows: int | None = None, missing: str | None = None) -> AssignPlan:
     """Every check of an assignment that reads no data, and writes nothing.
 
     The output must not overlap the model store or the input; the model store must hold a
@@ -376,7 +405,7 @@ def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
 
     Returns
     -------
-    estimator, views, fingerprint, opened
+    AssignPlan
     """
     from mkdist.storage import RunStore
 
@@ -413,7 +442,8 @@ def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
         out.check_no_other_writer("an assignment")
         if not overwrite:
             out.check_same_run(fingerprint, _assign_params(src))
-    return est, views, fingerprint, opened
+    return AssignPlan(model_store, opened.source if opened is not None else source, output, est, views, fingerprint,
+                      opened, bool(overwrite))
 
 
 def _assign_missing(src, source: Any, missing: str | None) -> str:
@@ -732,7 +762,7 @@ def merge_timings(parts: list[dict[str, float]]) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- entry points
-def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
+def assign(model_store: Any, source: Any = None, output: Any = None, *, overwrite: bool = False,
            progress: bool = False, chunk_rows: int | None = None, labels_out: Any = None,
            id_column: str | None = None, drift_thresholds: Mapping[str, float] | None = None,
            missing: str | None = None) -> Any:
@@ -740,8 +770,10 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
 
     Parameters
     ----------
-    model_store : str, Path or RunStore
-        A finished run store (its labels stage complete, so its centroids are known).
+    model_store : str, Path, RunStore or AssignPlan
+        A finished run store (its labels stage complete, so its centroids are known); or the
+        assignment checked already (:func:`check_assign`), with ``source`` and ``output``
+        not given: it is not checked again (its ``overwrite`` is the one that applies).
     source : array, list/dict of arrays, xarray.Dataset or path/URL
         The new points, with the same views and features as the training data.
     output : str or Path
@@ -770,12 +802,17 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
     from mkdist.storage import RunStore
 
     thresholds = check_thresholds(drift_thresholds)
-    if is_frame(source):
-        # Read by column like the model's table, from a Parquet copy beside the output (see frame_input).
-        source = frame_input(source, output)
-    est, vs, fingerprint, opened = check_assign(model_store, source, output, overwrite=overwrite,
-                                                chunk_rows=chunk_rows, missing=missing)
-    source = opened.source if opened is not None else source
+    if isinstance(model_store, AssignPlan):
+        if source is not None or output is not None:
+            raise InputValidationError("assign(plan) takes the batch and the output from the plan: give neither.")
+        plan = model_store
+    else:
+        if is_frame(source):
+            # Read by column like the model's table, from a Parquet copy beside the output (see frame_input).
+            source = frame_input(source, output)
+        plan = check_assign(model_store, source, output, overwrite=overwrite, chunk_rows=chunk_rows, missing=missing)
+    model_store, source, output, overwrite = plan.model_store, plan.source, plan.output, plan.overwrite
+    est, vs, fingerprint, opened = plan.estimator, plan.views, plan.fingerprint, plan.opened
     id_column = id_column or (source.id_column if opened is not None else None)
     src = as_store(model_store, mode="r")
     imputer = run_imputer(src) if _assign_missing(src, source, missing) == "impute" else None

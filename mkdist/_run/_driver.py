@@ -371,11 +371,13 @@ def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], ke
                          label_key=label_column if y_true is None else None, owner="mkdist.cluster")
 
 
-def drive_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False, progress: bool = False,
-                 labels_out: Any = None, id_column: str | None = None, drift_thresholds: dict | None = None,
-                 report: bool = True, step: Step = direct_step, missing: str | None = None) -> dict[str, Any]:
+def drive_assign(model_store: Any, source: Any = None, output: Any = None, *, overwrite: bool = False,
+                 progress: bool = False, labels_out: Any = None, id_column: str | None = None,
+                 drift_thresholds: dict | None = None, report: bool = True, step: Step = direct_step,
+                 missing: str | None = None) -> dict[str, Any]:
     """Label a new batch with a stored model (:func:`mkdist.assign`), then its report: what
-    ``mkdist assign`` and the assign flow run.
+    ``mkdist assign`` and the assign flow run.  ``model_store`` may be the assignment checked
+    already (``check_assign``'s AssignPlan, without ``source`` and ``output``).
 
     Returns
     -------
