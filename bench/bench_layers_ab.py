@@ -1,9 +1,11 @@
-"""Issue 24: W1 at 1M rows through ``mkdist.cluster`` with this checkout and with an older one,
-alternating, 3 runs each: the labels must be identical and the time not worse.
+"""W1 through ``mkdist.cluster`` with this checkout and with an older one, alternating: the
+labels must be identical and the time not worse (issue 24 at 1M rows; issue 35 items 1-2, one
+plan and one context, at 200k).
 
-``PYTHONPATH=bench python bench/bench_layers_ab.py OLD_PYTHON [--n 1000000] [--rounds 3] [--out PATH]``
-(OLD_PYTHON: the interpreter of a checkout of the older commit, with that checkout installed in it).
-Prints JSON, also written to ``bench/results/layers_labels_and_speed_1m.json``.
+``PYTHONPATH=bench python bench/bench_layers_ab.py OLD_PYTHON [--n N] [--rounds R] [--out PATH]``
+(OLD_PYTHON: the interpreter of a checkout of the older commit, with that checkout installed in
+it; each run a fresh process on its own 2-worker LocalCluster, seed 0).  Prints JSON, also
+written to ``--out`` (default ``bench/results/layers_labels_and_speed_1m.json``).
 """
 
 import argparse
@@ -20,7 +22,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("old_python", help="the interpreter of a checkout of the older commit")
     ap.add_argument("--n", type=int, default=1_000_000)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", "--repeats", dest="rounds", type=int, default=3)
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/layers_labels_and_speed_1m.json)")
     args = ap.parse_args()
     labels: dict[str, np.ndarray] = {}
@@ -35,7 +37,8 @@ def main() -> None:
     seconds = {tag: [info["seconds"] for info in infos] for tag, infos in runs.items()}
     out = {"N": args.n, "params": W1, "seconds": seconds,
            "median_s": {k: statistics.median(v) for k, v in seconds.items()},
-           "identical_labels": bool(np.array_equal(labels["old"], labels["new"]))}
+           "identical_labels": bool(np.array_equal(labels["old"], labels["new"])),
+           "n_labels": int(labels["new"].size)}
     print(json.dumps(out))
     write_result(out, "layers_labels_and_speed_1m", args.out)
 

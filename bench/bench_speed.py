@@ -240,12 +240,6 @@ def part_floor(args):
 
 
 # ----------------------------------------------------------------------------- embed stage
-def _drop_handoff() -> None:
-    from mkdist.internals import drop_stage_handoffs
-
-    drop_stage_handoffs()
-
-
 def part_embed(args):
     import xarray as xr
 
@@ -269,10 +263,9 @@ def part_embed(args):
                 with P.writer_lease(str(store)):
                     run = RunStore.open(str(store), mode="r+")
                     run.delete_stage("embedding", missing_ok=True)
-                    times.append(P.stage_embedding(run, src))
-                # The stage hands its persisted embedding on to the labels stage; dropping it
-                # frees the futures, else the next repeat's identical graph is already computed.
-                _drop_handoff()
+                    # A context of its own per repeat, as a fresh process builds it: nothing is
+                    # carried from one timed stage to the next.
+                    times.append(P.stage_embedding(P.run_context(run, src)))
         finally:
             client.close()
             cluster.close()
