@@ -18,7 +18,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
 from mkdist.errors import DriftDetectedError, InputValidationError, StoreLockedError
-from mkdist.pipeline import as_input, dask_client, drive_assign, refit_inputs
+from mkdist.pipeline import AssignRequest, dask_client, drive_assign, refit_inputs
 
 from .cluster import prefect_step
 
@@ -32,39 +32,39 @@ LEASE_POLL_S = 5.0
 
 
 @flow(name="mkdist-assign", log_prints=True)
-def assign_flow(model_store: str, source: Any, output: str, dask_address: str | None = None,
-                n_workers: int | None = None, overwrite: bool = False, progress: bool = False,
-                connect_timeout: float | None = None, labels_out: str | None = None,
-                id_column: str | None = None, drift_thresholds: dict | None = None,
-                fail_on_drift: bool = False, report: bool = True, lease_wait: float = 0.0,
-                refit_on_drift: bool = False, refit_store: str | None = None,
-                refit_deployment: str = REFIT_DEPLOYMENT, missing: str | None = None) -> dict:
-    """Embed and label the points of ``source`` with the model stored in ``model_store``.
+def assign_flow(request: dict, dask_address: str | None = None, n_workers: int | None = None,
+                connect_timeout: float | None = None, progress: bool = False, lease_wait: float = 0.0,
+                fail_on_drift: bool = False, refit_on_drift: bool = False, refit_store: str | None = None,
+                refit_deployment: str = REFIT_DEPLOYMENT) -> dict:
+    """Embed and label the points of a new batch with a stored model.
 
     Parameters
     ----------
-    model_store : str
-        A finished run store (from ``cluster_flow`` / ``mkdist run``).
-    source : str or dict
-        New points, same views and features as the training input (a table is read with the
-        model's views); or the JSON of a ``mkdist.pipeline.InputSource``.
-    output : str
-        Store that receives the ``labels`` stage (labels and distances) and the drift record.
+    request : dict
+        The assignment, as JSON (``mkdist.pipeline.AssignRequest.to_json()``: what ``mkdist
+        assign --prefect`` hands over, or written by hand in a deployment)::
+
+            {"model_store": "runs/model.zarr",      # a finished run store (cluster_flow / mkdist run)
+             "source": "incoming/batch.parquet",    # or an InputSource's JSON: {"location": ...,
+                                                    #   "views", "id_column", "missing"}
+             "output": "labels/batch.zarr",         # receives the labels stage and the drift record
+             "labels_out": None, "overwrite": False, "report": True, "drift_thresholds": None}
+
+        ``source``: same views and features as the training input (a table is read with the
+        model's views); its ``id_column`` keys the labels (default: the model's id column when
+        the batch has it, else the row position, in a column named ``row``); its ``missing``
+        ("refuse" or "impute", default as the model's run did) says what to do with missing
+        cells ("impute" fills them with the model's fill values).  ``labels_out``: also write
+        every row's id, cluster and distance as Parquet there; ``report`` (default True):
+        write ``<output>.report.html`` (distance distribution, cluster shift, drift table);
+        ``drift_thresholds``: overrides of ``mkdist.pipeline.DEFAULT_DRIFT_THRESHOLDS``.
+        Checked once, when the flow runs.
     dask_address : str, optional
         Existing scheduler; default the ``MKDIST_DASK_ADDRESS`` environment variable, else a
         LocalCluster for the run.
-    labels_out : str, optional
-        Also write every row's id, cluster and distance as Parquet there.
-    id_column : str, optional
-        Column / coordinate of ``source`` holding the row ids (default: the model's id column
-        when the batch has it, else the row position, in a column named ``row``).
-    drift_thresholds : dict, optional
-        Overrides of ``mkdist.pipeline.DEFAULT_DRIFT_THRESHOLDS``.
     fail_on_drift : bool, default=False
         Fail the flow run (``DriftDetectedError``) when the batch drifted; the labels are
         stored either way (and the refit started first, with ``refit_on_drift``).
-    report : bool, default=True
-        Write ``<output>.report.html`` (distance distribution, cluster shift, drift table).
     lease_wait : float, default=0
         Seconds to wait, at most, while another live run holds ``output`` or writes
         ``model_store`` (``StoreLockedError``), trying again every ``LEASE_POLL_S`` s; 0 fails
@@ -80,9 +80,6 @@ def assign_flow(model_store: str, source: Any, output: str, dask_address: str | 
         given ``lease_wait``).
     refit_deployment : str, default="mkdist-cluster/cluster-on-demand"
         ``<flow name>/<deployment name>`` of a ``cluster_flow`` deployment on this Prefect API.
-    missing : {"refuse", "impute"}, optional
-        The batch's missing cells (default: the source's own, else as the model's run did);
-        "impute" fills them with the model's fill values.
 
     Returns
     -------
@@ -90,32 +87,33 @@ def assign_flow(model_store: str, source: Any, output: str, dask_address: str | 
         The assignment summary; with a refit started, ``refit`` names its flow run.
     """
     logger = get_run_logger()
+    asked = AssignRequest.from_json(request)
     with dask_client(dask_address, n_workers, connect_timeout=connect_timeout):
         summary = _waiting_out_leases(
-            lambda: drive_assign(model_store, as_input(source, id_column=id_column, missing=missing), output,
-                                 overwrite=overwrite,
-                                 progress=progress, labels_out=labels_out, drift_thresholds=drift_thresholds,
-                                 report=report, step=prefect_step),
+            lambda: drive_assign(asked.model_store, asked.source, asked.output, overwrite=asked.overwrite,
+                                 progress=progress, labels_out=asked.labels_out,
+                                 drift_thresholds=asked.drift_thresholds, report=asked.report, step=prefect_step),
             lease_wait, logger)
-    logger.info("assigned %d points to %s", summary["N"], output)
+    logger.info("assigned %d points to %s", summary["N"], asked.output)
     markdown = summary["markdown"]
     if summary.get("report"):
         markdown = f"Report (figures): `{summary['report']}`\n\n" + markdown
-    create_markdown_artifact(markdown, key="mkdist-assign-summary", description=f"assign {output}")
+    create_markdown_artifact(markdown, key="mkdist-assign-summary", description=f"assign {asked.output}")
     if summary["drifted"]:
         reasons = "; ".join(summary["drift"]["reasons"])
         logger.warning("the batch drifted from the fit: %s", reasons)
-        next_step = f"Consider refitting the model (`{model_store}`)."
+        next_step = f"Consider refitting the model (`{asked.model_store}`)."
         if refit_on_drift:
             summary["refit"] = _start_refit(refit_deployment, refit_parameters(
-                model_store, source, refit_store=refit_store, dask_address=dask_address, id_column=id_column))
+                asked.model_store, asked.source, refit_store=refit_store, dask_address=dask_address,
+                id_column=asked.source.id_column))
             next_step = (f"Refit started: flow run `{summary['refit']['flow_run_name']}` of "
                          f"`{refit_deployment}`, writing `{summary['refit']['store']}`.")
             logger.warning("%s", next_step)
         create_markdown_artifact(f"# mkdist: drift detected\n\n{reasons}\n\n{next_step}\n", key="mkdist-assign-drift",
-                                 description=f"DRIFT in {output}")
+                                 description=f"DRIFT in {asked.output}")
         if fail_on_drift:
-            raise DriftDetectedError(f"the batch in {output} drifted from the fit: {reasons}"
+            raise DriftDetectedError(f"the batch in {asked.output} drifted from the fit: {reasons}"
                                      + (f" ({next_step})" if refit_on_drift else ""))
     return summary
 

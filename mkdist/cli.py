@@ -609,13 +609,17 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
         if flow:
             with temporary_prefect_server():
                 from mkdist.flows import assign_flow
+                from mkdist.pipeline import AssignRequest
 
                 if not debug:
                     _quiet_prefect_tracebacks()
+                # The flow runs in this process but checks its request itself, as a deployment's
+                # run does: the check above only refused bad input before the server started.
                 # fail_on_drift stays here: the result is printed before the exit code says so.
-                return assign_flow(model_store=model_store, source=batch.to_json(), output=output,
-                                   dask_address=dask_address, n_workers=n_workers,
-                                   connect_timeout=connect_timeout, **options)
+                request = AssignRequest(model_store, batch, output, labels_out=labels_out, overwrite=overwrite,
+                                        drift_thresholds=thresholds or None)
+                return assign_flow(request=request.to_json(), dask_address=dask_address, n_workers=n_workers,
+                                   connect_timeout=connect_timeout, progress=not quiet)
         from mkdist.pipeline import drive_assign, run_scheduler
 
         with run_scheduler(dask_address, n_workers, n_rows=n_rows, connect_timeout=connect_timeout,

@@ -28,7 +28,7 @@ from ._pipeline._dask_runtime import (
 )
 from ._pipeline._drift import DEFAULT_THRESHOLDS as DEFAULT_DRIFT_THRESHOLDS
 from ._pipeline._io import InputSource, as_input, load_views
-from ._pipeline._plan import RunPlan, RunRequest, check_request, plan_run
+from ._pipeline._plan import AssignRequest, RunPlan, RunRequest, check_request, plan_run
 from ._pipeline._stages import (
     AssignPlan,
     assign,
@@ -54,7 +54,8 @@ __all__ = [
     # runs
     "DEFAULT_METHOD", "RunConfig", "ClusterResult", "cluster", "assign", "load_estimator",
     # the run driver (mkdist.cluster, the CLI and the flow)
-    "RunRequest", "RunPlan", "check_request", "plan_run", "drive_run", "drive_assign", "STEP_NAMES", "refit_inputs",
+    "RunRequest", "RunPlan", "AssignRequest", "check_request", "plan_run", "drive_run", "drive_assign", "STEP_NAMES",
+    "refit_inputs",
     # the stages, as the flows run them
     "RunContext", "run_context", "check_assign", "AssignPlan", "open_run", "writer_lease", "prepare_resume",
     "stage_plan", "run_stage",

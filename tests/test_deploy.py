@@ -193,7 +193,13 @@ def test_parameters_are_accepted_by_the_flows(deployments, flows):
     # The cluster deployment hands the flow one run plan (a request: planned when it runs).
     assert set(deployments["cluster-on-demand"]["parameters"]) == {"plan", "dask_address"}
     assert {"source", "store", "config"} <= set(deployments["cluster-on-demand"]["parameters"]["plan"])
-    assert {"model_store", "source", "output"} <= set(deployments["assign-nightly"]["parameters"])
+    # The assign deployment hands the flow one request, checked the way the flow checks it.
+    from mkdist.pipeline import AssignRequest
+
+    assign = deployments["assign-nightly"]["parameters"]
+    assert {"model_store", "source", "output"} <= set(assign["request"])
+    asked = AssignRequest.from_json(assign["request"])
+    assert asked.output == "labels/latest.zarr" and asked.overwrite and asked.labels_out == "labels/latest.parquet"
 
 
 def test_cluster_parameters_make_a_valid_run_config(deployments):

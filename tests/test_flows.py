@@ -96,7 +96,7 @@ def test_assign_flow_matches_model_predict(prefect_api, dask_address, fitted, tm
     new_path = str(tmp_path / "new.npz")
     np.savez(new_path, a=new[0], b=new[1])
     out = str(tmp_path / "assigned.zarr")
-    summary = assign_flow(model_store=store, source=new_path, output=out, dask_address=dask_address)
+    summary = assign_flow(request={"model_store": store, "source": new_path, "output": out}, dask_address=dask_address)
     assert summary["N"] == 120
     got = RunStore.open(out).read_stage("labels")["labels"].values
     np.testing.assert_array_equal(got, load_estimator(store).predict({"a": new[0], "b": new[1]}))
@@ -190,9 +190,9 @@ def test_assign_flow_waits_out_a_live_lease(prefect_api, dask_address, source, f
         # The holder lets go 12 s after it said "held" (less 1 s for the pipe's latency).
         released_at = time.monotonic() + 11
         with pytest.raises(StoreLockedError, match="other run"):
-            assign_flow(model_store=store, source=path, output=str(out), dask_address=dask_address)
-        summary = assign_flow(model_store=store, source=path, output=str(out), dask_address=dask_address,
-                              lease_wait=120)
+            assign_flow(request={"model_store": store, "source": path, "output": str(out)}, dask_address=dask_address)
+        summary = assign_flow(request={"model_store": store, "source": path, "output": str(out)},
+                              dask_address=dask_address, lease_wait=120)
         done = time.monotonic()
     finally:
         holder.wait(timeout=60)
@@ -221,7 +221,7 @@ def test_drift_starts_a_refit_of_the_model(prefect_api, dask_address, source, tm
     batch = tmp_path / "drifted.npz"
     np.savez(batch, a=new[0] * 3 + 5, b=new[1] * 3 - 5)
     with pytest.raises(DriftDetectedError, match="Refit started"):
-        assign_flow(model_store=store, source=str(batch), output=str(tmp_path / "out.zarr"),
+        assign_flow(request={"model_store": store, "source": str(batch), "output": str(tmp_path / "out.zarr")},
                     dask_address=dask_address, fail_on_drift=True, refit_on_drift=True)
     with get_client(sync_client=True) as client:
         runs = [r for r in client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=["refit"])))

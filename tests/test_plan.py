@@ -14,7 +14,7 @@ import pytest
 
 import mkdist
 from mkdist.errors import InputValidationError
-from mkdist.pipeline import InputSource, RunConfig, RunPlan, RunRequest, check_request, plan_run
+from mkdist.pipeline import AssignRequest, InputSource, RunConfig, RunPlan, RunRequest, check_request, plan_run
 
 from .conftest import make_blobs_views
 
@@ -81,6 +81,24 @@ def test_in_memory_input_has_no_json(tmp_path):
     request = check_request(views, str(tmp_path / "run.zarr"), RunConfig(n_clusters=3))
     with pytest.raises(InputValidationError, match="in-memory data"):
         request.to_json()
+
+
+def test_the_assign_request_json_round_trips_and_names_what_is_wrong(tmp_path):
+    batch = InputSource(str(tmp_path / "batch.parquet"), id_column="customer_id", missing="impute")
+    asked = AssignRequest("runs/model.zarr", batch, "labels/out.zarr", labels_out="labels/out.parquet",
+                          overwrite=True, drift_thresholds={"mean_shift": 0.5})
+    data = json.loads(json.dumps(asked.to_json()))  # what a flow parameter stores
+    again = AssignRequest.from_json(data)
+    assert again == asked and again.to_json() == data
+    assert again.source.id_column == "customer_id" and again.source.missing == "impute"
+    # A deployment's hand-written request: a location for the source, the defaults for the rest.
+    short = AssignRequest.from_json({"model_store": "m.zarr", "source": "b.zarr", "output": "o.zarr"})
+    assert short.source == InputSource("b.zarr") and short.report and not short.overwrite
+    with pytest.raises(InputValidationError, match=r"\['outptu'\] unknown"):
+        AssignRequest.from_json({"model_store": "m.zarr", "source": "b.zarr", "outptu": "o.zarr"})
+    with pytest.raises(InputValidationError, match="drift_thresholds"):
+        AssignRequest.from_json({"model_store": "m.zarr", "source": "b.zarr", "output": "o.zarr",
+                                 "drift_thresholds": 0.5})
 
 
 def test_a_run_validates_its_input_once(npz, tmp_path, counted, monkeypatch):

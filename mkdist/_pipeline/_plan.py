@@ -43,7 +43,7 @@ from ._io import (
 )
 from ._rerun import request_key
 
-__all__ = ["RunRequest", "RunPlan", "check_request", "plan_run"]
+__all__ = ["RunRequest", "RunPlan", "AssignRequest", "check_request", "plan_run"]
 
 logger = logging.getLogger("mkdist")
 
@@ -228,6 +228,72 @@ class RunPlan:
         existing, _ = _existing_store(request.store, overwrite=True)
         return cls(request, RunConfig.from_json(_mapping(resolved["config"])), views, fingerprint, existing,
                    resolved.get("labels_action"), bool(resolved.get("complete")))
+
+
+@dataclasses.dataclass(frozen=True)
+class AssignRequest:
+    """An assignment as asked: what ``mkdist assign --prefect``, a deployment and the assign
+    flow hand over as one parameter (:meth:`to_json`), instead of a list of loose ones.
+
+    Not checked here: :func:`mkdist._pipeline._stages.check_assign` checks it once, in the
+    process that runs it (it loads the model and reads the batch's metadata).
+
+    Attributes
+    ----------
+    model_store : str
+        A finished run store.
+    source : InputSource
+        The batch, with how to read it (views, ``id_column``, ``missing``).
+    output : str
+        The store that receives the labels and the drift record.
+    labels_out : str or None
+    overwrite : bool
+    report : bool
+    drift_thresholds : dict of str to float or None
+        Overrides of ``mkdist.pipeline.DEFAULT_DRIFT_THRESHOLDS``.
+    """
+
+    model_store: str
+    source: InputSource
+    output: str
+    labels_out: str | None = None
+    overwrite: bool = False
+    report: bool = True
+    drift_thresholds: dict | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The request as JSON (without the input's storage options, as :meth:`RunRequest.to_json`)."""
+        return {"model_store": os.fspath(self.model_store),
+                "source": {k: v for k, v in self.source.to_json().items() if k != "storage_options"},
+                "output": os.fspath(self.output), "labels_out": self.labels_out, "overwrite": bool(self.overwrite),
+                "report": bool(self.report), "drift_thresholds": self.drift_thresholds}
+
+    @classmethod
+    def from_json(cls, data: Any) -> AssignRequest:
+        """The request of :meth:`to_json`, or one written by hand (a deployment's ``request``):
+        ``model_store``, ``source`` (a location or an InputSource's JSON: its views,
+        ``id_column``, ``missing``) and ``output``; ``labels_out``, ``overwrite`` (default
+        False), ``report`` (default True) and ``drift_thresholds`` are optional.  Its shape is
+        checked here; the assignment itself when it runs."""
+        data = _mapping(data)
+        required = {"model_store", "source", "output"}
+        known = required | {"labels_out", "overwrite", "report", "drift_thresholds"}
+        unknown = sorted(set(data) - known)
+        if unknown or not required <= set(data):
+            raise InputValidationError(
+                "an assign request holds `model_store`, `source` and `output` (optionally `labels_out`, `overwrite`, "
+                f"`report`, `drift_thresholds`); got {sorted(data)}" + (f" ({unknown} unknown)" if unknown else ""))
+        source = as_input(data["source"])
+        if not isinstance(source, InputSource):
+            raise InputValidationError(f"an assign request's `source` is a location or an InputSource's JSON, "
+                                       f"not {type(data['source']).__name__}")
+        thresholds = data.get("drift_thresholds")
+        if thresholds is not None and not isinstance(thresholds, dict):
+            raise InputValidationError(f"`drift_thresholds` is a mapping of threshold names to numbers, not "
+                                       f"{type(thresholds).__name__}")
+        return cls(os.fspath(data["model_store"]), source, os.fspath(data["output"]),
+                   labels_out=data.get("labels_out"), overwrite=bool(data.get("overwrite", False)),
+                   report=bool(data.get("report", True)), drift_thresholds=thresholds)
 
 
 def _mapping(data: Any) -> dict[str, Any]:
