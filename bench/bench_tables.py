@@ -1,6 +1,7 @@
 """Tables as they come (issue 33): categorical views, missing cells, DataFrames in; prints JSON.
 
     python bench/bench_tables.py --part customers --n 20000 --seeds 0,1,2
+    python bench/bench_tables.py --part diagnose --n 10000 --seeds 0,1,2
     python bench/bench_tables.py --part penguins --seeds 0,1,2,3,4
     python bench/bench_tables.py --part cost --n 1000000
     python bench/bench_tables.py --part identical --n 20000
@@ -15,6 +16,14 @@ category).  mkdist gets it as a pandas DataFrame with two views, ``usage`` (the 
 all-zero), and k-prototypes (the ``kmodes`` package, Huang init, numbers standardised, the
 mean / mode for missing cells) with the same K.  ACC over every row, then for the complete
 rows and the rows with missing cells (one matching of clusters to segments).
+
+``diagnose``: where mkdist loses to one-hot + k-means on the customer table: per seed and per
+variant of mkc (the defaults; the geometry before issue 33's second round, ``normalize="diagonal"``
+and unit rows; each of the two alone; K and 4K embedding columns; 30 k-means restarts; uniform
+weights; a linear or cosine kernel on the categorical view; the categorical view unscaled) ACC
+over all, complete and incomplete rows, the share of rows in the right pair of segments (what
+the numbers tell), ACC within the rows of a right pair (what the categories tell), the learned
+kernel weights and the embedding's width; one-hot + k-means beside them.
 
 ``penguins``: Palmer penguins (344 rows, 2 with no measurement, 11 without ``sex``): views
 ``body`` (the four measurements) and ``place`` (``island``, ``sex``), K = 3, species NMI and the
@@ -106,6 +115,79 @@ def customers(args) -> dict:
     shutil.rmtree(tmp, ignore_errors=True)
     table = pd.DataFrame(cells).groupby("method")[["all", "complete", "with missing cells", "seconds"]].mean()
     return {"part": "customers", "n": args.n, "seeds": args.seeds, "cells": cells,
+            "mean": {m: {k: round(float(v), 4) for k, v in row.items()} for m, row in table.iterrows()}}
+
+
+#: mkc variants of ``--part diagnose``: parameters of ``mkdist.cluster`` beside the run's own.
+_OLD_GEOMETRY = {"normalize": "diagonal", "normalize_embedding": True}
+_PROFILE_KERNEL = {kind: [{"view": "usage", "kind": "rbf", "multiplier": m} for m in (0.5, 1.0, 2.0)]
+                   + [{"view": "profile", "kind": kind}] for kind in ("linear", "cosine")}
+DIAGNOSE_VARIANTS = {
+    "defaults": {},
+    "before: diagonal kernels, unit rows": _OLD_GEOMETRY,
+    "diagonal kernels only": {"normalize": "diagonal"},
+    "unit rows only": {"normalize_embedding": True},
+    "embedding_dim K": {"embedding_dim": 6},
+    "embedding_dim 4K": {"embedding_dim": 24},
+    "n_init 30": {"n_init": 30},
+    "uniform weights": {"weights": "uniform"},
+    "profile: linear kernel": {"kernels": _PROFILE_KERNEL["linear"]},
+    "profile: cosine kernel": {"kernels": _PROFILE_KERNEL["cosine"]},
+}
+
+
+def _pairs_and_sides(y: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Share of rows in the right pair of segments (one matching of clusters to segments), and
+    ACC among those rows (the side within the pair)."""
+    from scipy.optimize import linear_sum_assignment
+
+    counts = np.zeros((int(labels.max()) + 1, int(y.max()) + 1))
+    np.add.at(counts, (labels, y), 1)
+    rows, cols = linear_sum_assignment(-counts)
+    mapping = np.zeros(counts.shape[0], dtype=int)
+    mapping[rows] = cols
+    matched = mapping[labels]
+    right_pair = matched // 2 == y // 2
+    return {"pair": round(float(right_pair.mean()), 4),
+            "side given pair": round(float((matched == y)[right_pair].mean()), 4)}
+
+
+def diagnose(args) -> dict:
+    import mkdist
+
+    tmp = Path(tempfile.mkdtemp(prefix="mkdist-bench-diagnose-"))
+    cells = []
+    variants = {k: v for k, v in DIAGNOSE_VARIANTS.items() if not args.variants or k in args.variants}
+    for seed in args.seeds:
+        df = make_customer_table(args.n, seed)
+        y = df["segment"].to_numpy()
+        hole = (df[NUMERIC].isna().any(axis=1) | df[CATEGORICAL].isna().any(axis=1)).to_numpy()
+        groups = {"all": np.ones(len(df), bool), "complete": ~hole, "with missing cells": hole}
+        for name, params in variants.items():
+            t0 = time.perf_counter()
+            res = mkdist.cluster(df, tmp / "run.zarr", 6, views={"usage": NUMERIC, "profile": CATEGORICAL},
+                                 id_column="customer_id", missing="impute", scale="standard", random_state=seed,
+                                 overwrite=True, **params)
+            labels = np.asarray(res.labels)
+            est = res.model
+            cells.append({"seed": seed, "method": name, "seconds": round(time.perf_counter() - t0, 2),
+                          **_acc(y, labels, groups), **_pairs_and_sides(y, labels),
+                          "kernel_weights": dict(zip([k.name for k in est.kernels_],
+                                                     np.round(est.kernel_weights_, 3).tolist())),
+                          "embedding_dim": int(est.model_.n_components),
+                          "geometry": [est.model_.preprocessing.normalize, bool(est.model_.normalize_embedding),
+                                       est.model_.embedding_scale]})
+        X, onehot, _ = _baseline_matrices(df, NUMERIC, CATEGORICAL)
+        labels = _kmeans(np.hstack([X, onehot]), 6, seed)
+        cells.append({"seed": seed, "method": "one-hot + k-means", **_acc(y, labels, groups),
+                      **_pairs_and_sides(y, labels)})
+        print(pd.DataFrame([c for c in cells if c["seed"] == seed]).drop(
+            columns=["kernel_weights", "geometry"], errors="ignore").to_string(), file=sys.stderr)
+    shutil.rmtree(tmp, ignore_errors=True)
+    columns = ["all", "complete", "with missing cells", "pair", "side given pair"]
+    table = pd.DataFrame(cells).groupby("method", sort=False)[columns].mean()
+    print(table.round(4).to_string(), file=sys.stderr)
+    return {"part": "diagnose", "n": args.n, "seeds": args.seeds, "cells": cells,
             "mean": {m: {k: round(float(v), 4) for k, v in row.items()} for m, row in table.iterrows()}}
 
 
@@ -209,13 +291,16 @@ def identical(args) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=["customers", "penguins", "cost", "identical"], required=True)
+    parser.add_argument("--part", choices=["customers", "diagnose", "penguins", "cost", "identical"], required=True)
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", type=lambda s: s.split(";"), default=None,
+                        help="--part diagnose: the variants to run, ';'-separated (default: all)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
-    result = {"customers": customers, "penguins": penguins, "cost": cost, "identical": identical}[args.part](args)
+    result = {"customers": customers, "diagnose": diagnose, "penguins": penguins, "cost": cost,
+              "identical": identical}[args.part](args)
     emit({**result, "machine": machine()})
 
 
