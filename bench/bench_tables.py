@@ -18,8 +18,8 @@ mean / mode for missing cells) with the same K.  ACC over every row, then for th
 rows and the rows with missing cells (one matching of clusters to segments).
 
 ``diagnose``: where mkdist loses to one-hot + k-means on the customer table: per seed and per
-variant of mkc (the defaults; the geometry before issue 33's second round, ``normalize="diagonal"``
-and unit rows; each of the two alone; K and 4K embedding columns; 30 k-means restarts; uniform
+variant of mkc (the defaults; the geometry before issue 33's second round, ``normalize="diagonal"``,
+unit rows and 2K columns; each of the three alone; 4K columns; 30 k-means restarts; uniform
 weights; a linear or cosine kernel on the categorical view; the categorical view unscaled) ACC
 over all, complete and incomplete rows, the share of rows in the right pair of segments (what
 the numbers tell), ACC within the rows of a right pair (what the categories tell), the learned
@@ -119,15 +119,15 @@ def customers(args) -> dict:
 
 
 #: mkc variants of ``--part diagnose``: parameters of ``mkdist.cluster`` beside the run's own.
-_OLD_GEOMETRY = {"normalize": "diagonal", "normalize_embedding": True}
 _PROFILE_KERNEL = {kind: [{"view": "usage", "kind": "rbf", "multiplier": m} for m in (0.5, 1.0, 2.0)]
                    + [{"view": "profile", "kind": kind}] for kind in ("linear", "cosine")}
 DIAGNOSE_VARIANTS = {
     "defaults": {},
-    "before: diagonal kernels, unit rows": _OLD_GEOMETRY,
+    "before: diagonal kernels, unit rows, 2K": {"normalize": "diagonal", "normalize_embedding": True,
+                                                "embedding_dim": 12},
     "diagonal kernels only": {"normalize": "diagonal"},
     "unit rows only": {"normalize_embedding": True},
-    "embedding_dim K": {"embedding_dim": 6},
+    "embedding_dim 2K": {"embedding_dim": 12},
     "embedding_dim 4K": {"embedding_dim": 24},
     "n_init 30": {"n_init": 30},
     "uniform weights": {"weights": "uniform"},

@@ -140,11 +140,13 @@ def test_a_categorical_view_clusters_as_kernel_kmeans_and_numbers_keep_the_spect
     kwargs = dict(n_clusters=6, n_landmarks=300, scale="standard", random_state=0)
     est = mkdist.MultipleKernelClustering(**kwargs).fit(X)
     model = est.model_
-    assert (model.preprocessing.normalize, model.normalize_embedding, model.embedding_scale) == (
-        "trace", False, "eigenvalue")
-    # Set by hand, each of the three is kept: the paper's geometry on the same table.
-    sphere = mkdist.MultipleKernelClustering(normalize="diagonal", normalize_embedding=True, **kwargs).fit(X)
-    assert (sphere.model_.preprocessing.normalize, sphere.model_.normalize_embedding) == ("diagonal", True)
+    assert (model.preprocessing.normalize, model.normalize_embedding, model.embedding_scale, model.n_components) == (
+        "trace", False, "eigenvalue", 6)
+    # Set by hand, each is kept: the geometry before, the paper's, on the same table.
+    sphere = mkdist.MultipleKernelClustering(normalize="diagonal", normalize_embedding=True, embedding_dim=12,
+                                             **kwargs).fit(X)
+    assert (sphere.model_.preprocessing.normalize, sphere.model_.normalize_embedding,
+            sphere.model_.n_components) == ("diagonal", True, 12)
 
     def pairs(labels):  # share of rows whose pair (what the numbers tell) is right
         return float(np.mean(_matched(y, labels) // 2 == y // 2))
@@ -160,7 +162,7 @@ def test_a_categorical_view_clusters_as_kernel_kmeans_and_numbers_keep_the_spect
     numeric = mkdist.MultipleKernelClustering(n_clusters=3, n_landmarks=200, random_state=0).fit(
         mixed[["x0", "x1"]].to_numpy())
     assert (numeric.model_.preprocessing.normalize, numeric.model_.normalize_embedding,
-            numeric.model_.embedding_scale) == ("diagonal", True, "unit")
+            numeric.model_.embedding_scale, numeric.model_.n_components) == ("diagonal", True, "unit", 6)
 
 
 def _matched(y: np.ndarray, labels) -> np.ndarray:

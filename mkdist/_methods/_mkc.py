@@ -409,8 +409,10 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
     random_state : int
         Seed of the bandwidth-heuristic subsample.
     embedding_dim : int, optional
-        Eigenvectors of the combined kernel in the embedding (>= n_clusters); None:
-        :func:`mkdist._methods._base.default_embedding_dim`.
+        Eigenvectors of the combined kernel in the embedding (>= n_clusters); None: K with
+        ``embedding_scale="eigenvalue"``, else :func:`mkdist._methods._base.default_embedding_dim`.
+    embedding_scale : {"unit", "eigenvalue"}
+        How the embedding's columns are weighed (see :class:`MKCModel`).
 
     Returns
     -------
@@ -442,7 +444,17 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
     else:
         result = simple_mkkm(stack, n_clusters, max_iter=max_iter, tol=tol)
     n = int(landmark_indices.shape[0])
-    d = default_embedding_dim(n_clusters, n) if embedding_dim is None else int(embedding_dim)
+    if embedding_dim is not None:
+        d = int(embedding_dim)
+    elif embedding_scale == "eigenvalue":
+        # Kernel PCA coordinates: k-means on them is kernel k-means, whose relaxed solution
+        # lies in the top K eigenvectors (Ding & He 2004; Zha et al. 2001).  Further columns
+        # add within-cluster directions, down-weighted but not gone: on Palmer penguins the
+        # place view's sex x island combinations (species NMI 0.59 with 2K, 0.73 with K; the
+        # customer table alike, bench/RESULTS.md).  2K was measured for the unit-weighted H_N.
+        d = int(n_clusters)
+    else:
+        d = default_embedding_dim(n_clusters, n)
     combined = combine_kernels(stack, result.kernel_weights)
     # The report's spectrum: enough eigenvalues past K to see whether K is where the gap is.
     spectrum = top_eigenpairs(combined, min(n, max(2 * n_clusters, n_clusters + 10, d + 1)), vectors=False)
@@ -527,9 +539,11 @@ class MultipleKernelClustering(KernelLandmarkEstimator):
     embedding_dim : int, default=None
         Columns of the embedding H_N: the top ``embedding_dim`` eigenvectors of the combined
         kernel (n_clusters <= embedding_dim <= n_landmarks); the weights are SimpleMKKM's,
-        learned with n_clusters eigenvectors.  None: 2 x n_clusters for n_clusters <= 10,
-        n_clusters above (:func:`mkdist._methods._base.default_embedding_dim`; measured on the
-        shared multi-view sets, bench/RESULTS.md).
+        learned with n_clusters eigenvectors.  None: n_clusters when the embedding's columns
+        are kernel PCA coordinates (``embedding_scale`` "eigenvalue", "auto" with a categorical
+        view), else 2 x n_clusters for n_clusters <= 10, n_clusters above
+        (:func:`mkdist._methods._base.default_embedding_dim`; measured on the shared
+        multi-view sets, bench/RESULTS.md).
     landmark_method : {"uniform", "kmeans++"}, default="uniform"
         How landmarks are drawn (see ``mkdist._core._sampling.sample_landmark_indices``).
     weights : {"simplemkkm", "uniform"}, default="simplemkkm"
@@ -557,9 +571,9 @@ class MultipleKernelClustering(KernelLandmarkEstimator):
         default.
 
         The three "auto"s decide together: with a categorical view, mkc clusters as kernel
-        k-means on the combined kernel (its top ``embedding_dim`` kernel PCA coordinates), and
-        both the diagonal normalisation and the unit rows would put every row on a sphere
-        (cosine geometry) instead.  On the customer table of ``bench/bench_tables.py`` the
+        k-means on the combined kernel (its top K kernel PCA coordinates, ``embedding_dim``
+        None), and both the diagonal normalisation and the unit rows would put every row on a
+        sphere (cosine geometry) instead.  On the customer table of ``bench/bench_tables.py`` the
         sphere moved the boundary between two numeric clusters into the one nearer the
         kernel's mean (pair accuracy 0.983, k-means on the numbers 0.987): ACC 0.884 with it,
         0.890 without (one-hot + k-means 0.888; seeds 0-2; seeds 3-7: 0.886 -> 0.889, one-hot
@@ -701,7 +715,8 @@ class MultipleKernelClustering(KernelLandmarkEstimator):
         "auto" resolved by one fact: whether a view is categorical (``categories_``).
 
         With one, the fit is kernel k-means on the combined kernel: trace-normalised kernels,
-        kernel PCA coordinates, rows as they are.  A categorical view's rows are a few point
+        kernel PCA coordinates (K of them unless ``embedding_dim`` says otherwise), rows as
+        they are.  A categorical view's rows are a few point
         masses, which the unit-weighted H_N spreads as wide as the real clusters; and both
         the diagonal normalisation and the unit rows project every row onto a sphere, which
         on a numeric view beside it moves the rows near the kernel's mean (a cluster between
@@ -713,6 +728,11 @@ class MultipleKernelClustering(KernelLandmarkEstimator):
                 "embedding_scale": ("eigenvalue", "unit")}
         return {name: (choice[0] if categorical else choice[1]) if getattr(self, name) == "auto"
                 else getattr(self, name) for name, choice in pick.items()}
+
+    def _embedding_dim(self, n_landmarks: int, k: int | None = None) -> int:
+        if self.embedding_dim is None and self._geometry()["embedding_scale"] == "eigenvalue":
+            return self.n_clusters_ if k is None else k  # as fit_landmark_model decides
+        return super()._embedding_dim(n_landmarks, k)
 
     def _set_model(self, model: MKCModel) -> None:
         self.model_ = model
