@@ -4,6 +4,7 @@
     python bench/bench_tables.py --part diagnose --n 10000 --seeds 0,1,2
     python bench/bench_tables.py --part penguins --seeds 0,1,2,3,4
     python bench/bench_tables.py --part cost --n 1000000
+    python bench/bench_tables.py --part embed-cpu --n 200000 --rounds 5
     python bench/bench_tables.py --part identical --n 20000
 
 ``customers``: the customer table of ``bench_missing.make_customer_table`` (six segments in
@@ -33,6 +34,9 @@ mean/mode fill) and k-prototypes.
 ``cost``: a table of N rows with the customer numbers and three categorical columns (2, 2
 and 50 categories): the embed stage with the numeric view alone and with the categorical view
 beside it, on a LocalCluster(2 x 1); the categorical view's cost per row is the difference.
+A third run has the categorical run's geometry before issue 33's second round (diagonal
+kernels, unit rows, 2K columns).  ``embed-cpu``: the CPU seconds of embedding N such rows in
+this process with the two geometries' models, alternating (the cost of the change alone).
 
 ``identical``: the same table as a pandas DataFrame, a dask DataFrame and a Parquet file:
 labels compared.
@@ -247,15 +251,19 @@ def cost(args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="mkdist-bench-cost-"))
     path = tmp / "mixed.parquet"
     _cost_table(args.n).to_parquet(path, index=False, row_group_size=200_000)
-    runs = {"numeric view": {"usage": NUMERIC},
-            "numeric + categorical view": {"usage": NUMERIC, "profile": CATEGORICAL + ["region"]}}
+    mixed = {"usage": NUMERIC, "profile": CATEGORICAL + ["region"]}
+    # (views, parameters): the last run is the categorical run's geometry before issue 33's
+    # second round (diagonal kernels, unit rows, 2K columns), for the cost of the change.
+    runs = {"numeric view": ({"usage": NUMERIC}, {}), "numeric + categorical view": (mixed, {}),
+            "numeric + categorical view, geometry before": (mixed, {"normalize": "diagonal",
+                                                                    "normalize_embedding": True, "embedding_dim": 12})}
     out = {}
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, Client(cluster):
         for _ in range(args.rounds):
-            for name, views in runs.items():
+            for name, (views, params) in runs.items():
                 t0 = time.perf_counter()
                 res = mkdist.cluster(str(path), str(tmp / "run.zarr"), 6, views=views, id_column="customer_id",
-                                     scale="standard", random_state=0, overwrite=True)
+                                     scale="standard", random_state=0, overwrite=True, **params)
                 wall = time.perf_counter() - t0
                 out.setdefault(name, []).append({"wall_s": round(wall, 2), **{k: round(v, 2) for k, v in
                                                                              res.timings.items()}})
@@ -267,6 +275,28 @@ def cost(args) -> dict:
             "embed_us_per_row": {k: round(1e6 * v / args.n, 3) for k, v in embed.items()},
             "categorical_view_us_per_row": round(1e6 * extra / args.n, 3),
             "note": "the categorical view: 3 columns, 54 indicator features, 3 RBF kernels"}
+
+
+def embed_cpu(args) -> dict:
+    """CPU seconds of the embedding of N rows of the cost table, in this process (one thread), by
+    a model with today's categorical geometry and one with the geometry before, alternating."""
+    import mkdist
+
+    df = _cost_table(args.n)
+    views = {"usage": df[NUMERIC], "profile": df[CATEGORICAL + ["region"]]}
+    fit_rows = {k: v.iloc[:20_000] for k, v in views.items()}
+    models = {"kernel k-means (today)": {},
+              "geometry before": {"normalize": "diagonal", "normalize_embedding": True, "embedding_dim": 12}}
+    fitted = {name: mkdist.MultipleKernelClustering(6, scale="standard", random_state=0, **p).fit(fit_rows)
+              for name, p in models.items()}
+    seconds: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(args.rounds):
+        for name, est in fitted.items():
+            t0 = time.process_time()
+            est.transform(views)
+            seconds[name].append(round(time.process_time() - t0, 3))
+    return {"part": "embed-cpu", "n": args.n, "rounds": args.rounds, "cpu_s": seconds,
+            "median_us_per_row": {k: round(1e6 * float(np.median(v)) / args.n, 3) for k, v in seconds.items()}}
 
 
 def identical(args) -> dict:
@@ -291,7 +321,8 @@ def identical(args) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=["customers", "diagnose", "penguins", "cost", "identical"], required=True)
+    parser.add_argument("--part", choices=["customers", "diagnose", "penguins", "cost", "embed-cpu", "identical"],
+                        required=True)
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=3)
@@ -300,7 +331,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     result = {"customers": customers, "diagnose": diagnose, "penguins": penguins, "cost": cost,
-              "identical": identical}[args.part](args)
+              "embed-cpu": embed_cpu, "identical": identical}[args.part](args)
     emit({**result, "machine": machine()})
 
 
