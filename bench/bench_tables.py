@@ -24,7 +24,8 @@ unit rows and 2K columns; each of the three alone; 4K columns; 30 k-means restar
 weights; a linear or cosine kernel on the categorical view; the categorical view unscaled) ACC
 over all, complete and incomplete rows, the share of rows in the right pair of segments (what
 the numbers tell), ACC within the rows of a right pair (what the categories tell), the learned
-kernel weights and the embedding's width; one-hot + k-means beside them.
+kernel weights and the embedding's width; one-hot + k-means beside them.  ``--scale none``: mkdist
+on the columns as they are (the numbers' units differ), one-hot + k-means standardised as ever.
 
 ``penguins``: Palmer penguins (344 rows, 2 with no measurement, 11 without ``sex``): views
 ``body`` (the four measurements) and ``place`` (``island``, ``sex``), K = 3, species NMI and the
@@ -170,7 +171,7 @@ def diagnose(args) -> dict:
         for name, params in variants.items():
             t0 = time.perf_counter()
             res = mkdist.cluster(df, tmp / "run.zarr", 6, views={"usage": NUMERIC, "profile": CATEGORICAL},
-                                 id_column="customer_id", missing="impute", scale="standard", random_state=seed,
+                                 id_column="customer_id", missing="impute", scale=args.scale, random_state=seed,
                                  overwrite=True, **params)
             labels = np.asarray(res.labels)
             est = res.model
@@ -191,7 +192,7 @@ def diagnose(args) -> dict:
     columns = ["all", "complete", "with missing cells", "pair", "side given pair"]
     table = pd.DataFrame(cells).groupby("method", sort=False)[columns].mean()
     print(table.round(4).to_string(), file=sys.stderr)
-    return {"part": "diagnose", "n": args.n, "seeds": args.seeds, "cells": cells,
+    return {"part": "diagnose", "n": args.n, "seeds": args.seeds, "scale": args.scale, "cells": cells,
             "mean": {m: {k: round(float(v), 4) for k, v in row.items()} for m, row in table.iterrows()}}
 
 
@@ -326,6 +327,8 @@ def main(argv=None) -> None:
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--scale", type=lambda s: None if s == "none" else s, default="standard",
+                        help="--part diagnose: mkdist's scale ('none': the columns as they are)")
     parser.add_argument("--variants", type=lambda s: s.split(";"), default=None,
                         help="--part diagnose: the variants to run, ';'-separated (default: all)")
     args = parser.parse_args(argv)
