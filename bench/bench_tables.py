@@ -1,8 +1,10 @@
 """Tables as they come (issue 33): categorical views, missing cells, DataFrames in; prints JSON.
 
     python bench/bench_tables.py --part customers --n 20000 --seeds 0,1,2
+    python bench/bench_tables.py --part diagnose --n 10000 --seeds 0,1,2
     python bench/bench_tables.py --part penguins --seeds 0,1,2,3,4
     python bench/bench_tables.py --part cost --n 1000000
+    python bench/bench_tables.py --part embed-cpu --n 200000 --rounds 5
     python bench/bench_tables.py --part identical --n 20000
 
 ``customers``: the customer table of ``bench_missing.make_customer_table`` (six segments in
@@ -16,6 +18,15 @@ all-zero), and k-prototypes (the ``kmodes`` package, Huang init, numbers standar
 mean / mode for missing cells) with the same K.  ACC over every row, then for the complete
 rows and the rows with missing cells (one matching of clusters to segments).
 
+``diagnose``: where mkdist loses to one-hot + k-means on the customer table: per seed and per
+variant of mkc (the defaults; the geometry before issue 33's second round, ``normalize="diagonal"``,
+unit rows and 2K columns; each of the three alone; 4K columns; 30 k-means restarts; uniform
+weights; a linear or cosine kernel on the categorical view; the categorical view unscaled) ACC
+over all, complete and incomplete rows, the share of rows in the right pair of segments (what
+the numbers tell), ACC within the rows of a right pair (what the categories tell), the learned
+kernel weights and the embedding's width; one-hot + k-means beside them.  ``--scale none``: mkdist
+on the columns as they are (the numbers' units differ), one-hot + k-means standardised as ever.
+
 ``penguins``: Palmer penguins (344 rows, 2 with no measurement, 11 without ``sex``): views
 ``body`` (the four measurements) and ``place`` (``island``, ``sex``), K = 3, species NMI and the
 wall time of ``mkdist.cluster`` from the DataFrame, against k-means (standardised + one-hot,
@@ -24,6 +35,9 @@ mean/mode fill) and k-prototypes.
 ``cost``: a table of N rows with the customer numbers and three categorical columns (2, 2
 and 50 categories): the embed stage with the numeric view alone and with the categorical view
 beside it, on a LocalCluster(2 x 1); the categorical view's cost per row is the difference.
+A third run has the categorical run's geometry before issue 33's second round (diagonal
+kernels, unit rows, 2K columns).  ``embed-cpu``: the CPU seconds of embedding N such rows in
+this process with the two geometries' models, alternating (the cost of the change alone).
 
 ``identical``: the same table as a pandas DataFrame, a dask DataFrame and a Parquet file:
 labels compared.
@@ -109,6 +123,79 @@ def customers(args) -> dict:
             "mean": {m: {k: round(float(v), 4) for k, v in row.items()} for m, row in table.iterrows()}}
 
 
+#: mkc variants of ``--part diagnose``: parameters of ``mkdist.cluster`` beside the run's own.
+_PROFILE_KERNEL = {kind: [{"view": "usage", "kind": "rbf", "multiplier": m} for m in (0.5, 1.0, 2.0)]
+                   + [{"view": "profile", "kind": kind}] for kind in ("linear", "cosine")}
+DIAGNOSE_VARIANTS = {
+    "defaults": {},
+    "before: diagonal kernels, unit rows, 2K": {"normalize": "diagonal", "normalize_embedding": True,
+                                                "embedding_dim": 12},
+    "diagonal kernels only": {"normalize": "diagonal"},
+    "unit rows only": {"normalize_embedding": True},
+    "embedding_dim 2K": {"embedding_dim": 12},
+    "embedding_dim 4K": {"embedding_dim": 24},
+    "n_init 30": {"n_init": 30},
+    "uniform weights": {"weights": "uniform"},
+    "profile: linear kernel": {"kernels": _PROFILE_KERNEL["linear"]},
+    "profile: cosine kernel": {"kernels": _PROFILE_KERNEL["cosine"]},
+}
+
+
+def _pairs_and_sides(y: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Share of rows in the right pair of segments (one matching of clusters to segments), and
+    ACC among those rows (the side within the pair)."""
+    from scipy.optimize import linear_sum_assignment
+
+    counts = np.zeros((int(labels.max()) + 1, int(y.max()) + 1))
+    np.add.at(counts, (labels, y), 1)
+    rows, cols = linear_sum_assignment(-counts)
+    mapping = np.zeros(counts.shape[0], dtype=int)
+    mapping[rows] = cols
+    matched = mapping[labels]
+    right_pair = matched // 2 == y // 2
+    return {"pair": round(float(right_pair.mean()), 4),
+            "side given pair": round(float((matched == y)[right_pair].mean()), 4)}
+
+
+def diagnose(args) -> dict:
+    import mkdist
+
+    tmp = Path(tempfile.mkdtemp(prefix="mkdist-bench-diagnose-"))
+    cells = []
+    variants = {k: v for k, v in DIAGNOSE_VARIANTS.items() if not args.variants or k in args.variants}
+    for seed in args.seeds:
+        df = make_customer_table(args.n, seed)
+        y = df["segment"].to_numpy()
+        hole = (df[NUMERIC].isna().any(axis=1) | df[CATEGORICAL].isna().any(axis=1)).to_numpy()
+        groups = {"all": np.ones(len(df), bool), "complete": ~hole, "with missing cells": hole}
+        for name, params in variants.items():
+            t0 = time.perf_counter()
+            res = mkdist.cluster(df, tmp / "run.zarr", 6, views={"usage": NUMERIC, "profile": CATEGORICAL},
+                                 id_column="customer_id", missing="impute", scale=args.scale, random_state=seed,
+                                 overwrite=True, **params)
+            labels = np.asarray(res.labels)
+            est = res.model
+            cells.append({"seed": seed, "method": name, "seconds": round(time.perf_counter() - t0, 2),
+                          **_acc(y, labels, groups), **_pairs_and_sides(y, labels),
+                          "kernel_weights": dict(zip([k.name for k in est.kernels_],
+                                                     np.round(est.kernel_weights_, 3).tolist())),
+                          "embedding_dim": int(est.model_.n_components),
+                          "geometry": [est.model_.preprocessing.normalize, bool(est.model_.normalize_embedding),
+                                       est.model_.embedding_scale]})
+        X, onehot, _ = _baseline_matrices(df, NUMERIC, CATEGORICAL)
+        labels = _kmeans(np.hstack([X, onehot]), 6, seed)
+        cells.append({"seed": seed, "method": "one-hot + k-means", **_acc(y, labels, groups),
+                      **_pairs_and_sides(y, labels)})
+        print(pd.DataFrame([c for c in cells if c["seed"] == seed]).drop(
+            columns=["kernel_weights", "geometry"], errors="ignore").to_string(), file=sys.stderr)
+    shutil.rmtree(tmp, ignore_errors=True)
+    columns = ["all", "complete", "with missing cells", "pair", "side given pair"]
+    table = pd.DataFrame(cells).groupby("method", sort=False)[columns].mean()
+    print(table.round(4).to_string(), file=sys.stderr)
+    return {"part": "diagnose", "n": args.n, "seeds": args.seeds, "scale": args.scale, "cells": cells,
+            "mean": {m: {k: round(float(v), 4) for k, v in row.items()} for m, row in table.iterrows()}}
+
+
 def penguins(args) -> dict:
     import palmerpenguins
 
@@ -165,15 +252,19 @@ def cost(args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="mkdist-bench-cost-"))
     path = tmp / "mixed.parquet"
     _cost_table(args.n).to_parquet(path, index=False, row_group_size=200_000)
-    runs = {"numeric view": {"usage": NUMERIC},
-            "numeric + categorical view": {"usage": NUMERIC, "profile": CATEGORICAL + ["region"]}}
+    mixed = {"usage": NUMERIC, "profile": CATEGORICAL + ["region"]}
+    # (views, parameters): the last run is the categorical run's geometry before issue 33's
+    # second round (diagonal kernels, unit rows, 2K columns), for the cost of the change.
+    runs = {"numeric view": ({"usage": NUMERIC}, {}), "numeric + categorical view": (mixed, {}),
+            "numeric + categorical view, geometry before": (mixed, {"normalize": "diagonal",
+                                                                    "normalize_embedding": True, "embedding_dim": 12})}
     out = {}
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, Client(cluster):
         for _ in range(args.rounds):
-            for name, views in runs.items():
+            for name, (views, params) in runs.items():
                 t0 = time.perf_counter()
                 res = mkdist.cluster(str(path), str(tmp / "run.zarr"), 6, views=views, id_column="customer_id",
-                                     scale="standard", random_state=0, overwrite=True)
+                                     scale="standard", random_state=0, overwrite=True, **params)
                 wall = time.perf_counter() - t0
                 out.setdefault(name, []).append({"wall_s": round(wall, 2), **{k: round(v, 2) for k, v in
                                                                              res.timings.items()}})
@@ -185,6 +276,28 @@ def cost(args) -> dict:
             "embed_us_per_row": {k: round(1e6 * v / args.n, 3) for k, v in embed.items()},
             "categorical_view_us_per_row": round(1e6 * extra / args.n, 3),
             "note": "the categorical view: 3 columns, 54 indicator features, 3 RBF kernels"}
+
+
+def embed_cpu(args) -> dict:
+    """CPU seconds of the embedding of N rows of the cost table, in this process (one thread), by
+    a model with today's categorical geometry and one with the geometry before, alternating."""
+    import mkdist
+
+    df = _cost_table(args.n)
+    views = {"usage": df[NUMERIC], "profile": df[CATEGORICAL + ["region"]]}
+    fit_rows = {k: v.iloc[:20_000] for k, v in views.items()}
+    models = {"kernel k-means (today)": {},
+              "geometry before": {"normalize": "diagonal", "normalize_embedding": True, "embedding_dim": 12}}
+    fitted = {name: mkdist.MultipleKernelClustering(6, scale="standard", random_state=0, **p).fit(fit_rows)
+              for name, p in models.items()}
+    seconds: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(args.rounds):
+        for name, est in fitted.items():
+            t0 = time.process_time()
+            est.transform(views)
+            seconds[name].append(round(time.process_time() - t0, 3))
+    return {"part": "embed-cpu", "n": args.n, "rounds": args.rounds, "cpu_s": seconds,
+            "median_us_per_row": {k: round(1e6 * float(np.median(v)) / args.n, 3) for k, v in seconds.items()}}
 
 
 def identical(args) -> dict:
@@ -209,13 +322,19 @@ def identical(args) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=["customers", "penguins", "cost", "identical"], required=True)
+    parser.add_argument("--part", choices=["customers", "diagnose", "penguins", "cost", "embed-cpu", "identical"],
+                        required=True)
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--scale", type=lambda s: None if s == "none" else s, default="standard",
+                        help="--part diagnose: mkdist's scale ('none': the columns as they are)")
+    parser.add_argument("--variants", type=lambda s: s.split(";"), default=None,
+                        help="--part diagnose: the variants to run, ';'-separated (default: all)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
-    result = {"customers": customers, "penguins": penguins, "cost": cost, "identical": identical}[args.part](args)
+    result = {"customers": customers, "diagnose": diagnose, "penguins": penguins, "cost": cost,
+              "embed-cpu": embed_cpu, "identical": identical}[args.part](args)
     emit({**result, "machine": machine()})
 
 

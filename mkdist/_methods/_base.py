@@ -679,8 +679,9 @@ class KernelLandmarkEstimator(LandmarkEmbeddingEstimator):
         from .._core._nclusters import average_landmark_kernel
 
         check_is_fitted(self, "model_")
-        return average_landmark_kernel(self.model_.landmarks, self.model_.kernels, bool(self.center),
-                                       self.normalize)
+        # The model's own preprocessing: the parameter may be "auto", resolved by the fit.
+        prep = self.model_.preprocessing
+        return average_landmark_kernel(self.model_.landmarks, self.model_.kernels, bool(prep.center), prep.normalize)
 
     def _state(self) -> tuple[dict, dict]:
         attrs, arrays = self.model_.state()
