@@ -24,8 +24,9 @@ unit rows and 2K columns; each of the three alone; 4K columns; 30 k-means restar
 weights; a linear or cosine kernel on the categorical view; the categorical view unscaled) ACC
 over all, complete and incomplete rows, the share of rows in the right pair of segments (what
 the numbers tell), ACC within the rows of a right pair (what the categories tell), the learned
-kernel weights and the embedding's width; one-hot + k-means beside them.  ``--scale none``: mkdist
-on the columns as they are (the numbers' units differ), one-hot + k-means standardised as ever.
+kernel weights and the embedding's width; one-hot + k-means beside them.  ``--scale none``: no
+``scale`` given, so mkdist's default (mkc's "auto": "standard" with a categorical view; before
+it, the columns as they are), one-hot + k-means standardised as ever.
 
 ``penguins``: Palmer penguins (344 rows, 2 with no measurement, 11 without ``sex``): views
 ``body`` (the four measurements) and ``place`` (``island``, ``sex``), K = 3, species NMI and the
@@ -328,7 +329,7 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scale", type=lambda s: None if s == "none" else s, default="standard",
-                        help="--part diagnose: mkdist's scale ('none': the columns as they are)")
+                        help="--part diagnose: mkdist's scale ('none': not given, the method's default)")
     parser.add_argument("--variants", type=lambda s: s.split(";"), default=None,
                         help="--part diagnose: the variants to run, ';'-separated (default: all)")
     args = parser.parse_args(argv)

@@ -142,6 +142,11 @@ def test_a_categorical_view_clusters_as_kernel_kmeans_and_numbers_keep_the_spect
     model = est.model_
     assert (model.preprocessing.normalize, model.normalize_embedding, model.embedding_scale, model.n_components) == (
         "trace", False, "eigenvalue", 6)
+    # Not set, the scale of a table with a categorical view is "standard" (its numbers come in
+    # their own units): the same fit as asking for it.
+    default_scale = mkdist.MultipleKernelClustering(n_clusters=6, n_landmarks=300, random_state=0).fit(X)
+    assert default_scale.model_.scaling.kind == "standard"
+    np.testing.assert_array_equal(default_scale.labels_, est.labels_)
     # Set by hand, each is kept: the geometry before, the paper's, on the same table.
     sphere = mkdist.MultipleKernelClustering(normalize="diagonal", normalize_embedding=True, embedding_dim=12,
                                              **kwargs).fit(X)
@@ -163,6 +168,7 @@ def test_a_categorical_view_clusters_as_kernel_kmeans_and_numbers_keep_the_spect
         mixed[["x0", "x1"]].to_numpy())
     assert (numeric.model_.preprocessing.normalize, numeric.model_.normalize_embedding,
             numeric.model_.embedding_scale, numeric.model_.n_components) == ("diagonal", True, "unit", 6)
+    assert numeric.model_.scaling is None  # the data as passed
 
 
 def _matched(y: np.ndarray, labels) -> np.ndarray:

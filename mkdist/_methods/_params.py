@@ -61,7 +61,7 @@ MKC: dict[str, list] = {
     "normalize": [Options("auto", "diagonal", "trace", None)],
     "normalize_embedding": [Options("auto"), Boolean()],
     "embedding_scale": [Options("auto", "unit", "eigenvalue")],
-    "scale": [Options(None, *SCALINGS)],
+    "scale": [Options(None, *SCALINGS, SCALE_AUTO)],
     "max_iter": [Interval(Integral, 1, None)],
     "tol": [Interval(Real, 0, None, closed="neither")],
     "n_init": [Interval(Integral, 1, None)],
