@@ -221,5 +221,13 @@ class temporary_prefect_server:
 
     def __exit__(self, *exc):
         if self._server is not None:
+            # The flow's last log lines still queued for the API go out now: sent after the
+            # server stopped, they end the command with "--- Error logging to API ---".
+            from prefect.logging.handlers import APILogWorker
+
+            try:
+                APILogWorker.drain_all(timeout=5)
+            except Exception:  # a log line lost is no reason to fail a command that succeeded
+                pass
             self._settings.__exit__(*exc)
             self._server.stop()
