@@ -395,3 +395,43 @@ def test_pipeline_labels_are_the_estimators(dask_client, iris, tmp_path, method)
         # "auto" picks this method's branch on dense views: the same labels again.
         auto = cluster([X], str(tmp_path / "auto.zarr"), 3, method="auto", random_state=seed)
         np.testing.assert_array_equal(np.asarray(auto.labels), want)
+
+
+class _TaskCount:
+    """Scheduler plugin: the keys the workers computed (processing -> memory)."""
+
+    name = "mkdist-test-task-count"
+
+    def __init__(self):
+        self.done = []
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if start == "processing" and finish == "memory":
+            self.done.append(key[0] if isinstance(key, tuple) else str(key))
+
+
+def _computed_keys(dask_scheduler=None):
+    return dask_scheduler.plugins[_TaskCount.name].done
+
+
+def test_a_run_computes_at_most_16_tasks_per_chunk(dask_client, data, tmp_path):
+    # Issue 34, item 2: each pass over the input or the embedding is one fused task per chunk
+    # (input scan, embedding, k-means sample, each Lloyd pass, labels), no shuffles for row
+    # gathers and no separate checksum getters.  Counted on the scheduler, for a whole run of
+    # 12 chunks; the bound holds for up to 6 Lloyd passes.
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    views, y = data
+    plugin = type("TaskCount", (_TaskCount, SchedulerPlugin), {})()
+    dask_client.register_plugin(plugin)
+    try:
+        res = cluster(_dask(views, rows=100), str(tmp_path / "run.zarr"), 3, n_landmarks=100, random_state=0)
+        done = dask_client.run_on_scheduler(_computed_keys)
+    finally:
+        dask_client.unregister_scheduler_plugin(_TaskCount.name)
+    n_chunks = 12
+    lloyd = sum(1 for k in done if k.startswith("mkdist-lloyd-") and not k.endswith(("partial", "aggregate")))
+    assert lloyd // n_chunks == res.metrics["kmeans"]["n_iter"] <= 6
+    assert not [k for k in done if "shuffle" in k]
+    assert len(done) / n_chunks <= 16, sorted(set(done))
+    assert clustering_accuracy(y, res.labels.compute()) == 1.0

@@ -32,7 +32,7 @@ from .._core import _missing
 from .._core._blocks import report_passes
 from .._core._cluster import active_client, compute, compute_here, persist_and_wait
 from .._core._columns import is_frame
-from .._core._kmeans import assign_with_distance
+from .._core._kmeans import labels_pass
 from .._core._missing import Imputer, count_missing, donor_indices, fill_views
 from .._core._sampling import gather_rows
 from .._core._state import dataset_to_state, state_to_dataset, to_jsonable
@@ -741,7 +741,6 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
         counts = embedding["missing_cells"].data if "missing_cells" in embedding else None
         with _pass_progress("k-means", progress, int(H.shape[0])):
             km = est.fit_centroids(H, config.random_state)  # None: the method keeps its landmark centroids
-        labels, distance = assign_with_distance(H, est.cluster_centers_)
         shown = None
         variables["cluster_centers"] = (("cluster", "component"), est.cluster_centers_)
         if km is not None:
@@ -750,24 +749,27 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
         views, counts = _stage_views(store, views)
         labels, distance = est.assign_with_distance(views)
         shown = est.report_embedding(views)
-    idx = report_rows(int(labels.shape[0]))
+    n_rows = int(H.shape[0]) if shown is None else int(labels.shape[0])
+    idx = report_rows(n_rows)
     extra = () if counts is None else (counts,)
     if shown is None:
-        # The report rows of the stored embedding in a read of their own (cheap, it is stored
-        # uncompressed): gathered in the labels' pass, every embedding chunk read from the
-        # store had a second consumer and stayed in memory until the gather ran.
-        sample = np.asarray(compute(H[idx])[0])
-        labels, distance, *extra = _persist((_int32(labels), distance.astype(np.float32), *extra), progress,
-                                            "labels", int(labels.shape[0]))
+        # One pass over the stored embedding: per chunk one task computes the labels, the
+        # distances, the cluster sizes and the report rows (they were 4 passes and 16 tasks
+        # per chunk: the report rows' read, the labels, the sizes and sample over them).
+        labels, distance, sizes, (sample, sample_labels, sample_distance) = labels_pass(
+            H, est.cluster_centers_, idx, n_clusters=int(est.n_clusters_),
+            persist=lambda parts: _persist(parts, progress, "labels", n_rows))
+        extra = _persist(list(extra), False) if extra else []
+        missing = compute(*[x for c in extra for x in ((c > 0).sum(), c.sum())])
     else:
         # One persist: the report sample (and the missing cells) share the pass and the input
         # reads with the labels.
         labels, distance, sample, *extra = _persist((_int32(labels), distance.astype(np.float32), shown[idx],
-                                                     *extra), progress, "labels", int(labels.shape[0]))
-    # The sizes too: the labels are in memory now, and the metrics and the report need them.
-    sample, sample_distance, sample_labels, sizes, *missing = compute(
-        sample, distance[idx], labels[idx], da.bincount(labels, minlength=int(est.n_clusters_)),
-        *[x for c in extra for x in ((c > 0).sum(), c.sum())])
+                                                     *extra), progress, "labels", n_rows)
+        # The sizes too: the labels are in memory now, and the metrics and the report need them.
+        sample, sample_distance, sample_labels, sizes, *missing = compute(
+            sample, distance[idx], labels[idx], da.bincount(labels, minlength=int(est.n_clusters_)),
+            *[x for c in extra for x in ((c > 0).sum(), c.sum())])
     if extra:
         variables["missing_cells"] = (("sample",), extra[0])
         attrs.update(missing_rows=int(missing[0]), missing_cells=int(missing[1]))
