@@ -524,9 +524,10 @@ def _key_name(key) -> str:
 
 
 #: What each graph of a W1 run is, by the names of its tasks (first match).
-_PASS_NAMES = [("-small", "labels pass results gathered (in memory)"), ("scan-input", "input scan + landmark rows (a pass over the input)"),
+_PASS_NAMES = [("-small", "labels pass results gathered (in memory)"),
+               ("scan-input", "input scan + landmark rows (a pass over the input)"),
                ("write-embedding", "embedding: read, embed, write (a pass over the input)"),
-               ("mkdist-take", "k-means sample rows (a pass over the embedding)"),
+               ("mkdist-take", "row gather"),
                ("lloyd", "Lloyd pass (a pass over the embedding)"),
                ("shuffle", "row gather by shuffle (a pass over the embedding)"),
                ("write-labels", "labels written"),
@@ -568,7 +569,11 @@ def _passes_once(N: int, store) -> dict:
     for (t, _), names in zip(graphs, per_graph):
         if not names:
             continue
-        what = next((label for pat, label in _PASS_NAMES if any(pat in n for n in names)), "other (small reads, commits)")
+        what = next((label for pat, label in _PASS_NAMES if any(pat in n for n in names)),
+                    "other (small reads, commits)")
+        if what == "row gather":  # before the embedding: the landmarks'; after: the k-means sample's
+            what = ("k-means sample rows (a pass over the embedding)" if any("embedding" in r["what"] for r in rows)
+                    else "landmark rows (a pass over the input chunks that hold landmarks)")
         rows.append({"t_s": round(t - t0, 2), "what": what, "tasks": len(names)})
         if "a pass over" in what:
             passes[what] = passes.get(what, 0) + 1

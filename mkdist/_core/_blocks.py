@@ -268,7 +268,7 @@ class RowBlocks:
         """The rows ``take`` (sorted row indices) of every view, in memory, in one compute.
 
         Dask input: one task per chunk (fused with its read) keeps the chunk's rows; only those
-        rows reach the client.
+        rows reach the client, and chunks that hold none are not read.
         (A Dask fancy index of random rows is a shuffle: 4 tasks per chunk.)
 
         Returns
@@ -281,10 +281,23 @@ class RowBlocks:
         import dask.array as da
         from dask.base import tokenize
 
-        nb = len(self.row_chunks)
-        parts = da.map_blocks(_take_task, *self.arrays, self._state_key(take), chunks=((1,) * nb, (1,)),
+        if take.size == 0:
+            return [np.asarray(a[:0]) for a in self.arrays]
+        bounds = np.cumsum((0,) + self.row_chunks)
+        per_chunk = np.diff(np.searchsorted(take, bounds))
+        held = np.flatnonzero(per_chunk)
+        arrays = self.arrays
+        if held.size < len(self.row_chunks):
+            # Only the chunks that hold rows are read (the selection costs a task per chunk);
+            # the indices move to the rows of the selected chunks.
+            arrays = [a.blocks[held] for a in arrays]
+            sizes = np.diff(bounds)[held]
+            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+            take = take + np.repeat(starts - bounds[held], per_chunk[held])
+        nb = int(arrays[0].numblocks[0])
+        parts = da.map_blocks(_take_task, *arrays, self._state_key(take), chunks=((1,) * nb, (1,)),
                               dtype=object, meta=np.empty((0, 0), dtype=object),
-                              name=f"mkdist-take-{tokenize(*self.arrays, take)}")
+                              name=f"mkdist-take-{tokenize(*arrays, take)}")
         parts = np.asarray(compute(parts)[0]).ravel()
         return [np.concatenate([p[j] for p in parts]) for j in range(len(self.arrays))]
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from .._core import _missing
 from .._core._blocks import report_passes
-from .._core._cluster import active_client, compute, compute_here, persist_and_wait
+from .._core._cluster import active_client, compute, compute_here, persist_and_wait, unfused
 from .._core._columns import is_frame
 from .._core._kmeans import labels_pass
 from .._core._missing import Imputer, count_missing, donor_indices, fill_views
@@ -42,6 +42,7 @@ from ..metrics import clustering_scores
 from ._config import RunConfig
 from ._drift import check_thresholds, drift_statistics
 from ._io import (
+    InputScan,
     InputSource,
     OpenedInput,
     check_labels_out,
@@ -291,7 +292,11 @@ def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool =
     if missing == "impute" and same_run and not existing.is_complete(IMPUTATION_STAGE, verify="full"):
         stats = None  # its fill was lost: the scan reads the same donor rows again (same seed)
     landmarks = imputer = None
-    if stats is None:
+    if stats is None and _scan_in_embedding(config, missing):
+        # No pass of its own: the landmarks stage reads the landmark rows (and checks them), the
+        # embedding's pass scans every row (NaN/inf, statistics) in the tasks that embed it.
+        pass
+    elif stats is None:
         # The landmark rows (when the plan needs them) and the donor rows (when the run imputes)
         # are read in the scan's pass: each chunk once.
         idx = None
@@ -313,7 +318,7 @@ def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool =
             # Landmarks with missing cells are filled as every other row will be, before the fit.
             landmarks = (idx, dict(zip(rows, imputer.fill(picked) if imputer is not None else picked)))
     run = RunStore.create(store_url, fingerprint=fingerprint, params=config.to_json(), overwrite=overwrite)
-    if "input_stats" not in run.attrs:
+    if "input_stats" not in run.attrs and stats is not None:
         run.update_attrs(input_stats=stats)
     if imputer is not None:
         _write_imputation(run, imputer)
@@ -325,6 +330,18 @@ def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool =
     if landmarks is not None:
         _HANDOFF[_handoff_key(run, "landmarks")] = landmarks
     return run
+
+
+def _scan_in_embedding(config: RunConfig, missing: str) -> bool:
+    """Whether a run's input scan rides on its embedding's pass (issue 34: the input read once
+    for the embedding): a landmark-embedding plan whose rows are not imputed (the fill needs
+    the scan's statistics before any row is embedded)."""
+    return missing == "refuse" and {"landmarks", "embedding"} <= set(stage_plan(config))
+
+
+def _scan_pending(store) -> bool:
+    """The run's input scan is still to be done, by its embedding's pass."""
+    return "input_stats" not in store.attrs and (store.attrs.get("missing") or {}).get("mode") != "impute"
 
 
 def _missing_mode(views: Any, missing: str | None) -> str:
@@ -546,6 +563,10 @@ def stage_landmarks(store, views: Any) -> float:
         # Drawn on the views as read, as open_run draws them (the same rows for the same seed).
         idx = config.make_estimator().sample_landmarks(views, config.random_state)
         rows = gather_rows(_stage_views(store, views)[0], idx)
+        if _scan_pending(store) and not _rows_look_clusterable(rows):
+            # The fit would fail on these rows: the whole scan says why, as it would have before
+            # the store was written (it raises; if it does not, the fit goes on).
+            scan_views(views, **_described(store))
     ds = xr.Dataset({"landmark_index": (("landmark",), idx)})
     for name, r in rows.items():
         ds[f"X__{name}"] = (("landmark", f"feature__{name}"), r)
@@ -553,6 +574,23 @@ def stage_landmarks(store, views: Any) -> float:
     ds.attrs["elapsed_s"] = time.perf_counter() - t0  # provenance: what this stage cost when it ran
     store.write_stage("landmarks", ds, compute=compute)
     return time.perf_counter() - t0
+
+
+def _rows_look_clusterable(rows: Mapping[str, np.ndarray]) -> bool:
+    """Whether landmark rows are finite and no view is constant on them."""
+    for r in rows.values():
+        r = np.asarray(r)
+        if np.issubdtype(r.dtype, np.floating) and not np.isfinite(r).all():
+            return False
+        if r.shape[0] > 1 and not (r != r[:1]).any():
+            return False
+    return True
+
+
+def _described(store) -> dict[str, Any]:
+    """What a refusal names a run's columns by (a table's column names per view)."""
+    views = (store.attrs.get("input") or {}).get("views")
+    return {"feature_names": views} if views else {}
 
 
 def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
@@ -663,15 +701,41 @@ def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, f
         # Each task embeds a row chunk and writes it: the embedding is never held in worker
         # memory (N x K floats: 0.4 GB per worker at 10M W1 rows on 2 workers, which made the
         # workers' peak grow with N); k-means streams it back from the store.
-        ds = xr.Dataset({"embedding": (("sample", "component"), est.transform(views))})
+        n_rows = int(next(iter(views.values())).shape[0])
+        scan = InputScan(views, **_described(store)) if _scan_pending(store) and _is_lazy(views) else None
+        if scan is not None:
+            # The input scan in the embedding's tasks: each reads its chunk once, sums the scan's
+            # moments and embeds it (a chunk with NaN/inf is not embedded: the scan refuses it).
+            H, partials = _embed_and_scan(est, scan)
+        else:
+            H, partials = est.transform(views), None
+        ds = xr.Dataset({"embedding": (("sample", "component"), H)})
         # Uncompressed: zstd saves 8% on these floats and cost 2-3x the read time of each of
         # the k-means passes (measured on W1, 50,000 x 20 float32 chunks: 9-11 ms vs 3-4 ms).
         ds["embedding"].encoding["compressors"] = None
         if counts is not None:
             # Counted in the embedding's pass (the rows' reads are shared); the labels stage copies it.
             ds["missing_cells"] = (("sample",), counts)
-        n_rows = int(next(iter(views.values())).shape[0])
-        store.write_stage_lazy("embedding", ds).commit(lambda delayed: _persist(delayed, progress, "embedding", n_rows))
+        if partials is None:
+            pending = store.write_stage_lazy("embedding", ds)
+            pending.commit(lambda delayed: _persist(delayed, progress, "embedding", n_rows))
+        else:
+            import dask
+
+            # Dask's low-level fusion off: the write's graph is optimized on its own (when the
+            # stage's writer wraps it), where each chunk's sealed task has one consumer and would
+            # be fused into it, and computed a second time for the scan's sum.
+            with dask.config.set({"optimization.fuse.active": False}):
+                pending = store.write_stage_lazy("embedding", ds)
+                try:
+                    total = dask.delayed(_sum_rows)(list(partials.to_delayed().ravel()))
+                    _, total = _persist([pending.delayed, total], progress, "embedding", n_rows)
+                    stats = scan.finish(np.asarray(compute(total)[0]))  # raises what the scan refuses
+                except BaseException:
+                    pending.abort()
+                    raise
+            pending.finalize()
+            store.update_attrs(input_stats=stats)
         t_embed = time.perf_counter() - t0
     if config.write_kernel_blocks and not store.is_complete("kernel_blocks"):
         t0 = time.perf_counter()
@@ -680,6 +744,72 @@ def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, f
                                                       attrs={"kernel_names": names}), compute=compute)
         t_write += time.perf_counter() - t0
     return {"embed_s": t_embed, "write_s": t_write}
+
+
+def _is_lazy(views: Mapping[str, Any]) -> bool:
+    from .._core._validation import is_dask_array
+
+    return any(is_dask_array(v) for v in views.values())
+
+
+def _embed_scan_chunk(*args, block_info=None):
+    """One chunk: the scan's partial and, when the chunk is finite, its embedding; as a (1, 1)
+    object block (the task's one output, split by two getters)."""
+    from ._io import _moments
+
+    *blocks, state = args
+    est, names, shifts, n_bad, width, dtype = state
+    partial = _moments(blocks, shifts)
+    if partial[n_bad].any():  # NaN or inf in the chunk: not embedded, the scan refuses it
+        H = np.zeros((blocks[0].shape[0], width), dtype=dtype)
+    else:
+        H = est.transform(dict(zip(names, blocks)))
+    out = np.empty((1, 1), dtype=object)
+    out[0, 0] = (H, partial[None, :])
+    return out
+
+
+def _part_of(block, i):
+    return block[0, 0][i]
+
+
+def _sum_rows(blocks: list) -> np.ndarray:
+    """The sum of (1, w) partials, in chunk order, shape (w,)."""
+    return np.sum(np.concatenate(blocks), axis=0)
+
+
+def _embed_and_scan(est, scan):
+    """The embedding (lazy) and the scan's partials (lazy, (n_chunks, width)) from ONE task per
+    row chunk, which reads the chunk once: the estimator's own ``transform`` on the chunk (the
+    same arithmetic over the same sub-blocks as its Dask graph) beside the scan's moments."""
+    import dask
+    import dask.array as da
+    from dask.base import tokenize
+
+    rows = scan.rows
+    first = dict(zip(rows.names, scan.first))
+    if not all(np.isfinite(r).all() for r in first.values()):
+        # The first row is refused: the scan of its own says so in full (on this path only).
+        scan_views(dict(zip(rows.names, rows.arrays)), feature_names=scan.feature_names)
+    probe = est.transform(first)  # the embedding's width and dtype
+    width, dtype = int(probe.shape[1]), probe.dtype
+    # Where a partial holds the NaN and inf counts (see _io._moments: 5 sums per view).
+    at, n_bad = 0, []
+    for d in scan.widths:
+        n_bad.extend(range(at + 3 * d, at + 5 * d))
+        at += 5 * d
+    nb = len(rows.row_chunks)
+    state = dask.delayed((est, rows.names, scan.shifts, np.asarray(n_bad), width, dtype), pure=False,
+                         traverse=False)
+    name = f"mkdist-embed-scan-{tokenize(*rows.arrays, scan.width, width)}"
+    # Sealed: both getters use each chunk's one task (fused into each, it ran twice).
+    parts = unfused(da.map_blocks(_embed_scan_chunk, *rows.arrays, state, chunks=((1,) * nb, (1,)), dtype=object,
+                                  meta=np.empty((0, 0), dtype=object), name=name))
+    H = parts.map_blocks(_part_of, 0, chunks=(rows.row_chunks, (width,)), dtype=dtype,
+                         meta=np.empty((0, 0), dtype=dtype), name=f"{name}-embedding")
+    partials = parts.map_blocks(_part_of, 1, chunks=((1,) * nb, (scan.width,)), dtype=np.float64,
+                                meta=np.empty((0, 0)), name=f"{name}-scan")
+    return H, partials
 
 
 #: Rows of every run kept for its report (the 2-D view of the embedding, the distance
