@@ -504,7 +504,9 @@ class TaskLog:
 
     def transition(self, key, start, finish, *args, **kwargs):
         if start == "processing" and finish == "memory":
-            self.done.append((time.time(), key))
+            compute_s = sum(ss["stop"] - ss["start"] for ss in kwargs.get("startstops") or ()
+                            if ss.get("action") == "compute")
+            self.done.append((time.time(), key, compute_s))
 
     # The rest of the SchedulerPlugin interface, as no-ops (distributed calls them if present).
     async def start(self, scheduler):
@@ -562,9 +564,12 @@ def _passes_once(N: int, store) -> dict:
         for k in keys:
             owner.setdefault(k, i)
     per_graph = [[] for _ in graphs]
-    for _, k in done:
+    for _, k, _ in done:
         if k in owner:
             per_graph[owner[k]].append(_key_name(k))
+    compute_s: dict = {}
+    for _, k, c in done:
+        compute_s[_key_name(k)] = compute_s.get(_key_name(k), 0.0) + c
     rows, passes = [], {}
     for (t, _), names in zip(graphs, per_graph):
         if not names:
@@ -585,7 +590,9 @@ def _passes_once(N: int, store) -> dict:
             "outside_named_s": total - named, "outside_share": (total - named) / total,
             "tasks": len(done), "tasks_per_chunk": len(done) / chunks, "graphs": rows,
             "full_passes": passes, "n_full_passes": sum(passes.values()),
-            "tasks_by_name": dict(collections.Counter(_key_name(k) for _, k in done).most_common()),
+            "tasks_by_name": dict(collections.Counter(_key_name(k) for _, k, _ in done).most_common()),
+            "task_compute_s": dict(sorted(compute_s.items(), key=lambda kv: -kv[1])),
+            "worker_compute_us_per_row": 1e6 * sum(compute_s.values()) / N,
             "scores": mkdist.clustering_scores(_w1_y(src), res.labels.compute()), "store": str(store)}
 
 

@@ -563,10 +563,12 @@ def stage_landmarks(store, views: Any) -> float:
         # Drawn on the views as read, as open_run draws them (the same rows for the same seed).
         idx = config.make_estimator().sample_landmarks(views, config.random_state)
         rows = gather_rows(_stage_views(store, views)[0], idx)
-        if _scan_pending(store) and not _rows_look_clusterable(rows):
-            # The fit would fail on these rows: the whole scan says why, as it would have before
-            # the store was written (it raises; if it does not, the fit goes on).
-            scan_views(views, **_described(store))
+        if _scan_pending(store):
+            try:  # the scan's checks on the landmark rows, in memory, before the fit uses them
+                scan_views(rows)
+            except InputValidationError:
+                # The whole scan says why, of every row (it raises; if it does not, the fit goes on).
+                scan_views(views, **_described(store))
     ds = xr.Dataset({"landmark_index": (("landmark",), idx)})
     for name, r in rows.items():
         ds[f"X__{name}"] = (("landmark", f"feature__{name}"), r)
@@ -576,21 +578,23 @@ def stage_landmarks(store, views: Any) -> float:
     return time.perf_counter() - t0
 
 
-def _rows_look_clusterable(rows: Mapping[str, np.ndarray]) -> bool:
-    """Whether landmark rows are finite and no view is constant on them."""
-    for r in rows.values():
-        r = np.asarray(r)
-        if np.issubdtype(r.dtype, np.floating) and not np.isfinite(r).all():
-            return False
-        if r.shape[0] > 1 and not (r != r[:1]).any():
-            return False
-    return True
-
-
 def _described(store) -> dict[str, Any]:
-    """What a refusal names a run's columns by (a table's column names per view)."""
-    views = (store.attrs.get("input") or {}).get("views")
-    return {"feature_names": views} if views else {}
+    """What a refusal names a run's columns and rows by (a table's column names per view, its
+    row ids), from the input the store records."""
+    record = store.attrs.get("input") or {}
+    out: dict[str, Any] = {"feature_names": record["views"]} if record.get("views") else {}
+    if record.get("kind") == "table" and record.get("id_column"):
+        def describe_row(row: int) -> str:  # on the error path only: opens the table again
+            from ._io import as_input
+
+            try:
+                opened = as_input(record["location"], views=record["views"], id_column=record["id_column"]).open()
+            except (MkdistError, OSError):
+                return f"row {row}"
+            return opened.describe_row(row)
+
+        out["describe_row"] = describe_row
+    return out
 
 
 def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
