@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmark scripts (data paths, timing, JSON output)."""
+"""Helpers shared by the benchmark scripts (data paths, timing, JSON output, the A/B harness of two
+checkouts, the customer table, Dask clusters started as an operator starts them)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import platform
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -57,6 +59,98 @@ def emit(result: dict) -> None:
 
 
 OUT = REPO / "bench" / "out"
+#: Where a script keeps the JSON it printed (tracked: the figures bench/RESULTS.md quotes).
+RESULTS = REPO / "bench" / "results"
+
+
+def write_result(out: dict, name: str, path: str | Path | None = None) -> Path:
+    """Write ``out`` as JSON to ``path``, by default ``bench/results/<name>.json``; returns the path."""
+    path = Path(path) if path is not None else RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1, default=float))
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSON-lines file a resumable benchmark appends to (none when it does not
+    exist yet; blank lines skipped)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ----------------------------------------------------------------------------- A/B of two checkouts
+def one_blas_thread_env(**extra: str) -> dict[str, str]:
+    """This process's environment with one BLAS / OpenMP thread, and ``extra``: what a job of an
+    A/B comparison runs under, so that neither checkout gets more cores than the other."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **extra}
+
+
+def run_job(python: str, job: str, *args, env: dict | None = None, cwd: str | Path = "/tmp",
+            timeout: float = 3600) -> dict:
+    """Run the Python source ``job`` with the interpreter ``python`` (``sys.argv[1:]`` = ``args``)
+    and return the JSON document its last line of output prints.
+
+    ``cwd`` is /tmp by default: ``python -c`` puts the working directory first on ``sys.path``,
+    so run from a checkout it would import that checkout's ``mkdist/`` rather than the one
+    installed in ``python``.  ``env``: :func:`one_blas_thread_env` unless given.  A job that
+    fails stops the benchmark with the tail of its stderr.
+    """
+    r = subprocess.run([python, "-c", job, *map(str, args)], capture_output=True, text=True,
+                       env=one_blas_thread_env() if env is None else env, cwd=str(cwd), timeout=timeout)
+    if r.returncode:
+        raise SystemExit(f"{python}: {r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def alternate(pythons: dict[str, str], rounds: int, run, progress=json.dumps) -> tuple[dict[str, list], list[float]]:
+    """``run(tag, python)`` for each interpreter of ``pythons`` (tag -> interpreter, e.g. ``{"old": ...,
+    "new": ...}``), ``rounds`` times each, in the order A, B; B, A; A, B; ...: a load that drifts
+    over the runs (a shared machine) weighs on both sides alike.  After each run a line
+    ``TAG progress(record) (load L)`` goes to stderr.
+
+    Returns
+    -------
+    runs : dict of str to list
+        Each tag's records, in the order they ran.
+    loads : list of float
+        The 1-minute load average after each run, in the order the runs ran.
+    """
+    tags = list(pythons)
+    runs: dict[str, list] = {tag: [] for tag in tags}
+    loads: list[float] = []
+    for i in range(rounds):
+        for tag in (tags if i % 2 == 0 else tags[::-1]):
+            runs[tag].append(run(tag, pythons[tag]))
+            loads.append(os.getloadavg()[0])
+            print(tag, progress(runs[tag][-1]), f"(load {loads[-1]:.1f})", file=sys.stderr, flush=True)
+    return runs, loads
+
+
+# ----------------------------------------------------------------------------- data
+def customer_table(n: int) -> Path:
+    """:func:`mkdist.datasets.write_customer_table` of ``n`` rows (string ``customer_id`` in
+    shuffled order, a string, a categorical and a date column, views ``a0..a7`` and ``b0..b7``,
+    ``true_segment``; 5 clusters), written once under ``bench/out/data``."""
+    from mkdist.datasets import write_customer_table
+
+    path = OUT / "data" / f"customers-{n}.parquet"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_customer_table(path.with_suffix(".tmp"), n)
+        path.with_suffix(".tmp").rename(path)
+    return path
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment of a ``mkdist`` command as a user with no Prefect server and no default
+    Dask scheduler types it (no ``PREFECT_API_URL``, no ``MKDIST_DASK_ADDRESS``), and ``extra``."""
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **extra}
+    for name in ("PREFECT_API_URL", "MKDIST_DASK_ADDRESS"):
+        if name not in extra:
+            env.pop(name, None)
+    return env
 #: Workload W1: two 32-feature float32 views, 10 clusters, rbf-grid kernels, 1000 landmarks.
 W1 = dict(n_clusters=10, kernels="rbf-grid", n_landmarks=1000)
 
@@ -126,30 +220,33 @@ def wait_for_port(port: int, what: str, proc=None, timeout: float = 60) -> None:
             time.sleep(0.2)
 
 
-class _Processes:
-    """``dask scheduler`` + ``n_workers`` x ``dask worker --nthreads 1``, as an operator starts them."""
+class DaskProcesses:
+    """``dask scheduler`` + ``n_workers`` x ``dask worker --nthreads 1`` processes on 127.0.0.1, as an
+    operator starts them (distributed's defaults but ``memory_limit`` per worker, None: dask's);
+    ``env``: variables added to the processes' environment.  Returns once the workers have
+    joined; ``scheduler_address`` as a LocalCluster's; ``close()`` stops the processes."""
 
-    def __init__(self, n_workers: int):
-        import socket
-        import subprocess
+    def __init__(self, n_workers: int = 2, *, memory_limit: str | None = "8GiB", env: dict | None = None):
+        from distributed import Client
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         self.scheduler_address = f"tcp://127.0.0.1:{port}"
         dask = [sys.executable, "-m", "dask"]
         drop_malloc_environ()  # an operator's shell, not what an earlier nanny left here
-        quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
         self.procs = [subprocess.Popen(dask + ["scheduler", "--host", "127.0.0.1", "--port", str(port),
                                                "--no-dashboard"], **quiet)]
         try:
             wait_for_port(port, "dask scheduler", self.procs[0])
-        except RuntimeError:
+            limit = ["--memory-limit", memory_limit] if memory_limit else []
+            self.procs += [subprocess.Popen(dask + ["worker", self.scheduler_address, "--nthreads", "1", *limit,
+                                                    "--host", "127.0.0.1", "--no-dashboard"], **quiet)
+                           for _ in range(n_workers)]
+            with Client(self.scheduler_address) as client:
+                client.wait_for_workers(n_workers, timeout=300)
+        except BaseException:
             self.close()
             raise
-        self.procs += [subprocess.Popen(dask + ["worker", self.scheduler_address, "--nthreads", "1",
-                                                "--memory-limit", "8GiB", "--host", "127.0.0.1",
-                                                "--no-dashboard"], **quiet) for _ in range(n_workers)]
 
     def close(self):
         for p in self.procs[::-1]:
@@ -165,10 +262,8 @@ def local_cluster(n_workers: int = 2, cluster: str = "tuned"):
     from distributed import Client, LocalCluster
 
     if cluster == "dask-worker":
-        procs = _Processes(n_workers)
-        client = Client(procs.scheduler_address)
-        client.wait_for_workers(n_workers, timeout=120)
-        return procs, client
+        procs = DaskProcesses(n_workers)
+        return procs, Client(procs.scheduler_address)
     # Imported here, not above: the plain `dask worker` kind also runs checkouts older than
     # mkdist.internals (bench_scheduler_ab.py's A/B).
     from mkdist.internals import worker_malloc_settings

@@ -50,7 +50,7 @@ import traceback  # noqa: E402
 import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _common import OUT, emit, load_multiview, machine, multiview_sets, run_forked  # noqa: E402
+from _common import OUT, emit, load_multiview, machine, multiview_sets, read_jsonl, run_forked  # noqa: E402
 
 RESULTS_DIR = OUT / "auto_k"
 #: Rows above which the silhouette is computed on a seeded sample of this many rows.
@@ -231,12 +231,6 @@ def ks_to_fit(rec: dict) -> set[int]:
 
 
 # ============================================================================ parts
-def read_records(path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def run_cases(cases, path, seeds: int, timeout: float, only_ours: bool = False) -> None:
     """``cases``: (name, loader) pairs; one record per (name, seed) appended to ``path``.
 
@@ -249,7 +243,7 @@ def run_cases(cases, path, seeds: int, timeout: float, only_ours: bool = False) 
     from mkdist.internals import blas_threads
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    records = read_records(path)
+    records = read_jsonl(path)
     done = {(r["dataset"], r["seed"]) for r in records}
     for name, load in cases:
         todo = [s for s in range(seeds) if (name, s) not in done]
@@ -278,7 +272,7 @@ def run_synthetic(args, path) -> None:
     from mkdist.internals import blas_threads
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    done = {(r["dataset"], r["seed"]) for r in read_records(path)}
+    done = {(r["dataset"], r["seed"]) for r in read_jsonl(path)}
     for sep in (1.0, 0.4):
         for K in (3, 5, 10, 20, 50):
             name = f"w1-K{K}-sep{sep}"
@@ -604,7 +598,7 @@ def main() -> None:
                       args.only_ours)
         else:
             run_synthetic(args, path)
-    records = read_records(path)
+    records = read_jsonl(path)
     if args.markdown:
         print(markdown(records))
         return

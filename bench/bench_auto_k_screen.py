@@ -41,7 +41,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 import scipy.optimize  # noqa: E402
-from _common import OUT, load_multiview, multiview_sets  # noqa: E402
+from _common import OUT, load_multiview, multiview_sets, read_jsonl  # noqa: E402
 
 HERE = OUT / "auto_k_screen"
 CACHE = HERE / "cache"
@@ -391,8 +391,7 @@ def run(round_name: str) -> None:
     )
 
     path = HERE / f"{round_name}-rows.jsonl"
-    done = {(r["dataset"], r["seed"]) for r in map(json.loads, path.read_text().splitlines())} if path.exists() \
-        else set()
+    done = {(r["dataset"], r["seed"]) for r in read_jsonl(path)}
     for name, seed, f in cells():
         if (name, seed) in done:
             continue

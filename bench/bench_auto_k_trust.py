@@ -46,7 +46,7 @@ import json  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _common import OUT, emit, machine  # noqa: E402
+from _common import OUT, emit, machine, read_jsonl  # noqa: E402
 
 HERE = OUT / "auto_k_trust"
 CACHE = HERE / "cache"
@@ -154,8 +154,7 @@ def run_evidence(graph: str) -> None:
 
     build_cache()
     path = HERE / f"evidence-{graph}.jsonl"
-    done = {(r["dataset"], r["seed"]) for r in map(json.loads, path.read_text().splitlines())} if path.exists() \
-        else set()
+    done = {(r["dataset"], r["seed"]) for r in read_jsonl(path)}
     for name, seed, f in cells():
         if (name, seed) in done:
             continue

@@ -6,20 +6,16 @@ split into sub-packages): ``MultipleKernelClustering(10)``, ``LateFusionClusteri
 BLAS thread.  CPU seconds of the process (``time.process_time``), which a busy shared machine
 disturbs far less than wall time; wall seconds alongside.
 
-``python bench/bench_fit_cpu_ab.py OLD_PYTHON [--rounds 3]``.  Prints JSON, also written to
+``python bench/bench_fit_cpu_ab.py OLD_PYTHON [--rounds 3] [--out PATH]`` (OLD_PYTHON: the interpreter of a checkout of
+the older commit, with that checkout installed in it).  Prints JSON, also written to
 ``bench/results/fit_cpu_ab_mfeat.json``.
 """
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
 import sys
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-DATA = Path(os.environ.get("MKDIST_SHARED_DATA", HERE.parents[1] / "shared" / "data"))
+from _common import SHARED_DATA, alternate, median, run_job, write_result
 
 _JOB = r"""
 import json, sys, time
@@ -41,36 +37,20 @@ print(json.dumps(out))
 """
 
 
-def run(python: str) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    r = subprocess.run([python, "-c", _JOB, str(DATA / "mfeat.npz")], capture_output=True, text=True, env=env,
-                       cwd="/tmp", timeout=1800)
-    if r.returncode:
-        raise SystemExit(f"{python}: {r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("old_python")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default=None, help="JSON path (default bench/results/fit_cpu_ab_mfeat.json)")
     args = ap.parse_args()
-    pythons = {"old": args.old_python, "new": sys.executable}
-    runs: dict[str, list[dict]] = {"old": [], "new": []}
-    loads = []
-    for i in range(args.rounds):
-        for tag in (["old", "new"] if i % 2 == 0 else ["new", "old"]):
-            runs[tag].append(run(pythons[tag]))
-            loads.append(os.getloadavg()[0])
-            print(tag, json.dumps(runs[tag][-1]), file=sys.stderr, flush=True)
-    median = {tag: {fit: {k: round(statistics.median(r[fit][k] for r in rs), 2) for k in ("cpu_s", "wall_s")}
-                    for fit in rs[0]} for tag, rs in runs.items()}
-    out = {"data": "mfeat", "rounds": args.rounds, "median": median, "runs": runs,
+    runs, loads = alternate({"old": args.old_python, "new": sys.executable}, args.rounds,
+                            lambda _, python: run_job(python, _JOB, SHARED_DATA / "mfeat.npz", timeout=1800))
+    medians = {tag: {fit: {k: round(median([r[fit][k] for r in rs]), 2) for k in ("cpu_s", "wall_s")}
+                     for fit in rs[0]} for tag, rs in runs.items()}
+    out = {"data": "mfeat", "rounds": args.rounds, "median": medians, "runs": runs,
            "load_1min": [round(x, 1) for x in loads]}
     print(json.dumps(out, indent=1))
-    (HERE / "results").mkdir(exist_ok=True)
-    with open(HERE / "results" / "fit_cpu_ab_mfeat.json", "w") as f:
-        json.dump(out, f, indent=1)
+    write_result(out, "fit_cpu_ab_mfeat", args.out)
 
 
 if __name__ == "__main__":

@@ -30,54 +30,21 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import OUT, MotoServer, emit, free_port, machine, median, wait_for_port
+from _common import OUT, DaskProcesses, MotoServer, cli_env, customer_table, emit, machine, median
 
 MKDIST = [sys.executable, "-m", "mkdist.cli"]
 VIEWS = ["--view", "a=a*", "--view", "b=b*", "--id-column", "customer_id", "--label-key", "true_segment"]
 
 
-def customer_table(n: int) -> Path:
-    from mkdist.datasets import write_customer_table
-
-    path = OUT / "data" / f"customers-{n}.parquet"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_customer_table(path.with_suffix(".tmp"), n)
-        path.with_suffix(".tmp").rename(path)
-    return path
-
-
-class PlainCluster:
-    """``dask scheduler`` + ``dask worker`` processes on 127.0.0.1, as a data engineer starts them."""
-
-    def __init__(self, n_workers: int = 2):
-        port = free_port()
-        self.address = f"tcp://127.0.0.1:{port}"
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        self.procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
-                                        str(port), "--no-dashboard"], env=env, stderr=subprocess.DEVNULL)]
-        wait_for_port(port, "dask scheduler", self.procs[0])
-        for _ in range(n_workers):
-            self.procs.append(subprocess.Popen([sys.executable, "-m", "dask", "worker", self.address, "--nthreads",
-                                                "1", "--no-dashboard", "--host", "127.0.0.1"], env=env,
-                                               stderr=subprocess.DEVNULL))
-        from distributed import Client
-
-        with Client(self.address) as c:
-            c.wait_for_workers(n_workers, timeout=120)
-
-    def close(self):
-        for p in self.procs[::-1]:
-            p.terminate()
-        for p in self.procs:
-            p.wait(timeout=60)
+def plain_cluster() -> DaskProcesses:
+    """``dask scheduler`` + two ``dask worker`` processes on 127.0.0.1, as a data engineer starts
+    them: dask's memory limits, one OpenMP thread."""
+    return DaskProcesses(2, memory_limit=None, env={"OMP_NUM_THREADS": "1"})
 
 
 def _cli(*args, timeout: float = 3600) -> tuple[subprocess.CompletedProcess, float]:
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
     t0 = time.perf_counter()
-    r = subprocess.run([*MKDIST, *args], capture_output=True, text=True, env=env, timeout=timeout)
+    r = subprocess.run([*MKDIST, *args], capture_output=True, text=True, env=cli_env(), timeout=timeout)
     return r, time.perf_counter() - t0
 
 
@@ -102,18 +69,18 @@ def part_e2e(n: int) -> dict:
     work = OUT / "frontdoor"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    cluster = PlainCluster()
+    cluster = plain_cluster()
     try:
         r, cli_s = _cli("run", "--input", str(table), "--store", str(work / "cli.zarr"), "--n-clusters", "5",
                         *VIEWS, "--labels-out", str(work / "labels.parquet"), "--random-state", "0",
-                        "--dask-address", cluster.address, "--quiet")
+                        "--dask-address", cluster.scheduler_address, "--quiet")
         if r.returncode != 0:
             raise RuntimeError(r.stderr)
         labels = pd.read_parquet(work / "labels.parquet")
         truth = pd.read_parquet(table, columns=["customer_id", "true_segment"])
         joined = truth.merge(labels, on="customer_id", how="outer", indicator=True)
         views, _, y = _table_arrays(table)
-        with Client(cluster.address):
+        with Client(cluster.scheduler_address):
             t0 = time.perf_counter()
             res = mkdist.cluster(views, str(work / "py.zarr"), 5, random_state=0, chunk_rows=125_000)
             py_s = time.perf_counter() - t0
@@ -157,10 +124,10 @@ def part_cost(ns: list[int], repeats: int) -> dict:
     not confused with the report's own cost (``cluster_report_s - cluster_s``)."""
     out = {}
     work = OUT / "frontdoor-cost"
-    cluster = PlainCluster()
+    cluster = plain_cluster()
 
     def python_run(report: str) -> float:
-        r = subprocess.run([sys.executable, "-c", _PY_RUN, cluster.address, str(table),
+        r = subprocess.run([sys.executable, "-c", _PY_RUN, cluster.scheduler_address, str(table),
                             str(work / f"py-{report}.zarr"), str(work / f"py-{report}-labels.parquet"), report],
                            capture_output=True, text=True)
         if r.returncode:
@@ -178,7 +145,7 @@ def part_cost(ns: list[int], repeats: int) -> dict:
                 cluster_report_s = python_run("report")
                 args = ("run", "--input", str(table), "--store", str(work / "cli.zarr"), "--n-clusters", "5",
                         "--random-state", "0", *VIEWS, "--labels-out", str(work / "cli-labels.parquet"),
-                        "--dask-address", cluster.address, "--quiet")
+                        "--dask-address", cluster.scheduler_address, "--quiet")
                 r, cli_s = _cli(*args)
                 if r.returncode:
                     raise RuntimeError(r.stderr)
@@ -258,8 +225,7 @@ def part_interrupt(n: int) -> dict:
     work = OUT / "frontdoor-interrupt"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
+    env = cli_env()
 
     def args(store: Path):
         return [*MKDIST, "run", "--input", str(table), "--store", str(store), "--n-clusters", "5", "--random-state",
@@ -327,8 +293,9 @@ def part_s3(n: int) -> dict:
         t0 = time.perf_counter()
         fs.put(str(table), "bench/input/customers.parquet")
         upload_s = time.perf_counter() - t0
-        cluster = PlainCluster()  # started without AWS variables: the workers get none
-        common = ["--n-clusters", "5", *VIEWS, "--random-state", "0", "--dask-address", cluster.address, "--quiet"]
+        cluster = plain_cluster()  # started without AWS variables: the workers get none
+        common = ["--n-clusters", "5", *VIEWS, "--random-state", "0", "--dask-address", cluster.scheduler_address,
+                  "--quiet"]
         load = {"before_local": os.getloadavg()}
         r, local_s = _cli("run", "--input", str(table), "--store", str(work / "local.zarr"), "--labels-out",
                           str(work / "labels.parquet"), *common)

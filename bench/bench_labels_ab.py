@@ -6,21 +6,19 @@ built-in method with ``random_state=0`` and its defaults (Nystrom, one view, on 
 LocalCluster (the graphs a run sends to the scheduler; ``labels_`` computed there).  Each
 checkout runs in its own interpreter; the labels are compared by SHA-1 of their int64 bytes.
 
-``python bench/bench_labels_ab.py OLD_PYTHON`` (OLD_PYTHON: the interpreter of a checkout of
+``python bench/bench_labels_ab.py OLD_PYTHON [--out PATH]`` (OLD_PYTHON: the interpreter of a checkout of
 the older commit, with that checkout installed in it).  Prints JSON, also written to
 ``bench/results/labels_ab_five_estimators.json``.
 """
 
+import argparse
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-DATA = Path(os.environ.get("MKDIST_SHARED_DATA", HERE.parents[1] / "shared" / "data"))
-SETS = {"mfeat": DATA / "mfeat.npz", "msrcv1": DATA / "multiview" / "msrcv1.npz",
-        "bbcsport": DATA / "multiview" / "bbcsport.npz"}
+from _common import SHARED_DATA, run_job, write_result
+
+SETS = {"mfeat": SHARED_DATA / "mfeat.npz", "msrcv1": SHARED_DATA / "multiview" / "msrcv1.npz",
+        "bbcsport": SHARED_DATA / "multiview" / "bbcsport.npz"}
 
 _JOB = r"""
 import hashlib, json, sys, time
@@ -74,25 +72,22 @@ print(json.dumps({"mkdist": mkdist.__file__, "labels": out}))
 
 
 def run(python: str) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    r = subprocess.run([python, "-c", _JOB, json.dumps({k: str(v) for k, v in SETS.items()})], capture_output=True,
-                       text=True, env=env, cwd="/tmp", timeout=3600)
-    if r.returncode:
-        raise SystemExit(f"{python}: {r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return run_job(python, _JOB, json.dumps({k: str(v) for k, v in SETS.items()}))
 
 
 def main() -> None:
-    old, new = run(sys.argv[1]), run(sys.executable)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("old_python", help="the interpreter of a checkout of the older commit")
+    ap.add_argument("--out", default=None, help="JSON path (default bench/results/labels_ab_five_estimators.json)")
+    args = ap.parse_args()
+    old, new = run(args.old_python), run(sys.executable)
     cells = {key: {"identical": old["labels"][key]["sha1"] == cell["sha1"], "acc": round(cell["acc"], 4),
                    "seconds_old": old["labels"][key]["seconds"], "seconds_new": cell["seconds"]}
              for key, cell in new["labels"].items()}
     out = {"old": old["mkdist"], "new": new["mkdist"], "cells": cells,
            "identical": sum(c["identical"] for c in cells.values()), "of": len(cells)}
     print(json.dumps(out, indent=1))
-    (HERE / "results").mkdir(exist_ok=True)
-    with open(HERE / "results" / "labels_ab_five_estimators.json", "w") as f:
-        json.dump(out, f, indent=1)
+    write_result(out, "labels_ab_five_estimators", args.out)
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ import time
 import warnings
 
 import numpy as np
-from _common import OUT, SHARED_DATA, emit, load_multiview, machine, multiview_sets, run_forked
+from _common import OUT, SHARED_DATA, emit, load_multiview, machine, multiview_sets, read_jsonl, run_forked
 
 from mkdist import LateFusionClustering, MultipleKernelClustering, kmeans
 from mkdist.errors import DegenerateKernelWarning
@@ -598,17 +598,13 @@ def _grid_cell(views, y, params, seed, timeout) -> dict:
     return {**run_forked(_grid_child, (views, y, params, seed), timeout), "load_avg_1min": load}
 
 
-def _read_jsonl(path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
-
 def part_grid(args) -> dict:
     params = json.loads(args.params)
     available = multiview_sets()
     names = [s for s in args.sets.split(",") if s] if args.sets else list(available)
     path = GRID_DIR / f"{args.tag}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    done = {(r["set"], r["seed"]) for r in _read_jsonl(path) if r.get("params") == params}
+    done = {(r["set"], r["seed"]) for r in read_jsonl(path) if r.get("params") == params}
     for name in names:
         todo = [s for s in range(args.seeds) if (name, s) not in done]
         if not todo:
@@ -625,12 +621,12 @@ def part_grid(args) -> dict:
             if rec["status"] == "timeout":
                 break
     kmeans: dict[str, list[float]] = {}
-    for r in _read_jsonl(OUT / "quality" / f"{args.baseline}.jsonl"):
+    for r in read_jsonl(OUT / "quality" / f"{args.baseline}.jsonl"):
         if r["method"] == "kmeans" and r["seed"] < args.seeds and r["status"] == "ok":
             kmeans.setdefault(r["dataset"], []).append(r["acc"])
     rows = {}
     for name in names:
-        recs = [r for r in _read_jsonl(path) if r["set"] == name and r.get("params") == params
+        recs = [r for r in read_jsonl(path) if r["set"] == name and r.get("params") == params
                 and r["seed"] < args.seeds]
         ok = [r for r in recs if r["status"] == "ok"]
         row = {"runs": len(recs), "ok": len(ok)}

@@ -39,10 +39,9 @@ import multiprocessing as mp  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _common import OUT, emit, load_multiview, machine, multiview_sets, run_forked  # noqa: E402
+from _common import OUT, emit, load_multiview, machine, multiview_sets, read_jsonl, run_forked  # noqa: E402
 
 RESULTS_DIR = OUT / "quality"
 BASELINES = ("kmeans", "avg-kernel")
@@ -140,18 +139,12 @@ def run_cell(method, views, y, seed, timeout) -> dict:
     return run_forked(_child, (method, views, y, seed), timeout)
 
 
-def read_records(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def run(args) -> None:
     import mkdist  # noqa: F401 - imported once here, before the children fork
 
     path = RESULTS_DIR / f"{args.tag.split(',')[-1]}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    done = {(r["dataset"], r["method"], r["seed"]) for r in read_records(path)}
+    done = {(r["dataset"], r["method"], r["seed"]) for r in read_jsonl(path)}
     for ds in args.datasets:
         todo = [(m, s) for m in args.methods for s in range(args.seeds) if (ds, m, s) not in done]
         if not todo:
@@ -368,7 +361,7 @@ def main():
     # Several tags: a later file's record replaces an earlier one's for the same cell and seed.
     latest = {}
     for tag in args.tag.split(","):
-        for r in read_records(RESULTS_DIR / f"{tag}.jsonl"):
+        for r in read_jsonl(RESULTS_DIR / f"{tag}.jsonl"):
             latest[(r["dataset"], r["method"], r["seed"])] = r
     records = [r for r in latest.values() if r["dataset"] in args.datasets and r["method"] in args.methods]
     present = [m for m in args.methods if any(r["method"] == m for r in records)]

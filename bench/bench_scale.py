@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 
-from _common import OUT, _Processes, emit, machine, median
+from _common import OUT, DaskProcesses, emit, machine, median
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 W1 = dict(n_clusters=10, kernels="rbf-grid", n_landmarks=1000)
@@ -126,7 +126,7 @@ def run_config(n: int, chunks: int, workers: int, n_landmarks: int) -> dict:
     store.parent.mkdir(parents=True, exist_ok=True)
     # The scheduler in its own process (``dask scheduler``), as on a real cluster: a LocalCluster
     # runs it inside the client, whose fit and report would count as scheduler time.
-    procs = _Processes(workers)
+    procs = DaskProcesses(workers)
     with Client(procs.scheduler_address) as client:
         client.wait_for_workers(workers, timeout=300)
         client.register_plugin(_PassRecorder())

@@ -17,9 +17,10 @@ import hashlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+from _common import alternate, one_blas_thread_env, run_job, write_result
 
 HERE = Path(__file__).resolve().parent
 
@@ -65,14 +66,14 @@ if __name__ == "__main__":
 
 
 def run_once(python: str, n: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    for k in [k for k in env if k.startswith("MALLOC_")]:
-        env.pop(k)
-    r = subprocess.run([python, "-c", _JOB, str(n)], capture_output=True, text=True, env=env, cwd="/tmp",
-                       timeout=3600)
-    if r.returncode:
-        raise SystemExit(f"{python}: {r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    # The job imports this checkout's _common; no MALLOC_* variable, as in an operator's shell.
+    env = {k: v for k, v in one_blas_thread_env(PYTHONPATH=str(HERE)).items() if not k.startswith("MALLOC_")}
+    return run_job(python, _JOB, n, env=env)
+
+
+def _progress(got: dict) -> str:
+    return (f"{got['end_to_end_s']:.2f} s, scheduler {got['scheduler_graph_s_total']:.2f} s, "
+            f"{got['scheduler_modules_imported']} modules")
 
 
 def main() -> None:
@@ -82,14 +83,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/scheduler_ab_<n>.json)")
     args = ap.parse_args()
-    pythons = {"old": args.old_python, "new": sys.executable}
-    runs: dict[str, list[dict]] = {"old": [], "new": []}
-    for i in range(args.repeats):
-        for tag in (["old", "new"] if i % 2 == 0 else ["new", "old"]):
-            got = run_once(pythons[tag], args.n)
-            runs[tag].append(got)
-            print(tag, round(got["end_to_end_s"], 2), round(got["scheduler_graph_s_total"], 2),
-                  got["scheduler_modules_imported"], os.getloadavg()[0], file=sys.stderr, flush=True)
+    runs, _ = alternate({"old": args.old_python, "new": sys.executable}, args.repeats,
+                        lambda _, python: run_once(python, args.n), progress=_progress)
     med = {tag: {k: statistics.median(r[k] for r in rs)
                  for k in ("end_to_end_s", "scheduler_graph_s_total", "scheduler_modules_imported")}
            | {f"{s}_median": statistics.median(r["stages"][s] for r in rs) for s in ("fit_s", "embed_s", "kmeans_s")}
@@ -100,8 +95,7 @@ def main() -> None:
            "load_1min_after": os.getloadavg()[0],
            "labels_digest": hashlib.sha1("".join(sorted(hashes)).encode()).hexdigest()[:12]}
     print(json.dumps(out))
-    path = Path(args.out) if args.out else HERE / "results" / f"scheduler_ab_{args.n}.json"
-    path.write_text(json.dumps(out, indent=1))
+    write_result(out, f"scheduler_ab_{args.n}", args.out)
 
 
 if __name__ == "__main__":

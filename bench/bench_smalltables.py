@@ -24,23 +24,12 @@ import sys
 import time
 
 import numpy as np
-from _common import OUT, emit, machine, median
+from _common import OUT, cli_env, customer_table, emit, machine, median
 
 VIEWS = ["--view", "a=a*", "--view", "b=b*", "--id-column", "customer_id", "--label-key", "true_segment"]
 #: mkdist run's ways to compute: environment and extra arguments.
 CLI_MODES = {"in-process": ({"MKDIST_IN_PROCESS_MAX_ROWS": str(10**12)}, []),
              "local-cluster": ({"MKDIST_IN_PROCESS_MAX_ROWS": "0"}, ["--n-workers", "2"])}
-
-
-def customer_table(n: int):
-    from mkdist.datasets import write_customer_table
-
-    path = OUT / "data" / f"customers-{n}.parquet"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_customer_table(path.with_suffix(".tmp"), n)
-        path.with_suffix(".tmp").rename(path)
-    return path
 
 
 def _labels(store) -> np.ndarray:
@@ -53,47 +42,58 @@ def _load() -> float:
     return os.getloadavg()[0]
 
 
-def part_cli(ns: list[int], repeats: int) -> dict:
+def _compare_modes(ns: list[int], repeats: int, modes: list[str], run) -> dict:
+    """``run(mode, n) -> (record, labels)`` for every n of ``ns``: each mode in turn, ``repeats``
+    rounds.  Per n: per mode the median of the records' ``wall_s`` and the records (with the load
+    before each run), and ``labels_identical``: every run's labels equal the first run's."""
     out = {}
     for n in ns:
-        table = customer_table(n)
-        runs = {mode: [] for mode in CLI_MODES}
+        runs: dict[str, list] = {mode: [] for mode in modes}
         reference, identical = None, True
         for r in range(repeats):
-            for mode, (env_extra, args) in CLI_MODES.items():
-                store = OUT / "smalltables" / f"{mode}-{n}.zarr"
-                shutil.rmtree(store, ignore_errors=True)
-                shutil.rmtree(f"{store}.report.html", ignore_errors=True)
-                env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **env_extra}
-                env.pop("PREFECT_API_URL", None)
-                env.pop("MKDIST_DASK_ADDRESS", None)
+            for mode in modes:
                 load = _load()
-                rss = store.with_suffix(".rss")
-                # GNU time: the command's peak resident memory (in-process: the whole run's; with a
-                # LocalCluster, the client's only: its workers are not waited for by this process).
-                timer = ["/usr/bin/time", "-f", "%M", "-o", str(rss)] if os.path.exists("/usr/bin/time") else []
-                t0 = time.perf_counter()
-                p = subprocess.run([*timer, sys.executable, "-m", "mkdist.cli", "run", "--input", str(table),
-                                    "--store", str(store), "--n-clusters", "5", "--random-state", "0", *VIEWS, *args,
-                                    "--json"], capture_output=True, text=True, env=env, timeout=3600)
-                wall = time.perf_counter() - t0
-                if p.returncode != 0:
-                    raise RuntimeError(f"{mode} n={n}: {p.stderr}")
-                summary = json.loads(p.stdout)
-                labels = _labels(store)
+                record, labels = run(mode, n)
                 if reference is None:
                     reference = labels
                 identical &= bool(np.array_equal(labels, reference))
-                peak = int(rss.read_text().split()[-1]) / 2**20 if timer else None
-                runs[mode].append({"wall_s": wall, "run_s": summary["timings"]["total_s"], "peak_rss_gib": peak,
-                                   "acc": (summary.get("scores") or {}).get("acc"),
-                                   "scheduler": summary["scheduler"]["description"], "load_before": load})
-                print(f"n={n} {mode} r{r}: {wall:.1f} s (load {load:.1f})", file=sys.stderr)
+                runs[mode].append({**record, "load_before": load})
+                print(f"n={n} {mode} r{r}: {record['wall_s']:.1f} s (load {load:.1f})", file=sys.stderr)
         out[str(n)] = {mode: {"median_wall_s": median([x["wall_s"] for x in v]), "runs": v}
                        for mode, v in runs.items()}
         out[str(n)]["labels_identical"] = identical
-        out[str(n)]["in_process_minus_cluster_s"] = (out[str(n)]["in-process"]["median_wall_s"]
-                                                     - out[str(n)]["local-cluster"]["median_wall_s"])
+    return out
+
+
+def _cli_run(mode: str, n: int) -> tuple[dict, np.ndarray]:
+    env_extra, args = CLI_MODES[mode]
+    table = customer_table(n)  # written by the first run, outside its clock
+    store = OUT / "smalltables" / f"{mode}-{n}.zarr"
+    shutil.rmtree(store, ignore_errors=True)
+    shutil.rmtree(f"{store}.report.html", ignore_errors=True)
+    store.parent.mkdir(parents=True, exist_ok=True)  # GNU time writes its file before mkdist makes the store
+    rss = store.with_suffix(".rss")
+    # GNU time: the command's peak resident memory (in-process: the whole run's; with a
+    # LocalCluster, the client's only: its workers are not waited for by this process).
+    timer = ["/usr/bin/time", "-f", "%M", "-o", str(rss)] if os.path.exists("/usr/bin/time") else []
+    t0 = time.perf_counter()
+    p = subprocess.run([*timer, sys.executable, "-m", "mkdist.cli", "run", "--input", str(table),
+                        "--store", str(store), "--n-clusters", "5", "--random-state", "0", *VIEWS, *args,
+                        "--json"], capture_output=True, text=True, env=cli_env(**env_extra), timeout=3600)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"{mode} n={n}: {p.stderr}")
+    summary = json.loads(p.stdout)
+    peak = int(rss.read_text().split()[-1]) / 2**20 if timer else None
+    return ({"wall_s": wall, "run_s": summary["timings"]["total_s"], "peak_rss_gib": peak,
+             "acc": (summary.get("scores") or {}).get("acc"), "scheduler": summary["scheduler"]["description"]},
+            _labels(store))
+
+
+def part_cli(ns: list[int], repeats: int) -> dict:
+    out = _compare_modes(ns, repeats, list(CLI_MODES), _cli_run)
+    for res in out.values():
+        res["in_process_minus_cluster_s"] = res["in-process"]["median_wall_s"] - res["local-cluster"]["median_wall_s"]
     return out
 
 
@@ -122,31 +122,18 @@ def part_inproc(ns: list[int], repeats: int) -> dict:
 
     modes = {"threads, 1 BLAS thread each": threads_blas1, "synchronous, BLAS threads": sync_blas_all,
              "threads, BLAS threads": threads_blas_all}
-    out = {}
-    for n in ns:
-        table = customer_table(n)
-        runs = {mode: [] for mode in modes}
-        reference, identical = None, True
-        for _ in range(repeats):
-            for mode, ctx in modes.items():
-                store = OUT / "smalltables" / f"inproc-{n}.zarr"
-                shutil.rmtree(store, ignore_errors=True)
-                load = _load()
-                t0 = time.perf_counter()
-                with ctx():
-                    mkdist.cluster(str(table), str(store), 5, random_state=0, views={"a": "a*", "b": "b*"},
-                                   id_column="customer_id", label_column="true_segment")
-                wall = time.perf_counter() - t0
-                labels = _labels(store)
-                if reference is None:
-                    reference = labels
-                identical &= bool(np.array_equal(labels, reference))
-                runs[mode].append({"wall_s": wall, "load_before": load})
-                print(f"n={n} {mode}: {wall:.1f} s (load {load:.1f})", file=sys.stderr)
-        out[str(n)] = {mode: {"median_wall_s": median([x["wall_s"] for x in v]), "runs": v}
-                       for mode, v in runs.items()}
-        out[str(n)]["labels_identical"] = identical
-    return out
+
+    def run(mode: str, n: int) -> tuple[dict, np.ndarray]:
+        table = customer_table(n)  # written by the first run, outside its clock
+        store = OUT / "smalltables" / f"inproc-{n}.zarr"
+        shutil.rmtree(store, ignore_errors=True)
+        t0 = time.perf_counter()
+        with modes[mode]():
+            mkdist.cluster(str(table), str(store), 5, random_state=0, views={"a": "a*", "b": "b*"},
+                           id_column="customer_id", label_column="true_segment")
+        return {"wall_s": time.perf_counter() - t0}, _labels(store)
+
+    return _compare_modes(ns, repeats, list(modes), run)
 
 
 def main() -> None:

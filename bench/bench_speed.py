@@ -49,6 +49,7 @@ from _common import (
     local_cluster,
     machine,
     median,
+    run_job,
     run_pipeline,
     w1_input,
 )
@@ -241,12 +242,6 @@ def part_floor(args):
 
 
 # ----------------------------------------------------------------------------- embed stage
-def _drop_handoff() -> None:
-    from mkdist.internals import drop_stage_handoffs
-
-    drop_stage_handoffs()
-
-
 def part_embed(args):
     import xarray as xr
 
@@ -270,10 +265,9 @@ def part_embed(args):
                 with P.writer_lease(str(store)):
                     run = RunStore.open(str(store), mode="r+")
                     run.delete_stage("embedding", missing_ok=True)
-                    times.append(P.stage_embedding(run, src))
-                # The stage hands its persisted embedding on to the labels stage; dropping it
-                # frees the futures, else the next repeat's identical graph is already computed.
-                _drop_handoff()
+                    # A context of its own per repeat, as a fresh process builds it: nothing is
+                    # carried from one timed stage to the next.
+                    times.append(P.stage_embedding(P.run_context(run, src)))
         finally:
             client.close()
             cluster.close()
@@ -362,19 +356,13 @@ if __name__ == "__main__":
 
 
 def _labels_with(python: str, N: int, tag: str, params: dict) -> tuple[np.ndarray, dict]:
-    import json
-
     src = w1_input(N)
     store = OUT / "stores" / f"labels-{tag}-{N}.zarr"
     shutil.rmtree(store, ignore_errors=True)
     out = OUT / f"labels-{tag}-{N}.npy"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    r = subprocess.run([python, "-c", _LABELS_JOB, str(src), str(store), str(out), json.dumps(params)],
-                       capture_output=True, text=True, env=env, cwd=str(OUT), timeout=3600)
-    if r.returncode:
-        raise SystemExit(f"{python}: {r.stderr[-2000:]}")
+    info = run_job(python, _LABELS_JOB, src, store, out, json.dumps(params), cwd=OUT)
     shutil.rmtree(store, ignore_errors=True)
-    return np.load(out), json.loads(r.stdout.strip().splitlines()[-1])
+    return np.load(out), info
 
 
 def part_labels(args):

@@ -145,8 +145,9 @@ def refit_parameters(model_store: str, source: Any, *, refit_store: str | None =
 
     The model's method and every parameter it was fitted with (the stored ``RunConfig``,
     seed included) on the new batch, read with the model's views
-    (``mkdist.pipeline.refit_inputs``).  Every parameter of the flow is given, so none of the
-    cluster deployment's defaults (its demo input, its ``label_key``) applies.
+    (``mkdist.pipeline.refit_inputs``), as the run's request: the refit plans it when it runs
+    (the store may have changed by then).  The whole request is given, so none of the cluster
+    deployment's defaults (its demo input, its label column) applies.
 
     Parameters
     ----------
@@ -162,14 +163,13 @@ def refit_parameters(model_store: str, source: Any, *, refit_store: str | None =
     Returns
     -------
     dict
-        JSON-able keyword arguments of ``cluster_flow``.
+        JSON-able parameters of ``cluster_flow``: ``plan`` (the request's JSON) and ``dask_address``.
     """
     batch, store, config = refit_inputs(model_store, source, store=refit_store, id_column=id_column)
-    return dict(source=batch.to_json(), store=store, n_clusters=config.n_clusters, method=config.method,
-                random_state=config.random_state, kernels=None, n_landmarks=None,
-                options={"method_params": config.params, "write_kernel_blocks": config.write_kernel_blocks},
-                label_key=None, labels_out=None, id_column=None, views=None, overwrite=True,
-                dask_address=dask_address)
+    batch = {k: v for k, v in batch.to_json().items() if k not in ("storage_options", "label_column")}
+    return {"plan": {"source": batch, "store": store, "config": config.to_json(), "labels_out": None,
+                     "overwrite": True, "report": True},
+            "dask_address": dask_address}
 
 
 def _start_refit(deployment: str, parameters: dict[str, Any]) -> dict[str, str]:
@@ -189,4 +189,4 @@ def _start_refit(deployment: str, parameters: dict[str, Any]) -> dict[str, str]:
             f"refit_on_drift: no deployment {deployment!r} on this Prefect API; deploy it "
             "(prefect deploy --all --prefect-file deploy/prefect.yaml) or set refit_deployment") from None
     return {"flow_run_id": str(run.id), "flow_run_name": run.name, "deployment": deployment,
-            "store": parameters["store"]}
+            "store": parameters["plan"]["store"]}

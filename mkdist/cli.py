@@ -250,43 +250,27 @@ def _run_options(config_path: str | None, given: dict[str, Any], view_items: tup
     return merged
 
 
-def _request(source: str, store: str, merged: dict[str, Any]):
-    """The run's options, input and outputs, checked without the data or the heavy imports:
-    the parameters against the method's table, the input's metadata (a table's columns and
-    views, nulls, row ids), the store path's kind, outputs overlapping inputs.  Returns
-    (config, opened input, request key)."""
+def _request(source: str, store: str, merged: dict[str, Any], overwrite: bool):
+    """The run as asked, from the command line's options, checked without the data or the
+    heavy imports (``mkdist.pipeline.check_request``: parameters, remote locations, outputs
+    overlapping inputs, the store path's kind, the input's metadata, K against its rows).
+    Returns the RunRequest: its key says whether the store already holds this run."""
     from mkdist._pipeline._config import RunConfig
-    from mkdist._pipeline._io import InputSource, refuse_file_store, refuse_overlap
-    from mkdist._pipeline._rerun import request_key
-    from mkdist.storage._remote import probe_run
+    from mkdist._pipeline._io import InputSource
+    from mkdist._pipeline._plan import check_request
 
     options = merged.get("storage_options")
     if options is not None and not (isinstance(options, dict) and all(isinstance(k, str) for k in options)):
         raise BadInput("storage_options in --config must be a table of fsspec options, e.g. [storage_options] "
                        "endpoint_url = 'http://...'")
-    # Before anything reads a remote location: a wrong key or an unreachable endpoint is one line.
-    probe_run(source, store, merged.get("labels_out"), options)
-    refuse_overlap(store, input=source)
-    if merged.get("labels_out"):
-        refuse_overlap(merged["labels_out"], store=store, input=source)
-    refuse_file_store(store)
-
     if "n_clusters" not in merged:
         raise BadInput("give --n-clusters (or n_clusters in --config)")
     merged["n_clusters"] = parse_n_clusters(merged["n_clusters"])
     run_keys = ("n_clusters", "kernels", "n_landmarks", "random_state", "method")
     config = RunConfig.from_options(**{k: v for k, v in merged.items() if k not in RUN_KEYS or k in run_keys})
-    config.check_params()  # before mkdist.pipeline loads scikit-learn, Dask and xarray (2-3 s)
-    opened = InputSource(source, views=merged.get("views"), id_column=merged.get("id_column"),
-                         label_column=merged.get("label_key"), storage_options=options,
-                         missing=merged.get("missing")).open()
-    k = config.n_clusters
-    k_max = k[1] if isinstance(k, list) else k  # "auto": its k_max follows the landmarks (checked at planning)
-    if isinstance(k_max, int):
-        from mkdist._core._validation import check_k_at_most
-
-        check_k_at_most(k, k_max, opened.n_rows, "rows", "")  # the estimator's own check, before it loads
-    return config, opened, request_key(opened.fingerprint, config.to_json())
+    source = InputSource(source, views=merged.get("views"), id_column=merged.get("id_column"),
+                         label_column=merged.get("label_key"), storage_options=options, missing=merged.get("missing"))
+    return check_request(source, store, config, labels_out=merged.get("labels_out"), overwrite=overwrite, report=True)
 
 
 def _refuse_missing_store(store: str) -> None:
@@ -345,13 +329,6 @@ def _exists(location: str) -> bool:
 
     fs, path = fsspec.core.url_to_fs(location, **options_for(location))
     return fs.exists(path)
-
-
-def _plan(config, opened, store: str, merged: dict[str, Any], overwrite: bool):
-    """Every check of a run that needs no data pass, and what it will do (no cluster yet)."""
-    from mkdist.pipeline import plan_run
-
-    return plan_run(opened, store, config, labels_out=merged.get("labels_out"), overwrite=overwrite, report=True)
 
 
 def _note(text: str) -> None:
@@ -452,20 +429,22 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
 
     def request():
         merged = _run_options(config_path, given, view_items)
-        return (merged, *_request(source, store, merged))
+        return merged, _request(source, store, merged, overwrite)
 
-    merged, config, opened, key = _guard(request, debug)
-    done = _nothing_to_do(store, key, merged, overwrite)
+    merged, asked = _guard(request, debug)
+    done = _nothing_to_do(store, asked.key, merged, overwrite)
     if done is not None:
         _print_result(done, store, as_json, quiet, time.perf_counter() - t0, nothing_to_do=True)
         return
-    if not quiet and opened.message():
-        _note(f"input: {opened.message()}")
+    if not quiet and asked.opened.message():
+        _note(f"input: {asked.opened.message()}")
 
     def prepare():
         _check_scheduler(merged.get("dask_address"), connect_timeout)
         in_process_max_rows()  # a bad MKDIST_IN_PROCESS_MAX_ROWS: refused before any work
-        return _plan(config, opened, store, merged, overwrite)
+        from mkdist.pipeline import plan_run
+
+        return plan_run(asked)  # the rest of the checks, once; the run's decisions
 
     plan = _guard(prepare, debug)
     flow = use_prefect if use_prefect is not None else prefect_api_configured()
@@ -473,7 +452,7 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
     def go():
         _handle_interrupts()
         if flow:
-            return _run_flow(plan, merged, store, overwrite, connect_timeout, quiet, debug)
+            return _run_flow(plan, merged, connect_timeout, quiet, debug)
         from mkdist.pipeline import drive_run, in_process, run_scheduler
 
         # A finished run that only lacks its labels output writes it from the store: reads and
@@ -481,14 +460,13 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
         if plan.complete and not (merged.get("dask_address") or os.environ.get("MKDIST_DASK_ADDRESS")):
             where = in_process()
         else:
-            where = run_scheduler(merged.get("dask_address"), merged.get("n_workers"), n_rows=_rows(plan),
+            where = run_scheduler(merged.get("dask_address"), merged.get("n_workers"), n_rows=plan.n_rows,
                                   connect_timeout=connect_timeout, echo=None if quiet else _note)
         with where as scheduler:
             if not quiet and not plan.complete and scheduler.kind != "local-cluster":
-                _note(f"computing on: {_where_line(scheduler, _rows(plan))}")
+                _note(f"computing on: {_where_line(scheduler, plan.n_rows)}")
             try:
-                result = drive_run(plan, progress=not quiet, label_key=merged.get("label_key"), owner="mkdist run",
-                                   echo=None if quiet else _note)
+                result = drive_run(plan, progress=not quiet, owner="mkdist run", echo=None if quiet else _note)
             except KeyboardInterrupt:
                 # The run has stopped in order (lease released; stages commit atomically): the
                 # workers of our own cluster need no graceful close, which takes seconds.
@@ -499,11 +477,6 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
     _print_result(summary, store, as_json, quiet, time.perf_counter() - t0)
 
 
-def _rows(plan) -> int:
-    """Rows of a planned run's input (from its views' shapes: nothing read)."""
-    return int(next(iter(plan.views.values())).shape[0])
-
-
 def _where_line(scheduler, n_rows: int) -> str:
     """Where a run computes, and why when it is this process."""
     if scheduler.kind != "in-process":
@@ -512,25 +485,19 @@ def _where_line(scheduler, n_rows: int) -> str:
             "(MKDIST_IN_PROCESS_MAX_ROWS), so no Dask cluster to start")
 
 
-def _run_flow(plan, merged: dict, store: str, overwrite: bool, connect_timeout: float, quiet: bool,
-              debug: bool) -> dict:
-    """The run as the Prefect flow (tracked by the configured server, or a temporary one)."""
+def _run_flow(plan, merged: dict, connect_timeout: float, quiet: bool, debug: bool) -> dict:
+    """The run as the Prefect flow (tracked by the configured server, or a temporary one),
+    handed the plan made here: the flow checks and decides nothing again."""
     with temporary_prefect_server():
         from mkdist.flows import cluster_flow
 
         if not debug:
             _quiet_prefect_tracebacks()
-        options = {k: v for k, v in merged.items() if k not in RUN_KEYS}
-        # Without its storage options: flow parameters are stored by the Prefect server, and the
-        # flow runs in this process, where the options are registered for the run's locations.
-        source = {k: v for k, v in plan.source.to_json().items() if k != "storage_options"}
-        return cluster_flow(source=source, store=store, n_clusters=plan.config.n_clusters,
-                            kernels=merged.get("kernels"), n_landmarks=merged.get("n_landmarks"),
-                            random_state=merged.get("random_state"), method=merged.get("method"),
-                            overwrite=overwrite, progress=not quiet, dask_address=merged.get("dask_address"),
-                            n_workers=merged.get("n_workers"), connect_timeout=connect_timeout,
-                            label_key=merged.get("label_key"), labels_out=merged.get("labels_out"),
-                            options=options)
+        # The plan's JSON has no storage options: flow parameters are stored by the Prefect
+        # server, and the flow runs in this process, where the options are registered for the
+        # run's locations.
+        return cluster_flow(plan=plan.to_json(), dask_address=merged.get("dask_address"),
+                            n_workers=merged.get("n_workers"), connect_timeout=connect_timeout, progress=not quiet)
 
 
 def _print_result(summary: dict, store: str, as_json: bool, quiet: bool, seconds: float,
@@ -629,10 +596,10 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
         _check_scheduler(dask_address, connect_timeout)
         from mkdist.pipeline import check_assign
 
-        views = check_assign(model_store, batch, output, overwrite=overwrite)[1]
-        return thresholds, batch, int(next(iter(views.values())).shape[0])
+        checked = check_assign(model_store, batch, output, overwrite=overwrite)
+        return thresholds, batch, checked, int(next(iter(checked.views.values())).shape[0])
 
-    thresholds, batch, n_rows = _guard(prepare, debug)
+    thresholds, batch, checked, n_rows = _guard(prepare, debug)
     flow = use_prefect if use_prefect is not None else prefect_api_configured()
 
     def go():
@@ -656,7 +623,7 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
             if not quiet and scheduler.kind != "local-cluster":
                 _note(f"computing on: {_where_line(scheduler, n_rows)}")
             try:
-                return drive_assign(model_store, batch, output, **options)
+                return drive_assign(checked, **options)  # checked above: not again
             except KeyboardInterrupt:
                 _stop_now()  # as in `run`: stopped in order, our workers need no graceful close
 

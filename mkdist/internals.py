@@ -53,7 +53,6 @@ missing cells (``missing="impute"``)
 runs and workers
 -------------------------------------------------------------------------------------------
 ``worker_malloc_settings``, ``worker_malloc_state``: the workers' allocator
-``drop_stage_handoffs``                 forget what a stage handed the next in this process
 ``kmeans_failing_once``                 the next labels-stage k-means fails (resume benches)
 ======================================  =====================================================
 
@@ -130,7 +129,7 @@ __all__ = [
     # missing cells
     "Imputer", "donor_indices", "missing_per_row", "IMPUTATION_NEIGHBORS", "imputation_neighbors",
     # runs and workers
-    "worker_malloc_settings", "worker_malloc_state", "drop_stage_handoffs", "kmeans_failing_once",
+    "worker_malloc_settings", "worker_malloc_state", "kmeans_failing_once",
 ]
 
 
@@ -192,14 +191,6 @@ def imputation_neighbors(k: int):
     from ._core import _missing
 
     return _module_constants(_missing, {"N_NEIGHBORS": k})
-
-
-def drop_stage_handoffs() -> None:
-    """Forget what a stage handed the next one in this process (the landmark rows it read), so
-    that a timed stage reads its input from the store as a fresh process would."""
-    from ._pipeline import _stages
-
-    _stages._HANDOFF.clear()
 
 
 @contextlib.contextmanager

@@ -50,6 +50,7 @@ from zarr.storage import StorePath, WrapperStore
 from mkdist.errors import DamagedStageError, StoreError, StoreExistsError
 
 from . import _verify
+from ._layout import POINTER
 from ._lease import LEASE_FILE
 
 if TYPE_CHECKING:
@@ -66,8 +67,6 @@ logger = logging.getLogger("mkdist.storage")
 #: ``clean_partials`` removes it after that.  ``MKDIST_GENERATION_GRACE_S`` overrides it.
 GENERATION_GRACE_S = 600.0
 
-#: Suffix of a stage's pointer object: ``<stage>.gen-current.json`` names its generation.
-POINTER = ".gen-current.json"
 
 StageState = Literal["complete", "incomplete", "damaged", "missing"]
 

@@ -52,6 +52,7 @@ from ._generations import (
     valid_name,
     zarr_root_store,
 )
+from ._layout import SCHEMA_VERSION
 from ._lease import DEFAULT_TTL, LEASE_FILE, LeaseInfo, StoreLease, check_writer, held_here, read_lease
 
 if TYPE_CHECKING:
@@ -61,9 +62,6 @@ __all__ = ["SCHEMA_VERSION", "STANDARD_STAGES", "RunStore", "PendingStage"]
 
 logger = logging.getLogger("mkdist.storage")
 
-#: Version of the on-disk layout this mkdist writes, and the only one it reads: every stage
-#: a generation named by a pointer (snapshot reads, issue 23).
-SCHEMA_VERSION = 3
 
 #: Stages every run may hold; ``stage_status`` always reports these.
 STANDARD_STAGES = ("landmarks", "model", "embedding", "labels", "kernel_blocks", "metrics")

@@ -197,7 +197,6 @@ def test_every_building_block_resolves_and_the_hooks_run():
 
     missing = [n for n in internals.__all__ if not hasattr(internals, n)]
     assert missing == []
-    internals.drop_stage_handoffs()
     with internals.k_rule_constants(MIN_VOTES=0.25):
         from mkdist._core import _nclusters
 

@@ -51,7 +51,10 @@ def test_run_config_resolves_auto_and_checks_user_params_against_the_choice():
     named = {f"view{i}": v for i, v in enumerate(views)}
     config = RunConfig.from_options(n_clusters=3, method="auto", n_landmarks=60)
     config.check_params()  # nothing to check before the data is seen
-    config.resolve(named)
+    resolved = config.resolve(named)
+    # A new config: the one given is left as it was (the run's request key is computed from it).
+    assert config.method == "auto" and config.auto is None
+    config = resolved
     assert config.method == "mkc" and config.params == {"kernels": "auto", "n_landmarks": 60}
     assert config.auto["method"] == "mkc" and config.auto["facts"]["dims"] == [5, 5] and config.auto["reason"]
     # A parameter the chosen method does not take is refused, naming the choice.

@@ -142,6 +142,25 @@ def check_parameters_checked_by_the_base(cls, views, new=None):
             make_instance(cls, n_clusters=0).fit_landmarks(gather_rows(named, idx), idx, 0)
 
 
+def check_nan_named_by_its_input_row(cls, views, new=None):
+    """NaN in Dask input is refused naming its row of the input, wherever the fit meets it: in the
+    rows it gathers first (landmarks, anchors, an init sample: NaN there would spoil the model
+    before any pass reads the chunks) or in a pass over the chunks.  Where the method has
+    landmarks (100 of the 180 rows here), the row is one whose place among them is not its row."""
+    X = method_views(cls, views)
+    extra = {"n_landmarks": 100} if "n_landmarks" in cls().get_params() else {}
+    sampled = getattr(_quiet(make_instance(cls, **extra).fit, X), "landmark_indices_", None)
+    row = 77 if sampled is None else int(sampled[-1])
+    assert sampled is None or row != len(sampled) - 1
+    Xs = list(X) if cls.multi_view else [X]
+    bad = Xs[-1].copy()
+    bad[row, 1] = np.nan
+    dX = [da.from_array(v, chunks=(50, -1)) for v in [*Xs[:-1], bad]]
+    with dask.config.set(scheduler="synchronous"), pytest.raises(
+            mkdist.errors.InputValidationError, match=rf"view 'view{len(Xs) - 1}'.*first bad row {row}\b"):
+        _quiet(make_instance(cls, **extra).fit, dX if cls.multi_view else dX[0])
+
+
 def check_store_round_trip(cls, views, y, tmp_path):
     """A run through the store: labels as the stored estimator predicts them, assign likewise."""
     X = method_views(cls, views)
@@ -190,7 +209,8 @@ def test_sklearn_compatible(estimator, check):
 #: The in-memory checks every registered method passes (the toy method reuses them).
 CHECKS = {"numpy_dask_parity": check_numpy_dask_parity, "graph_building_computes_nothing": check_graph_is_lazy,
           "state_round_trip": check_state_round_trip, "summary_schema": check_summary_schema,
-          "parameters_checked_by_the_base": check_parameters_checked_by_the_base}
+          "parameters_checked_by_the_base": check_parameters_checked_by_the_base,
+          "nan_named_by_its_input_row": check_nan_named_by_its_input_row}
 
 
 @pytest.mark.parametrize("check", list(CHECKS))

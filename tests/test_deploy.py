@@ -190,9 +190,9 @@ def test_parameters_are_accepted_by_the_flows(deployments, flows):
         check_parameters_bind(flows[name].fn, params)
         for schedule in deployments[name].get("schedules") or []:
             check_parameters_bind(flows[name].fn, {**params, **schedule.get("parameters", {})})
-    documented = {"source", "store", "n_clusters", "kernels", "n_landmarks", "random_state", "dask_address",
-                  "options"}
-    assert documented <= set(deployments["cluster-on-demand"]["parameters"])
+    # The cluster deployment hands the flow one run plan (a request: planned when it runs).
+    assert set(deployments["cluster-on-demand"]["parameters"]) == {"plan", "dask_address"}
+    assert {"source", "store", "config"} <= set(deployments["cluster-on-demand"]["parameters"]["plan"])
     assert {"model_store", "source", "output"} <= set(deployments["assign-nightly"]["parameters"])
 
 
@@ -200,16 +200,16 @@ def test_cluster_parameters_make_a_valid_run_config(deployments):
     import dask.array as da
 
     from mkdist._core._kernel_specs import STANDARD_KERNEL_SETS
-    from mkdist.pipeline import RunConfig
+    from mkdist.pipeline import InputSource, RunConfig
 
-    p = deployments["cluster-on-demand"]["parameters"]
-    config = RunConfig.from_options(n_clusters=p["n_clusters"], kernels=p.get("kernels"),
-                                    n_landmarks=p.get("n_landmarks"), random_state=p.get("random_state"),
-                                    **(p.get("options") or {}))
+    plan = deployments["cluster-on-demand"]["parameters"]["plan"]
+    config = RunConfig.from_json(plan["config"])
+    config.check_params()
     # Metadata only: lazy views of the demo's shape, nothing is computed.
     config.validate({f"view{i}": da.zeros((200_000, 32), chunks=(25_000, 32)) for i in range(2)})
-    if isinstance(p.get("kernels"), str):
-        assert p["kernels"] in STANDARD_KERNEL_SETS
+    if isinstance(config.params.get("kernels"), str):
+        assert config.params["kernels"] in STANDARD_KERNEL_SETS
+    assert InputSource.from_json(plan["source"]).label_column == "y"
 
 
 def test_assign_runs_nightly_on_a_valid_cron(deployments):
@@ -256,10 +256,16 @@ def test_pull_step_and_work_pool_match_the_runtimes(prefect_yaml, deployments, c
 def test_deployment_paths_are_relative_to_the_data_root(deployments):
     # A host path in prefect.yaml would bypass MKDIST_DATA_ROOT (the first run of issue 23
     # failed on a hard-coded /data): paths are relative, or URLs.
+    def strings(value, key):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                yield from strings(v, f"{key}.{k}")
+        elif isinstance(value, str):
+            yield key, value
+
     for name, d in deployments.items():
-        for key, value in d["parameters"].items():
-            if isinstance(value, str):
-                assert not value.startswith(("/", "~")), f"{name}: {key}={value!r} is not under the data root"
+        for key, value in strings(d["parameters"], "parameters"):
+            assert not value.startswith(("/", "~")), f"{name}: {key}={value!r} is not under the data root"
 
 
 def test_enter_data_root_step(tmp_path, monkeypatch):
@@ -462,7 +468,7 @@ def test_checks_reject_broken_inputs(flows, deployments):
     with pytest.raises(AssertionError, match="n_cluster"):
         check_parameters_bind(fn, {**params, "n_cluster": 3})
     with pytest.raises(TypeError):
-        check_parameters_bind(fn, {k: v for k, v in params.items() if k != "store"})
+        check_parameters_bind(fn, {k: v for k, v in params.items() if k != "plan"})
     with pytest.raises(ValueError):
         check_cron({"cron": "0 25 * * *"})
     with pytest.raises(AssertionError, match="schedule"):

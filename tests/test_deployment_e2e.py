@@ -15,6 +15,7 @@ when a test fails.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -37,8 +38,10 @@ PREFECT = [sys.executable, "-m", "prefect"]
 N_FIT, N_BATCH = 6_000, 3_000
 #: Parameters of the on-demand run (the deployment's demo defaults cluster 200k points with
 #: 1000 landmarks: minutes on a loaded 2-core machine).
-CLUSTER_PARAMS = {"source": f"demo/input-{N_FIT}.zarr", "n_landmarks": "300",
-                  "options": '{"landmark_method": "uniform", "n_init": 1}'}
+CLUSTER_PARAMS = {"plan": json.dumps({
+    "source": {"location": f"demo/input-{N_FIT}.zarr", "label_column": "y"}, "store": "runs/demo-cluster.zarr",
+    "config": {"n_clusters": 10, "random_state": 0,
+               "params": {"kernels": "rbf-grid", "n_landmarks": 300, "landmark_method": "uniform", "n_init": 1}}})}
 
 
 def _wait_for(what: str, check, timeout: float, procs=()) -> None:

@@ -29,6 +29,15 @@ def source(tmp_path_factory):
     return str(path), views, y
 
 
+def _plan(path: str, store: str, n_clusters: int = 3, *, label: str | None = None, random_state: int = 0,
+          method: str = "mkc", **params) -> dict:
+    """A run's plan as a flow takes it: the request's JSON (the flow plans it once)."""
+    source = {"location": path, **({"label_column": label} if label else {})}
+    return {"source": source, "store": store,
+            "config": {"n_clusters": n_clusters, "method": method, "random_state": random_state,
+                       "params": {"n_landmarks": 150, **params}}}
+
+
 @pytest.fixture(scope="module")
 def fitted(prefect_api, dask_address, source, tmp_path_factory):
     """One cluster_flow run whose model store the assign tests read (they only read it)."""
@@ -36,8 +45,7 @@ def fitted(prefect_api, dask_address, source, tmp_path_factory):
 
     path, _, _ = source
     store = str(tmp_path_factory.mktemp("fitted") / "run.zarr")
-    summary = cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, random_state=0,
-                           dask_address=dask_address, label_key="y")
+    summary = cluster_flow(plan=_plan(path, store, label="y"), dask_address=dask_address)
     return store, summary
 
 
@@ -68,13 +76,11 @@ def test_failed_kmeans_resumes_without_refit(prefect_api, dask_address, source, 
 
     monkeypatch.setattr(base, "kmeans", kmeans_failing_once)
     with pytest.raises(RuntimeError, match="lost its cluster"):
-        cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, random_state=0,
-                     dask_address=dask_address)
+        cluster_flow(plan=_plan(path, store), dask_address=dask_address)
     status = RunStore.open(store).stage_status()
     assert status["embedding"] == "complete" and status["labels"] == "missing"
     fitted = RunStore.open(store).read_stage("model").attrs["mkdist_state"]
-    summary = cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, random_state=0,
-                           dask_address=dask_address, label_key="y")
+    summary = cluster_flow(plan=_plan(path, store, label="y"), dask_address=dask_address)
     assert summary["resumed_stages"] == ["landmarks", "model", "embedding"]
     t = summary["timings"]
     assert t["sample_s"] == t["fit_s"] == t["embed_s"] == 0.0 and t["kmeans_s"] > 0
@@ -152,8 +158,8 @@ def test_cluster_flow_other_method_publishes_pep_artifact(prefect_api, dask_addr
 
     path, views, y = source
     store = str(tmp_path / "lf.zarr")
-    summary = cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, kernels="rbf-grid",
-                           method="late-fusion", random_state=0, dask_address=dask_address, label_key="y")
+    summary = cluster_flow(plan=_plan(path, store, label="y", kernels="rbf-grid", method="late-fusion"),
+                           dask_address=dask_address)
     assert summary["scores"]["acc"] >= 0.99 and summary["method"] == "late-fusion"
     assert summary["pep"]["combined_filtered"] > 0
     with get_client(sync_client=True) as client:
@@ -207,8 +213,7 @@ def test_drift_starts_a_refit_of_the_model(prefect_api, dask_address, source, tm
 
     path, _, _ = source
     store = str(tmp_path / "model.zarr")
-    cluster_flow(source=path, store=store, n_clusters=3, n_landmarks=150, random_state=0, dask_address=dask_address,
-                 options={"n_init": 2})
+    cluster_flow(plan=_plan(path, store, n_init=2), dask_address=dask_address)
     before = RunStore.open(store).fingerprint
     # The deployment the refit runs, registered on this server (no worker: the run waits).
     deployment_id = cluster_flow.to_deployment(name="cluster-on-demand").apply()
@@ -223,11 +228,39 @@ def test_drift_starts_a_refit_of_the_model(prefect_api, dask_address, source, tm
                 if r.deployment_id == deployment_id]
     assert len(runs) == 1 and runs[0].state.is_scheduled()
     params = runs[0].parameters
-    assert params["source"]["location"] == str(batch) and params["store"] == store and params["overwrite"] is True
-    assert params["n_clusters"] == 3 and params["random_state"] == 0 and params["label_key"] is None
-    assert params["options"]["method_params"]["n_init"] == 2
+    plan = params["plan"]
+    assert plan["source"]["location"] == str(batch) and plan["store"] == store and plan["overwrite"] is True
+    assert plan["config"]["n_clusters"] == 3 and plan["config"]["random_state"] == 0
+    assert "label_column" not in plan["source"] and plan["config"]["params"]["n_init"] == 2
     # Run what the worker would run: the model store now holds the batch's model.
     summary = cluster_flow(**params)
     model = RunStore.open(store)
     assert model.fingerprint != before and sum(summary["cluster_sizes"]) == 300
     assert model.attrs["input"]["location"] == str(batch)
+
+
+def test_the_flow_plans_a_request_once_and_takes_a_plan_as_it_is(prefect_api, dask_address, source, tmp_path,
+                                                                 monkeypatch):
+    """A request (a deployment's parameters) is checked and planned once, in the flow; a plan
+    made elsewhere (``mkdist run --prefect``) is rebuilt from its JSON, not checked again."""
+    from mkdist.flows import cluster_flow
+    from mkdist.pipeline import InputSource, RunConfig, plan_run
+
+    path, _, _ = source
+    calls = {"validate": 0}
+    real = RunConfig.validate
+
+    def counting(self, views):
+        calls["validate"] += 1
+        return real(self, views)
+
+    monkeypatch.setattr(RunConfig, "validate", counting)
+    summary = cluster_flow(plan=_plan(path, str(tmp_path / "a.zarr"), label="y"), dask_address=dask_address)
+    assert summary["scores"]["acc"] >= 0.99 and calls["validate"] == 1
+    calls["validate"] = 0
+    plan = plan_run(InputSource(path, label_column="y"), str(tmp_path / "b.zarr"),
+                    RunConfig.from_options(n_clusters=3, n_landmarks=150), report=False)
+    summary = cluster_flow(plan=plan.to_json(), dask_address=dask_address)
+    assert calls["validate"] == 1  # plan_run's, above
+    # The seed the plan drew is the run's.
+    assert summary["params"]["random_state"] == plan.config.random_state and "report" not in summary

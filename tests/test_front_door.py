@@ -236,7 +236,7 @@ def test_prefect_flow_path_when_a_server_is_configured(table, prefect_api, dask_
     assert "ACC 0.99" in r.stdout or "ACC 1.0" in r.stdout
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(limit=50)
-    assert any(run.parameters.get("store") == str(store) for run in runs)
+    assert any((run.parameters.get("plan") or {}).get("store") == str(store) for run in runs)
 
 
 def test_the_no_op_check_reads_the_store_layout_it_names(tmp_path):
@@ -249,7 +249,7 @@ def test_the_no_op_check_reads_the_store_layout_it_names(tmp_path):
     from mkdist._pipeline import _rerun
     from mkdist.storage import SCHEMA_VERSION, _generations
 
-    assert (_rerun.SCHEMA_VERSION, _rerun.POINTER_SUFFIX) == (SCHEMA_VERSION, _generations.POINTER)
+    assert (_rerun.SCHEMA_VERSION, _rerun.POINTER) == (SCHEMA_VERSION, _generations.POINTER)
     url = tmp_path / "run.zarr"
     store = RunStore.create(str(url), fingerprint="sha256:0", params={"k": 1})
     store.write_stage("labels", xr.Dataset({"labels": ("sample", np.arange(3))}))

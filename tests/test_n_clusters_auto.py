@@ -351,6 +351,9 @@ def test_report_without_a_k_rule_verdict_shows_no_guess():
 @pytest.mark.parametrize("value", ["auto", [3, 9], 10])
 def test_flow_parameter_takes_auto_ranges_and_integers(value):
     from flows.cluster import cluster_flow
+    from mkdist.pipeline import RunConfig
 
-    params = cluster_flow.validate_parameters({"source": "in.zarr", "store": "run.zarr", "n_clusters": value})
-    assert params["n_clusters"] == value
+    # K travels in the plan's config: the flow's parameter schema keeps it, the config reads it.
+    plan = {"source": "in.zarr", "store": "run.zarr", "config": {"n_clusters": value}}
+    params = cluster_flow.validate_parameters({"plan": plan})
+    assert RunConfig.from_json(params["plan"]["config"]).n_clusters == value

@@ -181,25 +181,37 @@ def test_embedding_is_streamed_through_the_store_not_kept_on_the_workers(dask_cl
     # The embedding (N x K floats) is written chunk by chunk as it is computed and read back
     # by k-means: nothing of size N stays on the workers between stages, so their memory does
     # not grow with N.  Stored uncompressed: k-means reads it once per pass.
-    from mkdist.pipeline import RunConfig, open_run, stage_embedding, stage_labels, stage_landmarks, stage_model
+    from mkdist.pipeline import (
+        RunConfig,
+        open_run,
+        plan_run,
+        run_context,
+        stage_embedding,
+        stage_labels,
+        stage_landmarks,
+        stage_model,
+    )
 
     views, y = data
     url = str(tmp_path / "run.zarr")
     vs = _dask(views)
-    run = open_run(url, vs, RunConfig.from_options(n_clusters=3, n_landmarks=100, random_state=0))
-    stage_landmarks(run, vs)
-    stage_model(run, vs)
-    stage_embedding(run, vs)
+    ctx = open_run(plan_run(vs, url, RunConfig.from_options(n_clusters=3, n_landmarks=100, random_state=0)))
+    stage_landmarks(ctx)
+    stage_model(ctx)
+    stage_embedding(ctx)
     # Keys are released asynchronously after a compute returns: wait for the release, then nothing
     # may be left (a persisted embedding would stay).
     deadline = time.monotonic() + 10
     while (held := dask_client.run(lambda dask_worker: list(dask_worker.data))) and any(held.values()):
         assert time.monotonic() < deadline, held
         time.sleep(0.1)
-    emb = xr.open_zarr(url, group=run.stage_group("embedding"), consolidated=False)
+    emb = xr.open_zarr(url, group=ctx.store.stage_group("embedding"), consolidated=False)
     assert not emb["embedding"].encoding.get("compressors")
-    stage_labels(run, vs)
-    assert clustering_accuracy(y, run.read_stage("labels")["labels"].values) == 1.0
+    # The last stage as a fresh process runs it: its context rebuilt from the store and the input.
+    fresh = run_context(url, vs)
+    assert fresh.config == ctx.config and fresh.plan is None
+    stage_labels(fresh)
+    assert clustering_accuracy(y, fresh.store.read_stage("labels")["labels"].values) == 1.0
 
 
 def test_nan_chunk_is_named(dask_client, data, tmp_path):

@@ -633,7 +633,7 @@ def test_nan_in_dask_input_is_named(views):
     X, _ = views
     bad = X[1].copy()
     bad[77, 2] = np.nan
-    with pytest.raises(InputValidationError, match=r"NaN or infinity: view 'view1', row 77"):
+    with pytest.raises(InputValidationError, match=r"NaN \(NaN or infinity\): view 'view1', first bad row 77\.$"):
         _fit(RFFKernelPowerKMeans, [da.from_array(X[0], chunks=(50, 5)),
                                     da.from_array(bad, chunks=(50, 5))])
 

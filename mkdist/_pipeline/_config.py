@@ -46,9 +46,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     """Every parameter of a run (JSON-able; stored in the run store's root attributes).
+
+    Immutable: what a run decides (the method of ``method="auto"``, a seed adopted from the
+    store or drawn) is a new config, :meth:`resolve` / :meth:`with_seed`, held by the run's
+    plan (:func:`mkdist.pipeline.plan_run`), so no call changes a config another one holds.
+    A new run option is a field here (or an estimator parameter in ``params``): the JSON
+    (:meth:`to_json` / :meth:`from_json`) carries it to the store, the flows and the plan.
 
     Parameters
     ----------
@@ -60,7 +66,7 @@ class RunConfig:
         from the input's shape when the run opens (:meth:`resolve`, ``mkdist.choose_method``).
     random_state : int or None, default=None
         One seed for every random step of the run; None draws one when the run is opened
-        (and a resumed run adopts the stored one).
+        (and a resumed run adopts the stored one): the plan's config holds the seed.
     params : dict, default={}
         Parameters of the method's estimator given for this run; the others are the
         estimator's defaults, so a run and the estimator fitted with the same parameters and
@@ -120,7 +126,9 @@ class RunConfig:
         return cls(params=params, **options)
 
     def __post_init__(self):
-        self.params = {k: _plain(v) for k, v in dict(self.params or {}).items()}
+        # Normalised once here, the only writes to a frozen config.
+        _set = object.__setattr__.__get__(self)
+        _set("params", {k: _plain(v) for k, v in dict(self.params or {}).items()})
         # A run's seed is stored with it (to resume with the same random choices): an integer.
         # K against the method's own constraint (NClusters(2) for "auto", whose methods all
         # need two clusters): a K the method refuses gets the one message for it, whether it
@@ -128,12 +136,16 @@ class RunConfig:
         k_rule = method_parameters(self.method)["n_clusters"] if self.method != AUTO_METHOD else [NClusters(2)]
         validate_params({"random_state": [Interval(Integral, 0, 2**32 - 1), None], "n_clusters": k_rule},
                         {"random_state": self.random_state, "n_clusters": self.n_clusters})
-        self.random_state = None if self.random_state is None else int(self.random_state)
+        _set("random_state", None if self.random_state is None else int(self.random_state))
         asked = n_clusters_range(self.n_clusters, 1)
         if asked is None:
-            self.n_clusters = int(self.n_clusters)
+            _set("n_clusters", int(self.n_clusters))
         elif not isinstance(self.n_clusters, str):
-            self.n_clusters = [int(k) for k in self.n_clusters]  # JSON: the stored form
+            _set("n_clusters", [int(k) for k in self.n_clusters])  # JSON: the stored form
+
+    # A frozen dataclass would hash its fields, and ``params`` is a dict: a config is a value
+    # compared by equality, never a key.
+    __hash__ = None  # type: ignore[assignment]
 
     @property
     def estimator_class(self) -> type:
@@ -142,7 +154,8 @@ class RunConfig:
         return get_method(self.method)
 
     def resolve(self, views: Mapping[str, Any]) -> RunConfig:
-        """For ``method="auto"``: choose the method from the input, in place; returns self.
+        """For ``method="auto"``: the config with the method chosen from the input (a new
+        config; self when the method is given).
 
         The rule's parameters come first, the user's own override them; both must be
         parameters of the chosen method.  The choice, its reason and the facts behind it are
@@ -158,10 +171,12 @@ class RunConfig:
             raise InputValidationError(
                 f'method="auto" chose {choice.method!r} ({choice.reason}), which does not take {refused}; '
                 f"its parameters are {sorted(accepted)}.")
-        self.method = choice.method
-        self.params = {**{k: _plain(v) for k, v in choice.params.items()}, **self.params}
-        self.auto = choice.to_json()
-        return self
+        return dataclasses.replace(self, method=choice.method, auto=choice.to_json(),
+                                   params={**{k: _plain(v) for k, v in choice.params.items()}, **self.params})
+
+    def with_seed(self, random_state: int) -> RunConfig:
+        """The config with its seed set (a stored run's, or one drawn for a new run)."""
+        return dataclasses.replace(self, random_state=random_state)
 
     def make_estimator(self):
         """The method's estimator with this run's parameters (its own defaults for the others)."""
@@ -201,7 +216,19 @@ class RunConfig:
         return self.make_estimator().validate_input(dict(views))
 
     def to_json(self) -> dict[str, Any]:
+        """The config as JSON (what the store's ``params`` attribute and a plan's JSON hold)."""
         return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunConfig:
+        """The config of :meth:`to_json` (or of a store's ``params``); unknown keys are refused
+        with the valid ones."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - fields)
+        if unknown:
+            raise InputValidationError(f"a run config has no {unknown}; its keys are {sorted(fields)} (estimator "
+                                       "parameters go in `params`).")
+        return cls(**dict(data))
 
 
 def _methods_with(stage: str) -> list[str]:

@@ -23,7 +23,7 @@ from ..errors import InputValidationError, StoreExistsError
 from ._tables import is_table_source
 
 __all__ = ["load_views", "views_fingerprint", "scan_views", "InputScan", "load_ids", "write_labels_parquet",
-           "check_labels_out", "check_missing", "DEFAULT_CHUNK_BYTES", "MISSING_OPTIONS"]
+           "check_labels_out", "labels_mark", "check_missing", "DEFAULT_CHUNK_BYTES", "MISSING_OPTIONS"]
 
 #: Target bytes per row chunk of the widest view when mkdist chooses the chunking
 #: (NumPy input, .npy/.npz files): big enough to amortise task overhead, small enough
@@ -927,6 +927,13 @@ def labels_out_owner(path: Any, storage_options: Mapping[str, Any] | None = None
         return json.loads(meta.get(LABELS_MARK, b"{}"))
     except Exception:  # noqa: BLE001 - not our Parquet, or not Parquet: nobody's labels
         return {}
+
+
+def labels_mark(store: Any) -> dict[str, Any]:
+    """What a labels output written from ``store`` (a RunStore whose labels stage is stored)
+    records about it: the store, its run's fingerprint and its labels stage's token.  An output
+    whose mark matches a store's is that store's current labels (:func:`check_labels_out`)."""
+    return {"store": str(store.url), "fingerprint": store.fingerprint, "labels": store.stage_token("labels")}
 
 
 def check_labels_out(path: Any, overwrite: bool, mark: Mapping[str, Any] | None = None,

@@ -17,15 +17,13 @@ import json
 import os
 from typing import Any
 
+from mkdist.storage._layout import POINTER, SCHEMA_VERSION
+from mkdist.storage._lease import LEASE_FILE
+
 __all__ = ["request_key", "finished_run", "FINISHED"]
 
 #: Root attribute of a run store recording the request a finished run answered.
 FINISHED = "finished"
-#: The store schema whose layout this module reads (``mkdist.storage.SCHEMA_VERSION``) and a
-#: committed stage's pointer object in it, ``<stage>.gen-current.json``; named here so that
-#: this module needs no storage import.
-SCHEMA_VERSION = 3
-POINTER_SUFFIX = ".gen-current.json"
 
 
 def request_key(input_fingerprint: str, config_json: dict[str, Any]) -> str:
@@ -49,7 +47,7 @@ def finished_run(store: Any, key: str) -> dict[str, Any] | None:
         fs, path = fsspec.core.url_to_fs(raw if "://" in raw else os.path.abspath(raw), **options_for(raw))
         with fs.open(f"{path.rstrip('/')}/zarr.json", "rb") as f:
             attrs = json.load(f).get("attributes") or {}
-        if fs.exists(f"{path.rstrip('/')}/.mkdist-lease.json"):
+        if fs.exists(f"{path.rstrip('/')}/{LEASE_FILE}"):
             return None
     except (OSError, ValueError):
         return None
@@ -61,7 +59,7 @@ def finished_run(store: Any, key: str) -> dict[str, Any] | None:
     # Each stage is still committed (its pointer object is there): a few metadata reads.  Its
     # content is verified by the full path (a run that has work to do) and `mkdist inspect --verify`.
     try:
-        if not all(fs.exists(f"{path.rstrip('/')}/{stage}{POINTER_SUFFIX}") for stage in finished.get("stages", ())):
+        if not all(fs.exists(f"{path.rstrip('/')}/{stage}{POINTER}") for stage in finished.get("stages", ())):
             return None
     except OSError:
         return None

@@ -7,17 +7,19 @@ A run's stages come from its method's stage plan (``MkdistEstimator.stage_plan``
   k-means on the stored embedding; the labels stage also holds the centroids;
 * ``("model", "labels")``: the estimator's own (distributed) ``fit``, then ``predict``.
 
-Each stage reads what earlier stages stored, writes its own output atomically and is
-skipped when the store already holds it complete, so a crashed or interrupted run resumes
-where it stopped.  The Prefect flows call these functions one task each; :func:`cluster`
-calls them in order.  No method name appears here: the pipeline asks the estimator class.
+Each stage is handed the run's context (:class:`mkdist._pipeline._context.RunContext`:
+store, plan, views, the model as stored), reads what earlier stages stored, writes its own
+output atomically and is skipped when the store already holds it complete, so a crashed or
+interrupted run resumes where it stopped.  :func:`open_run` builds the context from a plan
+(:func:`mkdist._pipeline._plan.plan_run`, where the run was checked); a stage in a fresh
+process gets one from :func:`mkdist._pipeline._context.run_context`.  The Prefect flows call
+these functions one task each; :func:`cluster` calls them in order.  No method name appears
+here: the pipeline asks the estimator class.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import copy
 import dataclasses
 import json
 import logging
@@ -35,11 +37,11 @@ from .._core._columns import is_frame
 from .._core._kmeans import labels_pass
 from .._core._missing import Imputer, count_missing, donor_indices, fill_views
 from .._core._sampling import gather_rows
-from .._core._state import dataset_to_state, state_to_dataset, to_jsonable
-from .._methods._registry import AUTO_METHOD, get_method
+from .._core._state import state_to_dataset, to_jsonable
 from ..errors import DamagedStoreError, InputValidationError, MkdistError, SchemaVersionError
 from ..metrics import clustering_scores
 from ._config import RunConfig
+from ._context import IMPUTATION_STAGE, RunContext, estimator_from_state, read_imputer, read_model_state, run_context
 from ._drift import check_thresholds, drift_statistics
 from ._io import (
     InputScan,
@@ -48,6 +50,7 @@ from ._io import (
     check_labels_out,
     check_missing,
     frame_input,
+    labels_mark,
     load_ids,
     load_views,
     refuse_overlap,
@@ -57,28 +60,14 @@ from ._io import (
 )
 
 __all__ = [
-    "check_run", "check_assign", "open_run", "writer_lease", "prepare_resume", "stage_plan", "run_stage",
+    "check_assign", "AssignPlan", "open_run", "run_context", "RunContext", "write_stored_labels",
+    "writer_lease", "prepare_resume", "stage_plan", "run_stage",
     "merge_timings", "stage_landmarks", "stage_model", "stage_embedding", "stage_labels",
     "stage_metrics", "load_estimator", "assign", "refuse_overlap", "persist_progress", "input_record", "like_model",
     "run_imputer", "IMPUTATION_STAGE",
 ]
 
 logger = logging.getLogger("mkdist")
-
-#: What a stage of this process computed and the next stage would otherwise read back from
-#: the store: the landmark rows (read in the input scan's pass).  Keyed by (store url, run
-#: params, what); a stage run in another process reads the store.
-_HANDOFF: dict[tuple[str, str, str], Any] = {}
-
-
-def _handoff_key(store, what: str) -> tuple[str, str, str]:
-    return (str(store.url), json.dumps(store.params, sort_keys=True), what)
-
-
-def _drop_handoffs(url: Any) -> None:
-    for key in [k for k in _HANDOFF if k[0] == str(url)]:
-        del _HANDOFF[key]
-
 
 #: Seconds a run's writer lease lives without a heartbeat (it beats every TTL / 4): a run
 #: killed with SIGKILL blocks its store for at most this long (MKDIST_LEASE_TTL overrides).
@@ -135,14 +124,10 @@ def persist_progress(stage: str, n_rows: int, progress: bool):
 
 
 def as_store(store, mode: str = "r+"):
-    """A RunStore from a RunStore or a URL (stage functions accept both, so flows pass URLs)."""
+    """A RunStore from a RunStore or a URL (what the store-reading entry points accept)."""
     from mkdist.storage import RunStore
 
     return store if isinstance(store, RunStore) else RunStore.open(store, mode=mode)
-
-
-def _config(store) -> RunConfig:
-    return RunConfig(**store.params)
 
 
 def writer_lease(store: Any, owner: str | None = None):
@@ -190,10 +175,13 @@ def prepare_resume(store, stages: list[str] | None = None) -> dict[str, Any]:
     return {"cleaned": cleaned, "dropped": dropped, "problems": problems, "status": status}
 
 
-def stage_plan(store_or_config: Any) -> tuple[str, ...]:
+def stage_plan(run: Any) -> tuple[str, ...]:
     """The stages a run executes, in order: its method's plan (an optional ``kernel_blocks``
-    stage is written with the embedding)."""
-    config = store_or_config if isinstance(store_or_config, RunConfig) else _config(as_store(store_or_config, "r"))
+    stage is written with the embedding).  ``run``: a RunConfig, a RunContext or a RunPlan
+    (their resolved config), or a run store (its stored config)."""
+    config = getattr(run, "config", run)
+    if not isinstance(config, RunConfig):
+        config = RunConfig.from_json(as_store(run, "r").params)
     return tuple(config.estimator_class.stage_plan)
 
 
@@ -203,90 +191,42 @@ def _int32(labels):
 
 
 # ----------------------------------------------------------------------------- opening a run
-def check_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False,
-              chunk_rows: int | None = None, missing: str | None = None):
-    """Every check of a run that reads no data, and writes nothing.
+def open_run(plan: Any, *, progress: bool = False) -> RunContext:
+    """Scan the input of a planned run, then create or reopen its store: the run's context.
 
-    The store must not overlap the input (when the input is a location); every parameter is
-    checked against the input's metadata (shapes, views); a store that holds another run, or
-    that this mkdist cannot read (another schema version, unreadable root metadata), is
-    refused unless ``overwrite``, as is a store another live run is writing (even with
-    ``overwrite``).  ``config.random_state=None`` adopts the seed of a stored run of the same
-    input (to resume it); ``config.method="auto"`` is resolved to a method here (in place).
-    ``missing`` (default: an opened input's own, else "refuse") is part of the run's
-    fingerprint when it is "impute".
-
-    Returns
-    -------
-    views : dict of str to dask.array.Array
-    fingerprint : str
-    existing : RunStore or None
-        The store at the location, if there is one this mkdist reads (opened read-only).
-
-    Raises
-    ------
-    InputValidationError, StoreExistsError, StoreLockedError, SchemaVersionError, DamagedStoreError
-    """
-    config.check_params()  # first: a bad argument is refused before the input (or xarray) is opened
-    missing = _missing_mode(views, missing)
-    opened = views if isinstance(views, OpenedInput) else None
-    refuse_overlap(store_url, input=opened.source.location if opened is not None else views)
-    from mkdist.storage import RunStore
-
-    views = opened.load() if opened is not None else load_views(views, chunk_rows=chunk_rows)
-    if config.method == AUTO_METHOD:
-        config.resolve(views)
-        config.check_params()
-        logger.info("method='auto' chose %r: %s", config.method, config.auto["reason"])
-    config.validate(views)
-    fingerprint = views_fingerprint(views, missing)
-    existing = None
-    try:
-        existing = RunStore.open(store_url, mode="r")
-    except FileNotFoundError:
-        pass
-    except (DamagedStoreError, SchemaVersionError):  # unreadable here: what overwrite replaces
-        if not overwrite:
-            raise
-    if existing is not None:
-        existing.check_no_other_writer(f"a run of {config.method!r}")
-        stored_seed = existing.params.get("random_state")
-        if config.random_state is None and stored_seed is not None and existing.fingerprint == fingerprint:
-            config.random_state = int(stored_seed)
-        if not overwrite and config.random_state is not None:
-            existing.check_same_run(fingerprint, config.to_json())
-    return views, fingerprint, existing
-
-
-def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool = False, progress: bool = False,
-             missing: str | None = None):
-    """Check the run (:func:`check_run`), scan the input, then create or reopen the run store.
+    ``plan`` (:func:`mkdist._pipeline._plan.plan_run`) was checked and decided before: this
+    checks nothing again.  Call it while holding the store's writer lease (:func:`writer_lease`).
 
     The scan is one pass over the data before anything is written: NaN/inf (with view,
     chunk and row), values whose squared distances overflow or underflow, constant views.  A
     store that holds the same run is reopened for resuming (its stored input statistics are
-    reused: no pass); a new seed is drawn when none is given or stored.
+    reused: no pass).
 
-    With ``missing="impute"`` (default: an opened input's own) the scan counts the missing
-    cells instead of refusing them and reads a uniform sample of donor rows in its pass; the
-    fill (:class:`mkdist._core._missing.Imputer`: the donors and the features' statistics) is
+    With ``missing="impute"`` the scan counts the missing cells instead of refusing them and
+    reads a uniform sample of donor rows in its pass; the fill
+    (:class:`mkdist._core._missing.Imputer`: the donors and the features' statistics) is
     stored as stage ``imputation``, and root attribute ``missing`` says what was missing.
     Every stage, a resumed run and ``assign`` fill from that stage.
 
     Returns
     -------
-    RunStore
+    RunContext
+        The store (opened for writing), the plan, its views, and the landmark rows the scan
+        gathered for the landmarks stage.
     """
     from mkdist.storage import RunStore
 
-    opened = views if isinstance(views, OpenedInput) else None
-    missing = _missing_mode(views, missing)
-    views, fingerprint, existing = check_run(store_url, views, config, overwrite=overwrite, missing=missing)
+    config, views, opened, missing, overwrite = plan.config, plan.views, plan.opened, plan.missing, plan.overwrite
+    store_url, fingerprint = plan.store, plan.fingerprint
+    # The store as it is now, under the lease (the plan read it before the lease was taken):
+    # what of this run it holds already.
+    existing = None
+    if not overwrite:
+        with contextlib.suppress(FileNotFoundError):
+            existing = RunStore.open(getattr(store_url, "url", store_url), mode="r")
     described = {} if opened is None else {"feature_names": opened.feature_names,
                                            "describe_row": opened.describe_row}
     n_rows = int(next(iter(views.values())).shape[0])
-    if config.random_state is None:
-        config.random_state = int(np.random.SeedSequence().entropy % (2**31 - 1))
     same_run = existing is not None and not overwrite and existing.fingerprint == fingerprint
     stats = existing.attrs.get("input_stats") if same_run else None
     if missing == "impute" and same_run and not existing.is_complete(IMPUTATION_STAGE, verify="full"):
@@ -326,10 +266,7 @@ def open_run(store_url: Any, views: Any, config: RunConfig, *, overwrite: bool =
     if opened is not None and "input" not in run.attrs:
         # How the input's columns became views: an assignment of a new batch reads it the same way.
         run.update_attrs(input=input_record(opened))
-    _drop_handoffs(run.url)
-    if landmarks is not None:
-        _HANDOFF[_handoff_key(run, "landmarks")] = landmarks
-    return run
+    return RunContext(run, views, config, plan=plan, landmarks=landmarks)
 
 
 def _scan_in_embedding(config: RunConfig, missing: str) -> bool:
@@ -342,18 +279,6 @@ def _scan_in_embedding(config: RunConfig, missing: str) -> bool:
 def _scan_pending(store) -> bool:
     """The run's input scan is still to be done, by its embedding's pass."""
     return "input_stats" not in store.attrs and (store.attrs.get("missing") or {}).get("mode") != "impute"
-
-
-def _missing_mode(views: Any, missing: str | None) -> str:
-    """A run's ``missing`` option: as given, else its opened input's, else "refuse"."""
-    if missing is None and isinstance(views, (OpenedInput, InputSource)):
-        source = views.source if isinstance(views, OpenedInput) else views
-        missing = source.missing
-    return check_missing(missing)
-
-
-#: The stage of a run with ``missing="impute"`` that holds its fill (written when the run opens).
-IMPUTATION_STAGE = "imputation"
 
 
 def _write_imputation(run, imputer: Imputer) -> None:
@@ -377,13 +302,9 @@ def _missing_record(stats: Mapping[str, dict], imputer: Imputer, feature_names) 
             if imputer.n_neighbors else "column mean"}
 
 
-#: Imputers read recently, by (store, imputation stage token): every stage of a run fills
-#: with the same one.
-_IMPUTERS: collections.OrderedDict = collections.OrderedDict()
-
-
 def run_imputer(store) -> Imputer | None:
-    """How a run fills missing cells (its ``imputation`` stage), or None when it does not impute.
+    """How a run fills missing cells (its ``imputation`` stage), or None when it does not impute
+    (read from the store each call; a run's stages share their context's: ``RunContext.imputer``).
 
     Raises
     ------
@@ -391,32 +312,21 @@ def run_imputer(store) -> Imputer | None:
         The run imputes but its ``imputation`` stage is gone or damaged (re-running the run
         scans its input again and rewrites it).
     """
-    store = as_store(store, mode="r")
-    if (store.attrs.get("missing") or {}).get("mode") != "impute":
-        return None
-    key = (str(store.url), store.stage_token(IMPUTATION_STAGE))
-    if key[1] is None or key not in _IMPUTERS:
-        ds = store.read_stage(IMPUTATION_STAGE)  # refuses a missing or damaged stage by name
-        names = list(ds.attrs["view_names"])
-        arrays = dict(zip(ds.data_vars, compute_here(*(ds[v].data for v in ds.data_vars))))
-        _IMPUTERS[key] = Imputer.from_arrays(names, arrays, int(ds.attrs["n_neighbors"]))
-        while len(_IMPUTERS) > _MODEL_STATES_KEPT:
-            _IMPUTERS.popitem(last=False)
-    return _IMPUTERS[key]
+    return read_imputer(as_store(store, mode="r"))
 
 
-def _stage_views(store, views: Any):
+def _stage_views(ctx: RunContext):
     """The views a stage hands the estimator, and the missing cells per row.
 
     As read when the run does not impute (counts None); else every view filled with the
     run's stored fill, lazily: the fill runs in the tasks that consume the rows (no extra
     pass), and the counts (int32, shape (N,)) share the rows' reads.
     """
-    views = load_views(views)
-    imputer = run_imputer(store)
+    views = ctx.views
+    imputer = ctx.imputer()
     if imputer is None:
         return views, None
-    return fill_views(views, imputer), count_missing(views, table_cells(store))
+    return fill_views(views, imputer), count_missing(views, table_cells(ctx.store))
 
 
 def table_cells(store) -> dict[str, np.ndarray] | None:
@@ -469,8 +379,37 @@ def like_model(source: Any, model) -> Any:
 _READ_UNFINISHED = "Labelling with the model it is still writing"
 
 
+@dataclasses.dataclass(frozen=True)
+class AssignPlan:
+    """An assignment, checked before any work (:func:`check_assign`); :func:`assign` takes it
+    instead of checking again.
+
+    Attributes
+    ----------
+    model_store, output : str, PathLike or RunStore
+    source : InputSource or in-memory input
+        The batch, read as the model's input was (:func:`like_model`).
+    estimator : estimator
+        The model's, loaded.
+    views : dict of str to dask.array.Array
+        The batch's views, lazy (checked against the model).
+    fingerprint : str
+    opened : OpenedInput or None
+    overwrite : bool
+    """
+
+    model_store: Any
+    source: Any
+    output: Any
+    estimator: Any
+    views: dict
+    fingerprint: str
+    opened: Any = None
+    overwrite: bool = False
+
+
 def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
-                 chunk_rows: int | None = None, missing: str | None = None):
+                 chunk_rows: int | None = None, missing: str | None = None) -> AssignPlan:
     """Every check of an assignment that reads no data, and writes nothing.
 
     The output must not overlap the model store or the input; the model store must hold a
@@ -483,7 +422,7 @@ def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
 
     Returns
     -------
-    estimator, views, fingerprint, opened
+    AssignPlan
     """
     from mkdist.storage import RunStore
 
@@ -520,7 +459,8 @@ def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool 
         out.check_no_other_writer("an assignment")
         if not overwrite:
             out.check_same_run(fingerprint, _assign_params(src))
-    return est, views, fingerprint, opened
+    return AssignPlan(model_store, opened.source if opened is not None else source, output, est, views, fingerprint,
+                      opened, bool(overwrite))
 
 
 def _assign_missing(src, source: Any, missing: str | None) -> str:
@@ -542,33 +482,32 @@ def _assign_params(src) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- stages
-def stage_landmarks(store, views: Any) -> float:
+def stage_landmarks(ctx: RunContext) -> float:
     """Sample the landmarks reproducibly and store their rows.  Returns seconds (0 if resumed
     or not in the run's plan).
 
-    ``store`` is a RunStore or its URL; ``views`` anything :func:`mkdist.load_views` reads.
+    ``ctx``: the run's context (:func:`open_run`, or :func:`run_context` in a fresh process);
+    the rows the input scan gathered are taken from it, else read.
     """
     import xarray as xr
 
-    store = as_store(store)
-    config = _config(store)
+    store, config = ctx.store, ctx.config
     if "landmarks" not in stage_plan(config) or store.is_complete("landmarks"):
         return 0.0
     t0 = time.perf_counter()
-    handed = _HANDOFF.pop(_handoff_key(store, "landmarks"), None)
+    handed = ctx.take_landmarks()
     if handed is not None:
         idx, rows = handed
     else:
-        views = load_views(views)
         # Drawn on the views as read, as open_run draws them (the same rows for the same seed).
-        idx = config.make_estimator().sample_landmarks(views, config.random_state)
-        rows = gather_rows(_stage_views(store, views)[0], idx)
+        idx = config.make_estimator().sample_landmarks(ctx.views, config.random_state)
+        rows = gather_rows(_stage_views(ctx)[0], idx)
         if _scan_pending(store):
             try:  # the scan's checks on the landmark rows, in memory, before the fit uses them
                 scan_views(rows)
             except InputValidationError:
                 # The whole scan says why, of every row (it raises; if it does not, the fit goes on).
-                scan_views(views, **_described(store))
+                scan_views(ctx.views, **_described(store))
     ds = xr.Dataset({"landmark_index": (("landmark",), idx)})
     for name, r in rows.items():
         ds[f"X__{name}"] = (("landmark", f"feature__{name}"), r)
@@ -597,14 +536,14 @@ def _described(store) -> dict[str, Any]:
     return out
 
 
-def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
+def stage_model(ctx: RunContext, *, progress: bool = False) -> float:
     """Fit the run's model: on the stored landmarks (on this process) when the plan has a
-    landmarks stage, else the estimator's own (distributed) ``fit`` on ``views``."""
-    store = as_store(store)
+    landmarks stage, else the estimator's own (distributed) ``fit`` on the run's views."""
+    store = ctx.store
     if store.is_complete("model"):
         return 0.0
     t0 = time.perf_counter()
-    config = _config(store)
+    config = ctx.config
     est = config.make_estimator()
     categories = (store.attrs.get("input") or {}).get("categories")
     if categories:
@@ -617,7 +556,7 @@ def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
         *values, index = compute_here(*(ds[f"X__{n}"].data for n in names), ds["landmark_index"].data)
         est.fit_landmarks(dict(zip(names, values)), index, config.random_state)
     else:
-        views, _ = _stage_views(store, views)
+        views, _ = _stage_views(ctx)
         with _pass_progress("model", progress, int(next(iter(views.values())).shape[0])):
             est.fit(views)
     ds = state_to_dataset(est.model_state(), config.method)
@@ -638,67 +577,34 @@ def stage_model(store, views: Any = None, *, progress: bool = False) -> float:
     return time.perf_counter() - t0
 
 
-#: Model states read recently, by (store, model stage token, labels stage token): the stages
-#: of one run rebuild the same model three or four times, and each read of its arrays (checked
-#: against their checksums) took 0.25 s at 1M rows.  A rewritten stage has a new token.
-_MODEL_STATES: collections.OrderedDict = collections.OrderedDict()
-_MODEL_STATES_KEPT = 4
-
-
 def load_estimator(store, *, k_hint: bool = False):
     """The fitted estimator of a run store, rebuilt from arrays + JSON (any method, no pickle).
 
     For a landmark-embedding run the centroids come from the ``labels`` stage once it is
-    complete (before that the estimator transforms but does not predict).  Each call returns
-    a new estimator; the arrays are read once per stored content (see ``RunStore.stage_token``).
+    complete (before that the estimator transforms but does not predict).  Each call reads
+    the store (the stages of a run share one read: ``RunContext.estimator``).
 
     With ``k_hint`` the estimator carries the K rule's verdict (``summary()["n_clusters_choice"]``)
     also when K was given by hand: the rule runs on the landmark kernel (~1 s at 1000
-    landmarks), once per stored model in this process; later loads of the same model, with or
-    without ``k_hint``, carry it too (a run that draws its report shows it in its summary).
+    landmarks).
     """
-    store = as_store(store, mode="r")
-    key = (str(store.url), store.stage_token("model"), store.stage_token("labels"))
-    cached = _MODEL_STATES.get(key) if key[1] is not None else None
-    if cached is None:
-        ds = store.read_stage("model")  # refuses a missing, unfinished or damaged stage by name
-        method = ds.attrs.get("method")
-        state = dataset_to_state(ds)
-        if "embedding" in get_method(method).stage_plan and key[2] is not None:
-            labels = store.read_stage("labels")
-            state["arrays"]["cluster_centers"] = (("cluster", "component"),
-                                                  compute_here(labels["cluster_centers"].data)[0])
-        # A hint computed on this model before its labels stage was stored holds after it.
-        hint = next((st["attrs"]["n_clusters_hint"] for k, (_, st) in _MODEL_STATES.items()
-                     if k[:2] == key[:2] and st["attrs"].get("n_clusters_hint")), None)
-        if hint is not None and not state["attrs"].get("n_clusters_hint"):
-            state["attrs"]["n_clusters_hint"] = hint
-        cached = _MODEL_STATES[key] = (method, state)
-        while len(_MODEL_STATES) > _MODEL_STATES_KEPT:
-            _MODEL_STATES.popitem(last=False)
-    method, state = cached
-    est = get_method(method).from_model_state(copy.deepcopy(state))
-    if k_hint and est.__dict__.get("n_clusters_choice_") is None and "_n_clusters_hint" not in est.__dict__:
-        hint = est.n_clusters_hint()
-        if hint is not None and key[1] is not None:
-            state["attrs"]["n_clusters_hint"] = hint.as_dict()
-    return est
+    method, state = read_model_state(as_store(store, mode="r"))
+    return estimator_from_state(method, state, k_hint=k_hint)
 
 
-def stage_embedding(store, views: Any, *, progress: bool = False) -> dict[str, float]:
+def stage_embedding(ctx: RunContext, *, progress: bool = False) -> dict[str, float]:
     """The embedding of every row across the cluster, written to the store (and the kernel
     blocks if the run asked for them).  Returns ``{"embed_s", "write_s"}`` (zeros if resumed):
     ``embed_s`` includes writing the embedding (one pass), ``write_s`` the kernel blocks."""
     import xarray as xr
 
-    store = as_store(store)
-    config = _config(store)
+    store, config = ctx.store, ctx.config
     plan = stage_plan(config)
     if "embedding" not in plan or (store.is_complete("embedding") and (
             not config.write_kernel_blocks or store.is_complete("kernel_blocks"))):
         return {"embed_s": 0.0, "write_s": 0.0}
-    views, counts = _stage_views(store, views)
-    est = load_estimator(store)
+    views, counts = _stage_views(ctx)
+    est = ctx.estimator()
     t_embed = t_write = 0.0
     if not store.is_complete("embedding"):
         t0 = time.perf_counter()
@@ -841,7 +747,7 @@ def principal_components(X, n_components: int = 16) -> np.ndarray:
     return (U[:, :r] * s[:r]).astype(np.float32)
 
 
-def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[str, float]:
+def stage_labels(ctx: RunContext, *, progress: bool = False) -> dict[str, float]:
     """Label every row: k-means on the stored embedding (the centroids are stored with the
     labels), or the fitted estimator's assignment for fit-predict methods.
 
@@ -859,11 +765,11 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     import dask.array as da
     import xarray as xr
 
-    store = as_store(store)
+    store = ctx.store
     if store.is_complete("labels"):
         return {"kmeans_s": 0.0, "write_s": 0.0}
-    config = _config(store)
-    est = load_estimator(store)
+    config = ctx.config
+    est = ctx.estimator()
     t0 = time.perf_counter()
     attrs: dict[str, Any] = {}
     variables: dict[str, Any] = {}
@@ -880,7 +786,7 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
         if km is not None:
             attrs = {"inertia": float(km.inertia), "kmeans_n_iter": int(km.n_iter)}
     else:
-        views, counts = _stage_views(store, views)
+        views, counts = _stage_views(ctx)
         labels, distance = est.assign_with_distance(views)
         shown = est.report_embedding(views)
     n_rows = int(H.shape[0]) if shown is None else int(labels.shape[0])
@@ -919,7 +825,7 @@ def stage_labels(store, views: Any = None, *, progress: bool = False) -> dict[st
     return {"kmeans_s": t_labels, "write_s": time.perf_counter() - t0}
 
 
-def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=None,
+def stage_metrics(ctx: RunContext, *, timings: Mapping[str, float] | None = None, y_true=None,
                   scheduler: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Cluster sizes, the model's summary, timings (and scores when ``y_true`` is given), stored.
 
@@ -929,7 +835,7 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
     import dask
     import xarray as xr
 
-    store = as_store(store)
+    store = ctx.store
     labels = store.read_stage("labels")
     lab = labels["labels"].data
     # Read here, not through the cluster: the sizes are a few numbers, and the labels reach
@@ -941,7 +847,7 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
     kmeans = ({"inertia": labels.attrs["inertia"], "n_iter": labels.attrs["kmeans_n_iter"]}
               if "inertia" in labels.attrs else None)
     summary = {
-        **load_estimator(store).summary(),
+        **ctx.estimator().summary(),
         "params": dict(store.params),
         "N": int(lab.shape[0]),
         "cluster_sizes": [int(s) for s in sizes],
@@ -964,18 +870,22 @@ def stage_metrics(store, *, timings: Mapping[str, float] | None = None, y_true=N
 
 #: The stage functions by stage name (the flows run the plan's stages through this table).
 _STAGE_FUNCTIONS = {
-    "landmarks": lambda store, views, progress: {"sample_s": stage_landmarks(store, views)},
-    "model": lambda store, views, progress: {"fit_s": stage_model(store, views, progress=progress)},
-    "embedding": lambda store, views, progress: stage_embedding(store, views, progress=progress),
-    "labels": lambda store, views, progress: stage_labels(store, views, progress=progress),
+    "landmarks": lambda ctx, progress: {"sample_s": stage_landmarks(ctx)},
+    "model": lambda ctx, progress: {"fit_s": stage_model(ctx, progress=progress)},
+    "embedding": lambda ctx, progress: stage_embedding(ctx, progress=progress),
+    "labels": lambda ctx, progress: stage_labels(ctx, progress=progress),
 }
 
 
-def run_stage(name: str, store, views: Any, *, progress: bool = False) -> dict[str, float]:
-    """Run one stage of the plan by name; returns its timings (seconds, zeros if resumed)."""
+def run_stage(name: str, ctx: RunContext, *, progress: bool = False) -> dict[str, float]:
+    """Run one stage of the plan by name on the run's context; returns its timings (seconds,
+    zeros if resumed)."""
     if name not in _STAGE_FUNCTIONS:
         raise InputValidationError(f"unknown stage {name!r}; stages are {list(_STAGE_FUNCTIONS)}.")
-    return _STAGE_FUNCTIONS[name](store, views, progress)
+    if not isinstance(ctx, RunContext):
+        raise InputValidationError(f"run_stage takes the run's context (open_run, or run_context(store, views) in a "
+                                   f"fresh process), not {type(ctx).__name__}.")
+    return _STAGE_FUNCTIONS[name](ctx, progress)
 
 
 def merge_timings(parts: list[dict[str, float]]) -> dict[str, float]:
@@ -988,7 +898,7 @@ def merge_timings(parts: list[dict[str, float]]) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- entry points
-def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
+def assign(model_store: Any, source: Any = None, output: Any = None, *, overwrite: bool = False,
            progress: bool = False, chunk_rows: int | None = None, labels_out: Any = None,
            id_column: str | None = None, drift_thresholds: Mapping[str, float] | None = None,
            missing: str | None = None) -> Any:
@@ -996,8 +906,10 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
 
     Parameters
     ----------
-    model_store : str, Path or RunStore
-        A finished run store (its labels stage complete, so its centroids are known).
+    model_store : str, Path, RunStore or AssignPlan
+        A finished run store (its labels stage complete, so its centroids are known); or the
+        assignment checked already (:func:`check_assign`), with ``source`` and ``output``
+        not given: it is not checked again (its ``overwrite`` is the one that applies).
     source : array, list/dict of arrays, xarray.Dataset or path/URL
         The new points, with the same views and features as the training data.
     output : str or Path
@@ -1026,12 +938,17 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
     from mkdist.storage import RunStore
 
     thresholds = check_thresholds(drift_thresholds)
-    if is_frame(source):
-        # Read by column like the model's table, from a Parquet copy beside the output (see frame_input).
-        source = frame_input(source, output)
-    est, vs, fingerprint, opened = check_assign(model_store, source, output, overwrite=overwrite,
-                                                chunk_rows=chunk_rows, missing=missing)
-    source = opened.source if opened is not None else source
+    if isinstance(model_store, AssignPlan):
+        if source is not None or output is not None:
+            raise InputValidationError("assign(plan) takes the batch and the output from the plan: give neither.")
+        plan = model_store
+    else:
+        if is_frame(source):
+            # Read by column like the model's table, from a Parquet copy beside the output (see frame_input).
+            source = frame_input(source, output)
+        plan = check_assign(model_store, source, output, overwrite=overwrite, chunk_rows=chunk_rows, missing=missing)
+    model_store, source, output, overwrite = plan.model_store, plan.source, plan.output, plan.overwrite
+    est, vs, fingerprint, opened = plan.estimator, plan.views, plan.fingerprint, plan.opened
     id_column = id_column or (source.id_column if opened is not None else None)
     src = as_store(model_store, mode="r")
     imputer = run_imputer(src) if _assign_missing(src, source, missing) == "impute" else None
@@ -1075,17 +992,43 @@ def assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = Fals
             out.write_stage("labels", xr.Dataset(variables, attrs=attrs), compute=compute)
             out.update_attrs(drift=drift, input_stats=batch_stats, **record)
         if labels_out is not None:
-            stored = out.read_stage("labels")
-            chunks = next(iter(vs.values())).chunks[0]
-            mark = {"store": str(out.url), "fingerprint": out.fingerprint, "labels": out.stage_token("labels")}
-            write_labels_parquet(labels_out, stored["labels"].data.rechunk((chunks,)),
-                                 stored["distance"].data.rechunk((chunks,)), load_ids(source, id_column, vs),
-                                 id_name=id_column or "row", overwrite=overwrite, mark=mark,
-                                 storage_options=getattr(source, "storage_options", None),
-                                 compute=persist_progress("labels-out", int(stored["labels"].shape[0]), progress),
-                                 missing_cells=stored["missing_cells"].data.rechunk((chunks,))
-                                 if "missing_cells" in stored else None)
+            write_stored_labels(out, labels_out, source, vs, id_column=id_column, overwrite=overwrite,
+                                progress=progress)
     return out
+
+
+def write_stored_labels(store, labels_out: Any, source: Any, views: Mapping[str, Any], *,
+                        id_column: str | None = None, overwrite: bool = True, progress: bool = False) -> str:
+    """A store's labels stage as Parquet keyed by its input's ids: id, cluster, distance per
+    row (and ``missing_cells`` when the run imputed), marked as the store's
+    (:func:`mkdist._pipeline._io.labels_mark`).  What a run's and an assignment's labels
+    output both write; the caller has decided that it is written (``check_labels_out``).
+
+    Parameters
+    ----------
+    store : RunStore
+        Its labels stage stored.
+    labels_out : str or PathLike
+    source : InputSource or in-memory input
+        Where the ids are read.
+    views : dict of str to dask.array.Array
+        The input's views (their row chunks).
+    id_column : str, optional
+        Default: the row position, in a column named ``row``.
+
+    Returns
+    -------
+    str
+    """
+    stored = store.read_stage("labels")
+    chunks = next(iter(views.values())).chunks[0]
+    labels = stored["labels"].data.rechunk((chunks,))
+    counts = stored["missing_cells"].data.rechunk((chunks,)) if "missing_cells" in stored else None
+    return write_labels_parquet(labels_out, labels, stored["distance"].data.rechunk((chunks,)),
+                                load_ids(source, id_column, views), id_name=id_column or "row", overwrite=overwrite,
+                                mark=labels_mark(store), storage_options=getattr(source, "storage_options", None),
+                                compute=persist_progress("labels-out", int(labels.shape[0]), progress),
+                                missing_cells=counts)
 
 
 def _assignment_mark(output: Any, fingerprint: str) -> dict[str, Any] | None:
@@ -1098,4 +1041,4 @@ def _assignment_mark(output: Any, fingerprint: str) -> dict[str, Any] | None:
         return None
     if out.fingerprint != fingerprint or not out.is_complete("labels"):
         return None
-    return {"store": str(out.url), "fingerprint": out.fingerprint, "labels": out.stage_token("labels")}
+    return labels_mark(out)

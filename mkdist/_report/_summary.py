@@ -384,11 +384,11 @@ class ReportDraft:
 
     Use::
 
-        with ReportDraft(store) as draft:
-            for name in plan:
-                run_stage(name, store, views)
+        with ReportDraft(ctx) as draft:
+            for name in ctx.stages:
+                run_stage(name, ctx)
                 draft.stage_complete(name)
-            write_report(store, draft=draft)
+            write_report(ctx.store, draft=draft)
 
     What the process does not deliver (it failed, it is slow, it could not start) is drawn by
     :func:`write_report`, which reports failures as for any report; a draft never fails a run.
@@ -410,12 +410,18 @@ class ReportDraft:
     timeout_s = 60.0
 
     def __init__(self, store: Any) -> None:
+        """``store``: the run's context (``RunContext``: its model is read once for the run and
+        the K rule's hint drawn here is the one its summary shows), or a store or its URL."""
         import subprocess
         import sys
         import tempfile
         import weakref
 
-        self.store = store  # opened when a stage completes: a new run's store does not exist yet
+        from .._pipeline._context import RunContext
+
+        self._context = store if isinstance(store, RunContext) else None
+        # A URL is opened when a stage completes: a new run's store does not exist yet.
+        self.store = store.store if isinstance(store, RunContext) else store
         self.background_cpu_s = 0.0
         self.foreground_s = 0.0
         self.timeline: dict[str, float] = {}
@@ -442,7 +448,8 @@ class ReportDraft:
         from ._files import save_report_data
 
         # (stage, figure kinds, their data read from the store)
-        phases = (("model", MODEL_FIGURES, _model_report_data),
+        estimator = self._context.estimator if self._context is not None else None
+        phases = (("model", MODEL_FIGURES, lambda store: _model_report_data(store, estimator)),
                   ("labels", ("cluster_sizes", "embedding"), _labels_report_data))
         if self._proc is None or self._proc.poll() is not None:
             return
@@ -517,18 +524,20 @@ class ReportDraft:
         self._finalizer()
 
 
-def _model_report_data(store) -> dict:
+def _model_report_data(store, estimator=None) -> dict:
     """What the report draws from a run's model stage: the model's summary, stored with it,
-    with the K rule's hint."""
-    return {"summary": _with_k_hint(json.loads(store.read_stage("model").attrs["summary"]), store)}
+    with the K rule's hint (``estimator``: the run context's, see :func:`_with_k_hint`)."""
+    return {"summary": _with_k_hint(json.loads(store.read_stage("model").attrs["summary"]), store, estimator)}
 
 
-def _with_k_hint(summary: dict, store) -> dict:
+def _with_k_hint(summary: dict, store, estimator=None) -> dict:
     """``summary`` (a run's stored summary, changed in place) with the K rule's verdict: a run
-    stores it only when the fit chose K; on a K given by hand the rule runs now, once per
-    stored model in this process (``load_estimator``'s ``k_hint``)."""
+    stores it only when the fit chose K; on a K given by hand the rule runs now, on
+    ``estimator(k_hint=True)`` (a run context's ``RunContext.estimator``, which keeps the hint
+    for the run's summary), else on the store's model (``load_estimator``)."""
     if summary.get("n_clusters_choice") is None:
-        summary["n_clusters_choice"] = load_estimator(store, k_hint=True).summary()["n_clusters_choice"]
+        est = estimator(k_hint=True) if estimator is not None else load_estimator(store, k_hint=True)
+        summary["n_clusters_choice"] = est.summary()["n_clusters_choice"]
     return summary
 
 

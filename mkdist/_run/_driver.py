@@ -1,12 +1,13 @@
 """The one run driver: what ``mkdist.cluster``, ``mkdist run`` and the Prefect flow all run.
 
-A run is checked first (:func:`plan_run`: parameters, the input's metadata, the store, the
-labels output and the report path -- no data read, nothing written), then driven
-(:func:`drive_run`): the store's writer lease, the input scan and the store opened, damaged
-stages dropped, the method's stages in order with the report drawn as they complete, the
-metrics, the labels out, the report.  Each of these steps goes through a ``step`` callable:
-called directly by ``mkdist.cluster`` and the command line, wrapped as a Prefect task by
-the flow, so the loop exists once.
+A run is checked and decided once (:func:`mkdist._pipeline._plan.plan_run`: parameters, the
+input's metadata, the store, the labels output and the report path -- no data read, nothing
+written; an immutable :class:`~mkdist._pipeline._plan.RunPlan`), then driven
+(:func:`drive_run`): the store's writer lease, the input scan and the store opened (the
+run's context, handed to every stage), damaged stages dropped, the method's stages in order
+with the report drawn as they complete, the metrics, the labels out, the report.  Each of
+these steps goes through a ``step`` callable: called directly by ``mkdist.cluster`` and the
+command line, wrapped as a Prefect task by the flow, so the loop exists once.
 
 It sits above :mod:`mkdist._pipeline._stages` (the stages) and :mod:`mkdist._report._summary` (the report,
 which reads the stages' stores), so that a run can draw its report as it goes without an
@@ -22,47 +23,36 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mkdist.storage._remote import probe_run, register_options
+from mkdist.storage._remote import register_options
 
 from .._core._columns import is_frame
 from .._methods._registry import DEFAULT_METHOD
 from .._pipeline._config import ClusterResult, RunConfig
 from .._pipeline._dask_runtime import current_scheduler, in_process
-from .._pipeline._io import (
-    InputSource,
-    OpenedInput,
-    as_input,
-    check_labels_out,
-    check_missing,
-    frame_input,
-    load_ids,
-    refuse_file_store,
-    write_labels_parquet,
-)
+from .._pipeline._io import InputSource, as_input, check_labels_out, frame_input, labels_mark
+from .._pipeline._plan import RunPlan, RunRequest, check_request, plan_run
 from .._pipeline._progress import stage_line
-from .._pipeline._rerun import FINISHED, request_key
+from .._pipeline._rerun import FINISHED
 from .._pipeline._stages import (
     as_store,
     assign,
-    check_run,
-    load_estimator,
     merge_timings,
     open_run,
     prepare_resume,
     refuse_overlap,
     run_stage,
     stage_metrics,
-    stage_plan,
+    write_stored_labels,
     writer_lease,
 )
 from .._report._summary import ReportDraft, assignment_summary, load_labels, write_report
 from ..errors import InputValidationError
 
-__all__ = ["cluster", "plan_run", "drive_run", "drive_assign", "write_labels_out", "RunPlan", "direct_step",
-           "STEP_NAMES", "refit_inputs"]
+__all__ = ["cluster", "plan_run", "check_request", "drive_run", "drive_assign", "write_labels_out", "RunPlan",
+           "RunRequest", "direct_step", "STEP_NAMES", "refit_inputs"]
 
 #: What each step of a run is called (the Prefect task names of the flow).
-STEP_NAMES = {"open": "validate-and-open-store", "landmarks": "sample-landmarks", "model": "fit-model",
+STEP_NAMES = {"open": "scan-and-open-store", "landmarks": "sample-landmarks", "model": "fit-model",
               "embedding": "embed-all-points", "labels": "label-all-points", "metrics": "metrics-and-summary",
               "labels_out": "labels-out", "report": "run-report", "y_true": "labels-for-scoring",
               "assign": "assign-new-points", "assign_report": "assignment-report"}
@@ -73,114 +63,6 @@ Step = Callable[..., Any]
 def direct_step(name: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """Run one step of a run in this process (what ``mkdist.cluster`` and the CLI do)."""
     return fn(*args, **kwargs)
-
-
-@dataclasses.dataclass
-class RunPlan:
-    """A run, checked and decided before any work (:func:`plan_run`).
-
-    Attributes
-    ----------
-    source : InputSource or in-memory input
-    store : str or RunStore
-    config : RunConfig
-        Resolved: ``method="auto"`` chosen, a stored seed adopted.
-    views : dict of str to dask.array.Array
-        Lazy; nothing read.
-    opened : OpenedInput or None
-        A location's metadata (tables: the view plan and what was ignored).
-    existing : RunStore or None
-        The store at the location, if there was one.
-    labels_out : str or None
-    labels_action : {"write", "skip", "replace"} or None
-        What the run does with ``labels_out`` (skip: this run already wrote it).
-    complete : bool
-        Every stage of the plan (and the metrics) is stored for this run: nothing to compute.
-    overwrite : bool
-    report : bool or str
-    request : str or None
-        For a location's input: the request this run answers (:func:`mkdist._pipeline._rerun.request_key`),
-        recorded in the store when the run finishes, so that the same command again is a no-op.
-    missing : {"refuse", "impute"}
-        What the run does with missing cells (an input location's own option, or the one given).
-    """
-
-    source: Any
-    store: Any
-    config: RunConfig
-    views: dict
-    opened: Any
-    existing: Any
-    labels_out: str | None
-    labels_action: str | None
-    complete: bool
-    overwrite: bool
-    report: bool | str
-    id_column: str | None = None
-    request: str | None = None
-    missing: str = "refuse"
-
-    def labels_mark(self, run) -> dict[str, Any]:
-        """What a labels output written from ``run`` records about it."""
-        return {"store": str(run.url), "fingerprint": run.fingerprint, "labels": run.stage_token("labels")}
-
-
-def plan_run(source: Any, store: Any, config: RunConfig, *, labels_out: Any = None, overwrite: bool = False,
-             report: bool | str = False, id_column: str | None = None, missing: str | None = None) -> RunPlan:
-    """Every check of a run that reads no data and writes nothing, and what the run will do.
-
-    Parameters against the method's table, the input's metadata (a table's columns, views,
-    nulls and row ids; a Zarr/.npz layout), parameters against the input's shape, the store
-    (a file, another run, another live writer), the labels output (another run's, or already
-    written by this one) and the report path (overlapping the store or the input).
-    ``missing`` applies to an in-memory input (a location's is its InputSource's own).
-
-    Raises
-    ------
-    InputValidationError, StoreExistsError, StoreLockedError, SchemaVersionError, DamagedStoreError
-    """
-    config.check_params()
-    check_missing(missing)
-    # Remote locations first: a wrong key or an unreachable endpoint is one line, before any
-    # metadata is read and before anything is created.
-    probe_run(source.location if isinstance(source, InputSource) else None, store, labels_out,
-              _storage_options(source))
-    refuse_overlap(store, input=source)
-    if labels_out is not None:
-        refuse_overlap(labels_out, store=store, input=source)
-    if not isinstance(report, (bool, str, os.PathLike)):
-        raise InputValidationError(f"`report`={report!r} must be True, False or the report's path.")
-    if not isinstance(report, bool):
-        refuse_overlap(report, store=store, input=source)
-    refuse_file_store(store)
-    if isinstance(source, OpenedInput):
-        opened, source = source, source.source
-    else:
-        opened = source.open() if isinstance(source, InputSource) else None
-    request = request_key(opened.fingerprint, config.to_json()) if opened is not None else None
-    if opened is not None:
-        missing = opened.source.missing
-    missing = check_missing(missing)
-    views, fingerprint, existing = check_run(store, opened if opened is not None else source, config,
-                                            overwrite=overwrite, missing=missing)
-    # check_run refused a store of another run; with a known seed, this is the same run.
-    same_run = (existing is not None and not overwrite and existing.fingerprint == fingerprint
-                and config.random_state is not None)
-    complete = same_run and all(existing.is_complete(s) for s in list(stage_plan(config)) + ["metrics"])
-    action = None
-    if labels_out is not None:
-        mark = None
-        if complete:
-            mark = {"store": str(existing.url), "fingerprint": existing.fingerprint,
-                    "labels": existing.stage_token("labels")}
-        action = check_labels_out(labels_out, overwrite, mark, _storage_options(source),
-                                  store=existing.url if existing is not None else None)
-    if isinstance(source, InputSource):
-        id_column = source.id_column
-    elif labels_out is not None and id_column is not None:
-        load_ids(source, id_column, views)  # an in-memory input without that coordinate: refused now
-    return RunPlan(source, store, config, views, opened, existing, None if labels_out is None else str(labels_out),
-                   action, complete, overwrite, report, id_column, request, missing)
 
 
 def _storage_options(source: Any) -> dict | None:
@@ -218,12 +100,12 @@ def drive_run(plan: RunPlan, *, progress: bool = False, y_true: Any = None, labe
     Parameters
     ----------
     plan : RunPlan
-        From :func:`plan_run`.
+        From :func:`plan_run`: checked and decided; nothing is checked again.
     progress : bool, default=False
         Progress of the passes over the rows on stderr, labelled by stage.
     y_true : array-like of shape (N,), optional
         Ground truth (adds scores to the metrics); or ``label_key``, a column/variable of the
-        source read by its own step.
+        source read by its own step (default: the input's ``label_column``).
     step : callable ``step(name, fn, *args, **kwargs)``
         How each step runs: :func:`direct_step`, or the flow's Prefect task wrapper.
     owner : str
@@ -235,29 +117,31 @@ def drive_run(plan: RunPlan, *, progress: bool = False, y_true: Any = None, labe
     -------
     ClusterResult
     """
-    config, store = plan.config, plan.store
+    store = plan.store
+    if label_key is None and y_true is None:
+        label_key = plan.request.label_column
     t_all = time.perf_counter()
     # Asked once, of the scheduler the stages will ask (their caller chose it: run_scheduler).
     where = current_scheduler().to_json()
     with _remove_if_unused(store), writer_lease(store, owner=owner):
-        run = step(STEP_NAMES["open"], open_run, store, plan.opened if plan.opened is not None else plan.source,
-                   config, overwrite=plan.overwrite, progress=progress, missing=plan.missing)
+        ctx = step(STEP_NAMES["open"], open_run, plan, progress=progress)
+        run = ctx.store
         resume = prepare_resume(run)
         before = resume["status"]
-        stages = list(stage_plan(config))
+        stages = list(plan.stages)
         done = [s for s in stages if before.get(s) == "complete"]
         if len(done) < len(stages) and run.attrs.get(FINISHED):
             run.update_attrs(**{FINISHED: None})  # no longer finished until this run is
         if echo is not None and done:
             echo(f"resuming: {', '.join(done)} already stored" + (
                 f"; damaged, recomputed: {', '.join(resume['dropped'])}" if resume["dropped"] else ""))
-        draft = ReportDraft(run) if plan.report and not plan.complete else None
+        draft = ReportDraft(ctx) if plan.report and not plan.complete else None
         try:
             parts = []
             for i, name in enumerate(stages, 1):
                 if progress and name not in done:
                     stage_line(f"[{i}/{len(stages)}] {name}", final=True)
-                parts.append(step(STEP_NAMES.get(name, name), run_stage, name, run, plan.views, progress=progress))
+                parts.append(step(STEP_NAMES.get(name, name), run_stage, name, ctx, progress=progress))
                 if draft is not None:
                     draft.stage_complete(name)
             timings = merge_timings(parts)
@@ -269,11 +153,11 @@ def drive_run(plan: RunPlan, *, progress: bool = False, y_true: Any = None, labe
             else:
                 if y_true is None and label_key is not None:
                     y_true = step(STEP_NAMES["y_true"], load_labels, plan.source, label_key)
-                metrics = step(STEP_NAMES["metrics"], stage_metrics, run, timings=timings, y_true=y_true,
+                metrics = step(STEP_NAMES["metrics"], stage_metrics, ctx, timings=timings, y_true=y_true,
                                scheduler=where)
             labels_out = None
             if plan.labels_out is not None:
-                labels_out = step(STEP_NAMES["labels_out"], _write_labels_out, run, plan, progress=progress)
+                labels_out = step(STEP_NAMES["labels_out"], _write_labels_out, ctx, progress=progress)
         except BaseException:
             if draft is not None:
                 draft.close()
@@ -289,8 +173,8 @@ def drive_run(plan: RunPlan, *, progress: bool = False, y_true: Any = None, labe
                               "background_cpu_s": draft.background_cpu_s, "timeline": dict(draft.timeline)}
         else:
             written = _existing_report(run, target) or step(STEP_NAMES["report"], write_report, run, target)
-    if plan.request is not None:
-        finished = {"request": plan.request, "labels_out": labels_out, "report": written,
+    if plan.request.key is not None:
+        finished = {"request": plan.request.key, "labels_out": labels_out, "report": written,
                     "stages": stages + ["metrics"]}
         if run.attrs.get(FINISHED) != finished:
             run.update_attrs(**{FINISHED: finished})
@@ -301,7 +185,7 @@ def drive_run(plan: RunPlan, *, progress: bool = False, y_true: Any = None, labe
         metrics["labels_out"] = labels_out
     if written is not None:
         metrics["report"] = written
-    return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=load_estimator(run), store=run,
+    return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=ctx.estimator(), store=run,
                          timings=timings, skipped=done, metrics=metrics, report=written,
                          report_timings=report_timings)
 
@@ -317,11 +201,16 @@ def _existing_report(run, target: str | None) -> str | None:
     return path if fs.exists(p) and fs.info(p).get("mtime", 0) else None
 
 
-def _write_labels_out(run, plan: RunPlan, *, progress: bool = False) -> str:
+def _write_labels_out(ctx, *, progress: bool = False) -> str:
     """The run's labels as Parquet keyed by the input's ids (``plan.labels_out``), written from
-    the stored labels (no recompute); skipped when this run already wrote them."""
-    return write_labels_out(run, plan.labels_out, plan.source, id_column=plan.id_column, overwrite=plan.overwrite,
-                            views=plan.views, progress=progress)
+    the stored labels (no recompute); skipped when this run already wrote them.  The plan
+    checked the output; what this run's stages stored is known only now (the mark)."""
+    plan = ctx.plan
+    options = _storage_options(plan.source)
+    if check_labels_out(plan.labels_out, plan.overwrite, labels_mark(ctx.store), options) == "skip":
+        return plan.labels_out
+    return write_stored_labels(ctx.store, plan.labels_out, plan.source, ctx.views, id_column=plan.id_column,
+                               progress=progress)
 
 
 def write_labels_out(store: Any, labels_out: Any, source: Any, *, id_column: str | None = None,
@@ -348,26 +237,15 @@ def write_labels_out(store: Any, labels_out: Any, source: Any, *, id_column: str
     str
     """
     from .._pipeline._io import load_views
-    from .._pipeline._stages import persist_progress
 
     run = as_store(store, mode="r")
     source = as_input(source, id_column=id_column)
     refuse_overlap(labels_out, store=run, input=source.location if isinstance(source, InputSource) else source)
     id_column = source.id_column if isinstance(source, InputSource) else id_column
-    mark = {"store": str(run.url), "fingerprint": run.fingerprint, "labels": run.stage_token("labels")}
-    options = _storage_options(source)
-    if check_labels_out(labels_out, overwrite, mark, options) == "skip":
+    if check_labels_out(labels_out, overwrite, labels_mark(run), _storage_options(source)) == "skip":
         return str(labels_out)
     views = views if views is not None else load_views(source)
-    stored = run.read_stage("labels")
-    chunks = next(iter(views.values())).chunks[0]
-    labels = stored["labels"].data.rechunk((chunks,))
-    distance = stored["distance"].data.rechunk((chunks,))
-    counts = stored["missing_cells"].data.rechunk((chunks,)) if "missing_cells" in stored else None
-    return write_labels_parquet(labels_out, labels, distance, load_ids(source, id_column, views),
-                                id_name=id_column or "row", overwrite=True, mark=mark, storage_options=options,
-                                compute=persist_progress("labels-out", int(labels.shape[0]), progress),
-                                missing_cells=counts)
+    return write_stored_labels(run, labels_out, source, views, id_column=id_column, progress=progress)
 
 
 def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], kernels: Any = None,
@@ -495,11 +373,13 @@ def cluster(source: Any, store: Any, n_clusters: int | str | tuple[int, int], ke
                          label_key=label_column if y_true is None else None, owner="mkdist.cluster")
 
 
-def drive_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False, progress: bool = False,
-                 labels_out: Any = None, id_column: str | None = None, drift_thresholds: dict | None = None,
-                 report: bool = True, step: Step = direct_step, missing: str | None = None) -> dict[str, Any]:
+def drive_assign(model_store: Any, source: Any = None, output: Any = None, *, overwrite: bool = False,
+                 progress: bool = False, labels_out: Any = None, id_column: str | None = None,
+                 drift_thresholds: dict | None = None, report: bool = True, step: Step = direct_step,
+                 missing: str | None = None) -> dict[str, Any]:
     """Label a new batch with a stored model (:func:`mkdist.assign`), then its report: what
-    ``mkdist assign`` and the assign flow run.
+    ``mkdist assign`` and the assign flow run.  ``model_store`` may be the assignment checked
+    already (``check_assign``'s AssignPlan, without ``source`` and ``output``).
 
     Returns
     -------
@@ -566,4 +446,4 @@ def refit_inputs(model_store: Any, source: Any, *, store: Any = None,
     target = os.fspath(store) if store is not None else str(model.url)
     if "://" not in target:
         target = os.path.abspath(target)
-    return batch, target, RunConfig(**model.params)
+    return batch, target, RunConfig.from_json(model.params)

@@ -296,7 +296,8 @@ class LateFusionClustering(KernelLandmarkEstimator):
         Sets every fitted attribute, Algorithm 1's centroids and landmark labels included
         (``fit_centroids`` may replace them by a k-means on all rows).
         """
-        check_finite(landmark_views)  # Dask input: NaN among the landmarks is caught here
+        # Dask input: NaN among the landmarks is caught here, named by its row of the input.
+        check_finite(landmark_views, row_numbers=landmark_indices)
         indices = np.asarray(landmark_indices)
         _, seed_base, seed_fusion = fit_seeds(seed)
         self.n_clusters_choice_ = None

@@ -17,7 +17,7 @@ from ..._core._distances import bandwidth_statistic, check_bandwidth
 from ..._core._sampling import gather_rows
 from ..._core._scaling import FeatureScaling
 from ..._core._state import StateArrays
-from ..._core._validation import Interval, Options, is_dask_array, validate_params
+from ..._core._validation import Interval, Options, check_finite, is_dask_array, validate_params
 from ...errors import InputValidationError
 from .. import _params
 from .._base import MkdistEstimator, resolve_seed
@@ -167,12 +167,8 @@ class RFFPowerKMeansBase(MkdistEstimator):
         arrays = dict(zip(rows.names, rows.arrays))
         sample = gather_rows(arrays, sample_idx) if rows.is_dask or N > INIT_SAMPLE_SIZE else arrays
         sample = {name: np.asarray(v, dtype=np.float64) for name, v in sample.items()}
-        if rows.is_dask:
-            for name, v in sample.items():
-                if not np.isfinite(v).all():
-                    row = int(sample_idx[np.argmax(~np.isfinite(v).all(axis=1))])
-                    raise InputValidationError(
-                        f"Input contains NaN or infinity: view {name!r}, row {row}.")
+        if rows.is_dask:  # NumPy input was checked whole (_fit_views); NaN here would make sigma NaN
+            check_finite(sample, row_numbers=sample_idx)
         scaling = FeatureScaling.fit(self.scale, sample)
         where = "all rows" if N <= INIT_SAMPLE_SIZE else f"{sample_idx.size} sampled rows"
         centers, scales, sigmas = [], [], []
@@ -435,19 +431,10 @@ class RFFPowerKMeansBase(MkdistEstimator):
         }
 
 
-class RFFKernelPowerKMeans(RFFPowerKMeansBase):
-    """Kernel power k-means on random Fourier features (RFF-KPKM, Algorithm 1).
-
-    Power k-means (Xu and Lange 2019) minimises the power mean M_s of each point's
-    squared distances to the k centroids, annealing s towards -infinity so that the
-    objective moves from a smooth surrogate to the k-means objective; here the distances
-    are in the random-Fourier-feature space of a Gaussian kernel, so it is kernel k-means
-    at O(N k D) per iteration (RFF power k-means seed, ``docs/algorithms.md`` section 4).
-    Several views are allowed: their features are concatenated with equal weights 1/L
-    (the RFF-MKPKM baseline of the paper); :class:`MultiViewRFFPowerKMeans` learns them.
-
-    Parameters
-    ----------
+#: The parameters, attributes and notes both power k-means estimators document alike, written once
+#: and put in their docstrings by :func:`_shared_doc` (as ``%(name)s``), so that the two cannot drift.
+_DOC = {
+    "parameters_data": """\
     n_clusters : int, default=8
         k, the number of clusters (>= 1; at most the number of samples).
     n_components : int, "main", "appendix" or None, default=None
@@ -463,7 +450,8 @@ class RFFKernelPowerKMeans(RFFPowerKMeansBase):
         paper's fixed sigma: ``docs/algorithms.md``, "Power k-means").
     s0 : "auto" or float < 0, default="auto"
         Initial power; "auto" ties it to the data: s0 = -1 / median_i (log C_i(2) - log C_i(1))
-        at the k-means start, clipped to [-1000, -0.1] (``docs/algorithms.md``).
+        at the k-means start, clipped to [-1000, -0.1] (``docs/algorithms.md``).""",
+    "parameters_iterations": """\
     annealing : float >= 1, default=1.04
         s <- annealing * s every ``anneal_every`` iterations (Algorithm 1, appendix C).
     anneal_every : int >= 1, default=2
@@ -477,26 +465,16 @@ class RFFKernelPowerKMeans(RFFPowerKMeansBase):
         vanished in that iteration.  0 runs to an exact fixed point or ``max_iter``.
     scale : None, "standard" or "minmax", default=None
         Feature scaling per view, estimated on the init sample and folded into the
-        frequencies (no scaled copy of X is made).  None uses the features as given.
-    n_init : int >= 1 or "auto", default="auto"
-        Restarts of the whole power k-means on the init sample, each with its own
-        frequencies, k-means start and annealing; "auto": 3 to 10 by the cost of a pass
-        (see :class:`MultiViewRFFPowerKMeans`).  The number run is ``n_init_``.
-    restart_selection : {"agreement", "consensus", "objective"}, default="agreement"
-        How the restarts give the fit: the medoid of their partitions, the run continued
-        from the consensus of their partitions, or the lowest final objective (see
-        :class:`MultiViewRFFPowerKMeans`).  Not "consensus" as for the multi-view model: for
-        this plain model it measured lower (``docs/algorithms.md``).
+        frequencies (no scaled copy of X is made).  None uses the features as given.""",
+    "parameters_seed": """\
     random_state : int, RandomState or None, default=None
         Seeds the init sample, the bandwidth sample and one seed per restart, from which a
         restart draws its frequencies and its k-means start (one integer seed per fit: None
         or a RandomState gives one draw, see ``mkdist._methods._base.resolve_seed``).
     chunk_size : int, default=8192
         Rows per block: NumPy input is walked in blocks of this many rows, and a Dask task
-        walks its row chunk in blocks of this many rows (Dask input keeps its own chunks).
-
-    Attributes
-    ----------
+        walks its row chunk in blocks of this many rows (Dask input keeps its own chunks).""",
+    "attributes": """\
     labels_ : ndarray of shape (N,) or lazy dask.array.Array, int64
         Cluster of every training point (lazy for Dask input: computing it is one more
         pass over the data).
@@ -546,14 +524,56 @@ class RFFKernelPowerKMeans(RFFPowerKMeansBase):
         ``start_n_init`` (k-means++ inits of each start), ``consensus_ari`` (each restart's
         adjusted Rand index with the consensus; None unless "consensus" ran) and
         ``consensus_final_objective``, and per restart ``seed``, ``final_objective``,
-        ``agreement``, ``s0``, ``s_final``, ``n_iter``, ``converged``.
-
-    Notes
-    -----
+        ``agreement``, ``s0``, ``s_final``, ``n_iter``, ``converged``.""",
+    "notes": """\
     Power-mean weights are evaluated in log space (finite down to s = -1000), ``s0="auto"``
     ties the initial power to the data, a cluster whose weight vanishes is re-seeded, and the
     restarts run on the init sample before passes over all rows refine the kept run:
-    ``docs/algorithms.md``, "Power k-means", with the measurements behind the defaults.
+    ``docs/algorithms.md``, "Power k-means", with the measurements behind the defaults.""",
+}
+
+
+def _shared_doc(cls: type) -> type:
+    """``cls`` with the ``%(name)s`` fields of its docstring filled from ``_DOC``."""
+    if cls.__doc__:  # None under python -OO
+        cls.__doc__ = cls.__doc__ % _DOC
+    return cls
+
+
+@_shared_doc
+class RFFKernelPowerKMeans(RFFPowerKMeansBase):
+    """Kernel power k-means on random Fourier features (RFF-KPKM, Algorithm 1).
+
+    Power k-means (Xu and Lange 2019) minimises the power mean M_s of each point's
+    squared distances to the k centroids, annealing s towards -infinity so that the
+    objective moves from a smooth surrogate to the k-means objective; here the distances
+    are in the random-Fourier-feature space of a Gaussian kernel, so it is kernel k-means
+    at O(N k D) per iteration (RFF power k-means seed, ``docs/algorithms.md`` section 4).
+    Several views are allowed: their features are concatenated with equal weights 1/L
+    (the RFF-MKPKM baseline of the paper); :class:`MultiViewRFFPowerKMeans` learns them.
+
+    Parameters
+    ----------
+%(parameters_data)s
+%(parameters_iterations)s
+    n_init : int >= 1 or "auto", default="auto"
+        Restarts of the whole power k-means on the init sample, each with its own
+        frequencies, k-means start and annealing; "auto": 3 to 10 by the cost of a pass
+        (see :class:`MultiViewRFFPowerKMeans`).  The number run is ``n_init_``.
+    restart_selection : {"agreement", "consensus", "objective"}, default="agreement"
+        How the restarts give the fit: the medoid of their partitions, the run continued
+        from the consensus of their partitions, or the lowest final objective (see
+        :class:`MultiViewRFFPowerKMeans`).  Not "consensus" as for the multi-view model: for
+        this plain model it measured lower (``docs/algorithms.md``).
+%(parameters_seed)s
+
+    Attributes
+    ----------
+%(attributes)s
+
+    Notes
+    -----
+%(notes)s
 
     Examples
     --------
@@ -586,6 +606,7 @@ class RFFKernelPowerKMeans(RFFPowerKMeansBase):
         self.chunk_size = chunk_size
 
 
+@_shared_doc
 class MultiViewRFFPowerKMeans(RFFPowerKMeansBase):
     """Improved possibilistic multi-view RFF kernel power k-means (IP-RFF-MKPKM).
 
@@ -598,22 +619,7 @@ class MultiViewRFFPowerKMeans(RFFPowerKMeansBase):
 
     Parameters
     ----------
-    n_clusters : int, default=8
-        k, the number of clusters (>= 1; at most the number of samples).
-    n_components : int, "main", "appendix" or None, default=None
-        D, random frequencies per view (each view then has 2D features, a sine and a
-        cosine per frequency).  None / "main": ceil(4 ln^3(2k)), the paper's main-text
-        rule (108 for k = 10); "appendix": ceil(16 ln^3(2k)) (431 for k = 10).  See
-        :func:`default_n_components`.
-    bandwidth : "median", "mean", float or sequence, default="median"
-        Gaussian bandwidth sigma per view, estimated once on the (scaled) init sample:
-        "median" is the median pairwise distance of up to 1,000 sample rows, "mean" the
-        root mean squared pairwise distance (the bipartite-spectral paper's rule).  A number
-        applies to every view; a sequence gives one rule or number per view (why not the
-        paper's fixed sigma: ``docs/algorithms.md``, "Power k-means").
-    s0 : "auto" or float < 0, default="auto"
-        Initial power; "auto" ties it to the data: s0 = -1 / median_i (log C_i(2) - log C_i(1))
-        at the k-means start, clipped to [-1000, -0.1] (``docs/algorithms.md``).
+%(parameters_data)s
     lam : "auto" or float > 0, default="auto"
         lambda of the view-weight entropy term (eq. 31): alpha = softmax(-cost_l / lambda).
         Small values put all weight on the cheapest view, large ones keep alpha uniform;
@@ -623,20 +629,7 @@ class MultiViewRFFPowerKMeans(RFFPowerKMeansBase):
         ``docs/algorithms.md``).  The value used is ``lam_``.
     fuzzifier : float > 1, default=2.0
         m of the possibilistic memberships (the paper's value).
-    annealing : float >= 1, default=1.04
-        s <- annealing * s every ``anneal_every`` iterations (Algorithm 1, appendix C).
-    anneal_every : int >= 1, default=2
-        Iterations between annealing steps.
-    max_iter : int, default=300
-        Maximum number of passes over the data.
-    tol : float >= 0, default=1e-6
-        Stop when no centroid moves more than this (squared, view-weighted RFF distance), or
-        when an iteration at an unchanged s lowers the objective by at most
-        ``OBJECTIVE_RTOL`` (1e-5) of its value -- unless two centroids coincide or a cluster
-        vanished in that iteration.  0 runs to an exact fixed point or ``max_iter``.
-    scale : None, "standard" or "minmax", default=None
-        Feature scaling per view, estimated on the init sample and folded into the
-        frequencies (no scaled copy of X is made).  None uses the features as given.
+%(parameters_iterations)s
     n_init : int >= 1 or "auto", default="auto"
         Restarts of the whole power k-means on the init sample (all rows when N <= 20,000),
         each with its own random frequencies, its own k-means start (best of up to
@@ -660,78 +653,20 @@ class MultiViewRFFPowerKMeans(RFFPowerKMeansBase):
         the function every run anneals towards (s -> -infinity), which hardly tracks the
         partitions' accuracy across restarts (the three rules measured:
         ``docs/algorithms.md``, "Power k-means").
-    random_state : int, RandomState or None, default=None
-        Seeds the init sample, the bandwidth sample and one seed per restart, from which a
-        restart draws its frequencies and its k-means start (one integer seed per fit: None
-        or a RandomState gives one draw, see ``mkdist._methods._base.resolve_seed``).
-    chunk_size : int, default=8192
-        Rows per block: NumPy input is walked in blocks of this many rows, and a Dask task
-        walks its row chunk in blocks of this many rows (Dask input keeps its own chunks).
+%(parameters_seed)s
 
     Attributes
     ----------
-    labels_ : ndarray of shape (N,) or lazy dask.array.Array, int64
-        Cluster of every training point (lazy for Dask input: computing it is one more
-        pass over the data).
-    centroids_ : ndarray of shape (L, n_clusters, 2 * n_components_)
-        theta_{j,l}, the centroids in each view's RFF feature space.
-    cluster_centers_ : ndarray of shape (n_clusters, L * 2 * n_components_)
-        ``centroids_`` with the views side by side.
-    view_weights_ : ndarray of shape (L,)
-        alpha_l on the simplex.
-    rff_frequencies_ : list of L ndarrays of shape (d_l, n_components_)
-        W_l ~ N(0, sigma_l^-2 I) in the scaled coordinates.
-    feature_centers_, feature_scales_ : lists of L ndarrays of shape (d_l,)
-        The scaling x -> (x - center) / scale (zeros and ones when ``scale=None``).
-    bandwidths_ : ndarray of shape (L,)
-        sigma_l used for each view.
-    n_components_ : int
-        D.
-    s0_ : float
-        Initial power actually used (resolved from "auto").
+%(attributes)s
     lam_ : float
         lambda actually used (resolved from "auto").
-    s_ : float
-        Power at the last iteration.
-    s_history_ : ndarray of shape (n_iter_,)
-        s per iteration.
-    objective_history_ : ndarray of shape (n_iter_,)
-        Objective per iteration (sum of power means of the assignment costs; for the
-        multi-view model plus lambda times the view-weight entropy term).
-    n_iter_ : int
-        Passes over all rows of the kept run: its passes over the sample when the sample
-        is all rows (with "consensus": of the run continued from the consensus), else the
-        passes that refined it over all rows.
-    n_init_ : int
-        Restarts run (``n_init``, or the number "auto" chose).
-    view_names_ : list of str
-    n_features_per_view_ : dict of str to int
-    n_features_in_ : int
-        Total number of features over the views.
-    diagnostics_ : dict
-        ``converged``, ``n_merged_iterations`` (iterations in which two centroids
-        coincided, a transient of annealing), ``merged_at_end``, ``n_reseeded`` (clusters
-        whose weight mass vanished and were re-seeded from the init sample), ``timings``
-        (seconds per stage) and ``pep``: the principal eigenvalue proportion (t = k, see
-        :func:`mkdist.principal_eigenvalue_proportion`) of each view's RFF kernel
-        Phi_l Phi_l^T (``base``) and of the combined kernel sum_l alpha_l Phi_l Phi_l^T
-        (``combined``), on the init sample (up to 20,000 rows) from the 2D-wide side.
-        ``restarts``: ``rows`` (of the sample they ran on), ``selection``, ``best`` (index
-        of the kept restart; with "consensus" the one whose features the run continued in),
-        ``start_n_init`` (k-means++ inits of each start), ``consensus_ari`` (each restart's
-        adjusted Rand index with the consensus; None unless "consensus" ran) and
-        ``consensus_final_objective``, and per restart ``seed``, ``final_objective``,
-        ``agreement``, ``s0``, ``s_final``, ``n_iter``, ``converged``.
     typicality_ : ndarray of shape (n_clusters, L)
         eta_{j,l} = mean_i ||phi_l(x_i) - theta_{j,l}||^2 at the start, kept fixed
         (``docs/algorithms.md``).
 
     Notes
     -----
-    Power-mean weights are evaluated in log space (finite down to s = -1000), ``s0="auto"``
-    ties the initial power to the data, a cluster whose weight vanishes is re-seeded, and the
-    restarts run on the init sample before passes over all rows refine the kept run:
-    ``docs/algorithms.md``, "Power k-means", with the measurements behind the defaults.
+%(notes)s
 
     Examples
     --------
