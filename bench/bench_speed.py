@@ -9,6 +9,8 @@
                                      # same seed, same labels as an older checkout's pipeline?
     python bench/bench_speed.py --part plain --n 1000000 --repeats 3
                                      # clusters with distributed's defaults vs the floor (issue 23)
+    python bench/bench_speed.py --part passes --n 1000000 --repeats 3
+                                     # tasks per chunk, passes, time outside the named stages (issue 34.2)
 
 ``--cluster`` (floor, scale, report, pipeline_once) says how the pipeline's workers start
 (``_common.CLUSTERS``): ``tuned`` (default; mkdist's own malloc settings at start), ``plain``
@@ -474,10 +476,162 @@ def part_plain(args):
             "target": "plain LocalCluster and dask-worker end to end <= 1.5 x floor, first run of a fresh cluster"}
 
 
+# ----------------------------------------------------------------------------- passes and tasks
+class TaskLog:
+    """A scheduler plugin: every graph sent (time, its keys) and every task a worker computed
+    (time, key): real counts, not estimates."""
+
+    name = "mkdist-bench-tasklog"
+
+    def __init__(self):
+        self.graphs: list = []
+        self.done: list = []
+
+    def update_graph(self, scheduler, *, keys=None, tasks=None, **kwargs):
+        self.graphs.append((time.time(), list(tasks or ())))
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if start == "processing" and finish == "memory":
+            compute_s = sum(ss["stop"] - ss["start"] for ss in kwargs.get("startstops") or ()
+                            if ss.get("action") == "compute")
+            self.done.append((time.time(), key, compute_s))
+
+    # The rest of the SchedulerPlugin interface, as no-ops (distributed calls them if present).
+    async def start(self, scheduler):
+        return None
+
+
+def _log_of(dask_scheduler=None):
+    plugin = dask_scheduler.plugins[TaskLog.name]
+    return plugin.graphs, plugin.done
+
+
+def _key_name(key) -> str:
+    import re
+
+    name = key[0] if isinstance(key, tuple) else str(key)
+    return re.sub(r"-[0-9a-f]{32}$", "", name)
+
+
+#: What each graph of a W1 run is, by the names of its tasks (first match).
+_PASS_NAMES = [("-small", "labels pass results gathered (in memory)"),
+               ("scan-input", "input scan + landmark rows (a pass over the input)"),
+               ("write-embedding", "embedding: read, embed, write (a pass over the input)"),
+               ("mkdist-take", "row gather"),
+               ("lloyd", "Lloyd pass (a pass over the embedding)"),
+               ("shuffle", "row gather by shuffle (a pass over the embedding)"),
+               ("write-labels", "labels written"),
+               ("mkdist-labels", "labels, distances, sizes, report rows (a pass over the embedding)"),
+               ("assign", "labels (a pass over the embedding)")]
+
+
+def _passes_once(N: int, store) -> dict:
+    """One W1 run through ``mkdist.cluster`` on a plain LocalCluster(2 x 1), its tasks logged."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    import mkdist
+
+    src = w1_input(N)
+    shutil.rmtree(store, ignore_errors=True)
+    workers, client = local_cluster(2, cluster="plain")
+    try:
+        client.run(import_library)
+        log = type("TaskLogPlugin", (TaskLog, SchedulerPlugin), {})()
+        client.register_plugin(log)
+        t0 = time.time()
+        res = mkdist.cluster(str(src), str(store), random_state=0, **W1)
+        total = time.time() - t0
+        # The scheduler holds its own (unpickled) copy of the plugin.
+        graphs, done = client.run_on_scheduler(_log_of)
+        chunks = len(xr_chunks(src))
+    finally:
+        client.close()
+        workers.close()
+    owner = {}
+    for i, (_, keys) in enumerate(graphs):
+        for k in keys:
+            owner.setdefault(k, i)
+    per_graph = [[] for _ in graphs]
+    for _, k, _ in done:
+        if k in owner:
+            per_graph[owner[k]].append(_key_name(k))
+    compute_s: dict = {}
+    for _, k, c in done:
+        compute_s[_key_name(k)] = compute_s.get(_key_name(k), 0.0) + c
+    rows, passes = [], {}
+    for (t, _), names in zip(graphs, per_graph):
+        if not names:
+            continue
+        what = next((label for pat, label in _PASS_NAMES if any(pat in n for n in names)),
+                    "other (small reads, commits)")
+        if what == "row gather":  # before the embedding: the landmarks'; after: the k-means sample's
+            what = ("k-means sample rows (a pass over the embedding)" if any("embedding" in r["what"] for r in rows)
+                    else "landmark rows (a pass over the input chunks that hold landmarks)")
+        rows.append({"t_s": round(t - t0, 2), "what": what, "tasks": len(names)})
+        if "a pass over" in what:
+            passes[what] = passes.get(what, 0) + 1
+    stages = res.timings
+    named = sum(stages[k] for k in ("sample_s", "fit_s", "embed_s", "kmeans_s", "write_s"))
+    import collections
+
+    return {"N": N, "chunks": chunks, "end_to_end_s": total, "stages": stages, "named_stages_s": named,
+            "outside_named_s": total - named, "outside_share": (total - named) / total,
+            "tasks": len(done), "tasks_per_chunk": len(done) / chunks, "graphs": rows,
+            "full_passes": passes, "n_full_passes": sum(passes.values()),
+            "tasks_by_name": dict(collections.Counter(_key_name(k) for _, k, _ in done).most_common()),
+            "task_compute_s": dict(sorted(compute_s.items(), key=lambda kv: -kv[1])),
+            "worker_compute_us_per_row": 1e6 * sum(compute_s.values()) / N,
+            "scores": mkdist.clustering_scores(_w1_y(src), res.labels.compute()), "store": str(store)}
+
+
+def xr_chunks(src) -> tuple:
+    import xarray as xr
+
+    return xr.open_zarr(src, consolidated=False)["view0"].chunks[0]
+
+
+def _w1_y(src):
+    import xarray as xr
+
+    return xr.open_zarr(src, consolidated=False)["y"].values
+
+
+def part_passes(args):
+    """Tasks and passes of W1 end to end on a plain LocalCluster(2 x 1), and the 2-process NumPy
+    floor in the same rounds (run and floor alternate in order each round)."""
+    store = OUT / "stores" / f"passes-{args.n}.zarr"
+    rounds = []
+    for r in range(args.repeats):
+        order = ["run", "floor"] if r % 2 == 0 or not (store / "zarr.json").exists() else ["floor", "run"]
+        got = {}
+        for kind in order:
+            got[kind] = floor(args.n, str(store), 512) if kind == "floor" else _passes_once(args.n, store)
+        got["ratio_over_floor"] = got["run"]["end_to_end_s"] / got["floor"]["total_s"]
+        got["load_1min"] = os.getloadavg()[0]
+        rounds.append(got)
+
+    def med(f):
+        return median([f(r) for r in rounds])
+    return {"rounds": rounds, "numba": _has_numba(),
+            "end_to_end_s_median": med(lambda r: r["run"]["end_to_end_s"]),
+            "floor_s_median": med(lambda r: r["floor"]["total_s"]),
+            "ratio_over_floor_median": med(lambda r: r["ratio_over_floor"]),
+            "outside_share_median": med(lambda r: r["run"]["outside_share"]),
+            "tasks_per_chunk": rounds[0]["run"]["tasks_per_chunk"],
+            "n_full_passes": rounds[0]["run"]["n_full_passes"],
+            "target": "<= 16 tasks per chunk; outside the named stages <= 10%; end to end <= 1.0 x floor"}
+
+
+def _has_numba() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("numba") is not None and os.environ.get("MKDIST_NUMBA") != "0"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--part", required=True,
-                    choices=["floor", "embed", "fit", "scale", "labels", "report", "pipeline_once", "plain"])
+                    choices=["floor", "embed", "fit", "scale", "labels", "report", "pipeline_once", "plain", "passes"])
     ap.add_argument("--cluster", choices=CLUSTERS, default="tuned",
                     help="floor, scale, report, pipeline_once: how the pipeline's workers start")
     ap.add_argument("--report", action="store_true", help="--part pipeline_once: write the run report")

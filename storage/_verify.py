@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 import zarr
@@ -369,7 +370,8 @@ def full_problems(group: Any, marker: Mapping[str, Any]) -> list[str]:
 def _read_chunk(expected: np.ndarray, *, array: Any, shape: tuple[int, ...],
                 chunk_shape: tuple[int, ...], where: str, fix: str,
                 block_id: tuple[int, ...] = ()) -> np.ndarray:
-    """Read chunk ``block_id`` of a Zarr array and check it against its recorded CRC."""
+    """Read chunk ``block_id`` of a Zarr array and check it against its recorded CRC
+    (``expected[block_id]``: ``expected`` holds every chunk's, shaped as the chunk grid)."""
     try:
         block = np.asarray(array[chunk_slices(block_id, shape, chunk_shape)])
     except Exception as e:
@@ -380,7 +382,7 @@ def _read_chunk(expected: np.ndarray, *, array: Any, shape: tuple[int, ...],
         _refuse_removed(array, where, block_id)  # outside the except: see _refuse_removed
         raise DamagedStageError(f"{where}, chunk {tuple(block_id)}: cannot be read or decoded "
                                 f"({type(failed).__name__}: {failed}). {fix}") from failed
-    if chunk_crc(block) != int(expected.reshape(-1)[0]):
+    if chunk_crc(block) != int(expected[tuple(block_id)]):
         _refuse_removed(array, where, block_id)
         raise DamagedStageError(f"{where}, chunk {tuple(block_id)}: checksum mismatch (the "
                                 f"stored chunk differs from what was written). {fix}")
@@ -430,13 +432,14 @@ def verified_dask(array: Any, spec: Mapping[str, Any], dtype: np.dtype, *, where
     if math.prod(shape) == 0:
         return da.from_array(np.empty(shape, dtype=dtype))
     grid = grid_shape(shape, chunk_shape)
-    expected = da.from_array(np.asarray(spec[CHECKSUM], dtype=np.int64).reshape(grid), chunks=1)
+    # The checksums as ONE graph key that every read task looks its own up in: a Dask array of
+    # them (a getter task per chunk) would not fuse with the reads, one more task per chunk in
+    # every pass over a stored array; as a keyword every task would carry all of them.
+    expected = dask.delayed(np.asarray(spec[CHECKSUM], dtype=np.int64).reshape(grid), pure=True, traverse=False)
     return da.map_blocks(
         _read_chunk, expected, dtype=dtype, meta=np.empty((0,) * len(shape), dtype=dtype),
         chunks=da.core.normalize_chunks(chunk_shape, shape),
         # Named by what is read, where from: reading the same stage twice shares keys, and a
         # rewritten stage (another group, or other data) gets new ones.
         name="mkdist-read-" + tokenize(where, array.path, spec["digest"]),
-        # The checksums reach each task through `expected`, one per block, rather than as a
-        # keyword argument, which every task would carry in full.
         array=array, shape=shape, chunk_shape=chunk_shape, where=where, fix=fix)

@@ -391,3 +391,17 @@ def test_on_a_distributed_cluster(dask_client):
     with pytest.raises(InputValidationError, match=r"^Input contains NaN or infinity: view 'c', chunk 2 "
                                                    r"\(first bad row 13\)\.$"):
         RowBlocks(bad).reduce(_moments, _weights(), width=WIDTH)
+
+
+def test_take_gathers_rows_of_every_view_in_one_task_per_chunk():
+    # RowBlocks.take: the rows of every view in order (repeats kept), whether every chunk holds
+    # some (one task per chunk) or few do (only those chunks are read).
+    x = np.arange(300.0).reshape(100, 3)
+    y = -x[:, :2]
+    rows = RowBlocks({"a": da.from_array(x, chunks=(7, -1)), "b": da.from_array(y, chunks=(7, -1))})
+    for take in (np.arange(0, 100, 3), np.array([3, 3, 8, 99]), np.array([], dtype=np.int64)):
+        got = rows.take(take)
+        np.testing.assert_array_equal(got[0], x[take])
+        np.testing.assert_array_equal(got[1], y[take])
+    with dask.config.set(scheduler="sync"):
+        np.testing.assert_array_equal(rows.take(np.array([50]))[1], y[[50]])

@@ -1,7 +1,9 @@
 """The staged pipeline on a real Dask cluster (scheduler + 2 worker processes) with real Zarr stores."""
 
+import collections
 import json
 import os
+import re
 import sys
 import time
 
@@ -407,3 +409,50 @@ def test_pipeline_labels_are_the_estimators(dask_client, iris, tmp_path, method)
         # "auto" picks this method's branch on dense views: the same labels again.
         auto = cluster([X], str(tmp_path / "auto.zarr"), 3, method="auto", random_state=seed)
         np.testing.assert_array_equal(np.asarray(auto.labels), want)
+
+
+class _TaskCount:
+    """Scheduler plugin: the keys the workers computed (processing -> memory)."""
+
+    name = "mkdist-test-task-count"
+
+    def __init__(self):
+        self.done = []
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if start == "processing" and finish == "memory":
+            self.done.append(key[0] if isinstance(key, tuple) else str(key))
+
+
+def _computed_keys(dask_scheduler=None):
+    return dask_scheduler.plugins[_TaskCount.name].done
+
+
+def test_a_run_computes_at_most_16_tasks_per_chunk(dask_client, data, tmp_path):
+    # Issue 34, item 2: each pass over the input or the embedding is one fused task per chunk
+    # (landmark rows, embedding with the input scan, k-means sample, each Lloyd pass, labels),
+    # no shuffles for row gathers, no separate checksum getters, no task computed twice.
+    # Counted on the scheduler, for a whole run from Zarr input in 12 chunks of 1000 rows (the
+    # whole embedding is the k-means sample below 50,000 rows: read as one pass too).
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    views, y = make_blobs_views(n_per_cluster=4000, n_clusters=3, seed=2, dtype=np.float32)
+    src = tmp_path / "input.zarr"
+    xr.Dataset({f"view{i}": (("sample", f"feature{i}"), v) for i, v in enumerate(views)}).chunk(
+        {"sample": 1000}).to_zarr(src, zarr_format=3, consolidated=False)
+    plugin = type("TaskCount", (_TaskCount, SchedulerPlugin), {})()
+    dask_client.register_plugin(plugin)
+    try:
+        res = cluster(str(src), str(tmp_path / "run.zarr"), 3, n_landmarks=100, random_state=0)
+        done = dask_client.run_on_scheduler(_computed_keys)
+    finally:
+        dask_client.unregister_scheduler_plugin(_TaskCount.name)
+    n_chunks = 12
+    by_name = collections.Counter(re.sub(r"-[0-9a-f-]{32,}", "", k) for k in done)
+    lloyd = sum(1 for k in done if k.startswith("mkdist-lloyd-") and not k.endswith(("partial", "aggregate")))
+    assert lloyd // n_chunks == res.metrics["kmeans"]["n_iter"] <= 6
+    assert not [k for k in done if "shuffle" in k]
+    # One task per chunk embeds it, and one scans it: the same chunk's, not a second read.
+    assert sum(1 for k in done if re.fullmatch(r"mkdist-embed-scan-[0-9a-f]{32}", k)) == n_chunks, by_name
+    assert len(done) / n_chunks <= 16, by_name
+    assert clustering_accuracy(y, res.labels.compute()) == 1.0

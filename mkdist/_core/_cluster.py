@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["active_client", "compute", "compute_here", "opaque_graph_dict", "persist_and_wait"]
+__all__ = ["active_client", "compute", "compute_here", "opaque_graph_dict", "persist_and_wait", "unfused"]
 
 
 def active_client():
@@ -137,6 +137,23 @@ def _traverse(obj: Any, visit: Callable[[Any], Any]) -> Any:
     if isinstance(obj, dict):
         return {k: _traverse(v, visit) for k, v in obj.items()}
     return obj
+
+
+def unfused(x: Any) -> Any:
+    """The Dask array ``x``, optimized now and sealed: its tasks (each already fused with its own
+    inputs, e.g. a chunk's read) are never fused into the tasks that use them.
+
+    Blockwise fusion puts a blockwise layer into *each* blockwise layer that uses it: a task
+    whose result two tasks use (a chunk's embedding and its scan partial, say) was computed
+    twice, reads included.  Sealed, it is computed once and its result passed to both.
+    """
+    import dask
+    import dask.array as da
+    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+    (opt,) = dask.optimize(x)
+    graph = HighLevelGraph({opt.name: MaterializedLayer(dict(opt.__dask_graph__()))}, {opt.name: set()})
+    return da.Array(graph, opt.name, opt.chunks, meta=opt._meta)
 
 
 def compute_here(*arrays: Any) -> list:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -92,13 +94,85 @@ def assign_with_distance(H, centers: np.ndarray):
     return both[:, 0].astype(np.int64), both[:, 1]
 
 
+def _labels_chunk(block, centers, report_index, n_clusters, block_rows, block_info=None):
+    """Everything the labels stage keeps of one embedding chunk, as a (1, 1) object block:
+    labels (int32), squared distances (float32), the cluster sizes and the chunk's rows among
+    ``report_index`` (embedding rows, labels, distances)."""
+    from ._blocks import _map_rows
+
+    start, stop = block_info[0]["array-location"][0]
+    # The same function over the same sub-blocks as assign_with_distance: the same numbers.
+    both = _map_rows([block], centers, _label_and_distance, block_rows, np.float64)
+    labels, distance = both[:, 0].astype(np.int64).astype(np.int32), both[:, 1].astype(np.float32)
+    local = report_index[np.searchsorted(report_index, start):np.searchsorted(report_index, stop)] - start
+    out = np.empty((1, 1), dtype=object)
+    out[0, 0] = (labels, distance, np.bincount(labels, minlength=n_clusters),
+                 (np.asarray(block[local]), labels[local], distance[local]))
+    return out
+
+
+def _part(block, i):
+    return block[0, 0][i]
+
+
+def labels_pass(H, centers: np.ndarray, report_index: np.ndarray, *, persist: Callable[[Any], Any],
+                n_clusters: int):
+    """The labels of every row of a Dask H in ONE pass: one task per chunk computes the labels,
+    the distances, the chunk's cluster sizes and its report rows.
+
+    Parameters
+    ----------
+    H : dask.array.Array of shape (N, K)
+    centers : ndarray of shape (k, K)
+    report_index : ndarray of shape (n,)
+        Sorted rows whose embedding, label and distance are returned in memory.
+    persist : callable
+        Persists the per-chunk results (e.g. with a progress line); they stay on the workers.
+    n_clusters : int
+
+    Returns
+    -------
+    labels : dask.array.Array of shape (N,), int32
+        Lazy getters of the persisted results (each fuses into the task that consumes it,
+        such as a store write).
+    distance : dask.array.Array of shape (N,), float32
+    sizes : ndarray of shape (k,), int64
+    report : tuple of ndarrays (rows (n, K), labels (n,), distances (n,))
+    """
+    import dask.array as da
+    from dask.base import tokenize
+
+    rows = RowBlocks({"embedding": H})
+    centers = np.asarray(centers, dtype=np.float64)
+    report_index = np.asarray(report_index, dtype=np.int64)
+    name = f"mkdist-labels-{tokenize(H, centers, report_index, n_clusters, rows.block_rows)}"
+    nb = len(rows.row_chunks)
+    parts = da.map_blocks(_labels_chunk, rows.arrays[0], centers, report_index, n_clusters, rows.block_rows,
+                          chunks=((1,) * nb, (1,)), dtype=object, meta=np.empty((0, 0), dtype=object), name=name)
+    parts = persist(parts)
+    kw = dict(chunks=(rows.row_chunks,), drop_axis=1)
+    labels = parts.map_blocks(_part, 0, dtype=np.int32, meta=np.empty((0,), np.int32), name=f"{name}-labels", **kw)
+    distance = parts.map_blocks(_part, 1, dtype=np.float32, meta=np.empty((0,), np.float32),
+                                name=f"{name}-distance", **kw)
+    small = parts.map_blocks(_small_parts, dtype=object, meta=np.empty((0, 0), dtype=object), name=f"{name}-small")
+    small = np.asarray(compute(small)[0]).ravel()
+    sizes = np.sum([s[0] for s in small], axis=0).astype(np.int64)
+    report = tuple(np.concatenate([s[1][j] for s in small]) for j in range(3))
+    return labels, distance, sizes, report
+
+
+def _small_parts(block):
+    out = np.empty((1, 1), dtype=object)
+    out[0, 0] = (block[0, 0][2], block[0, 0][3])
+    return out
+
+
 def _sample_rows(H, size: int, rng: np.random.RandomState) -> np.ndarray:
     N = H.shape[0]
     if N <= size:
         return np.asarray(compute(H)[0], dtype=np.float64)
     idx = np.sort(rng.choice(N, size=size, replace=False))
-    sample = H[idx]
-    return np.asarray(compute(sample)[0], dtype=np.float64)
+    return np.asarray(RowBlocks({"embedding": H}).take(idx)[0], dtype=np.float64)
 
 
 def kmeans(H, n_clusters: int, *, n_init: int = 3, max_iter: int = 100, tol: float = 1e-4,

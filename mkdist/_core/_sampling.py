@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..errors import InputValidationError
-from ._cluster import compute
+from ._blocks import RowBlocks
 from ._validation import is_dask_array
 
 __all__ = ["sample_landmark_indices", "gather_rows", "LANDMARK_METHODS"]
@@ -22,12 +22,13 @@ def gather_rows(views: Mapping, indices: np.ndarray) -> dict[str, np.ndarray]:
 
     For Dask views only the chunks holding those rows are read, in one compute.
     """
-    out = {name: v[indices] for name, v in views.items()}
-    lazy = {k: v for k, v in out.items() if is_dask_array(v)}
+    lazy = [name for name, v in views.items() if is_dask_array(v)]
+    out = {name: np.asarray(v[indices]) for name, v in views.items() if name not in lazy}
     if lazy:
-        computed = compute(lazy)[0]
-        out.update(computed)
-    return {k: np.asarray(v) for k, v in out.items()}
+        # One task per chunk, fused with its read (a Dask fancy index of scattered rows is a
+        # shuffle: 4 tasks per chunk).
+        out.update(zip(lazy, RowBlocks({name: views[name] for name in lazy}).take(np.asarray(indices))))
+    return {name: out[name] for name in views}
 
 
 def sample_landmark_indices(views: Mapping, n_landmarks: int, *, method: str = "uniform",

@@ -22,7 +22,7 @@ from .._core._validation import as_views, is_dask_array
 from ..errors import InputValidationError, StoreExistsError
 from ._tables import is_table_source
 
-__all__ = ["load_views", "views_fingerprint", "scan_views", "load_ids", "write_labels_parquet",
+__all__ = ["load_views", "views_fingerprint", "scan_views", "InputScan", "load_ids", "write_labels_parquet",
            "check_labels_out", "labels_mark", "check_missing", "DEFAULT_CHUNK_BYTES", "MISSING_OPTIONS"]
 
 #: Target bytes per row chunk of the widest view when mkdist chooses the chunking
@@ -725,58 +725,94 @@ def scan_views(views: Mapping[str, Any], gather: np.ndarray | None = None, *,
         Only with ``gather``: those rows of every view.
     """
     missing = check_missing(missing)
-    rows = RowBlocks(views)
-    # Deviations from a reference row keep the moments accurate for data far from 0.
-    first = [np.nan_to_num(r, nan=0.0, posinf=0.0, neginf=0.0) for r in _first_rows(rows)]
-    widths = [int(a.shape[1]) for a in rows.arrays]
+    scan = InputScan(views, feature_names=feature_names, describe_row=describe_row, missing=missing)
     # NaN/inf are counted in this pass (not raised at the first bad chunk), so the message can
     # say how many rows are bad.
-    sums = rows.reduce(_moments, first, width=5 * sum(widths) + 1, name="scan-input", take=gather,
-                       check_finite=False)
+    sums = scan.rows.reduce(_moments, scan.shifts, width=scan.width, name="scan-input", take=gather,
+                            check_finite=False)
     if gather is not None:
         sums, picked = sums
-    N = rows.n_samples
-    parts: dict[str, tuple[np.ndarray, ...]] = {}
-    start = 0
-    for name, d in zip(rows.names, widths):
-        parts[name] = tuple(sums[start + i * d:start + (i + 1) * d] for i in range(5))
-        start += 5 * d
-    if missing == "impute":
-        _refuse_non_finite(rows, {name: p[4] for name, p in parts.items()}, feature_names, describe_row, what="inf")
-        _refuse_empty(rows, parts, int(round(sums[-1])), feature_names, describe_row)
-    else:
-        _refuse_non_finite(rows, {name: p[3] + p[4] for name, p in parts.items()}, feature_names, describe_row)
-    out: dict[str, dict] = {}
-    for (name, (s1, s2, sa, nan, inf)), d, s in zip(parts.items(), widths, first):
-        if not np.all(np.isfinite(s2)):
-            raise InputValidationError(
-                f"view {name!r} holds values whose squared deviations overflow float64 (magnitudes around "
-                "1e154 or larger): no distance-based kernel can be computed on it; rescale the view (divide "
-                "it by a constant) before clustering.")
-        n = N - nan - inf  # the finite values of each column: all N unless missing="impute"
-        mean = s + s1 / n
-        var = np.maximum(s2 / n - (s1 / n) ** 2, 0.0)
-        if np.all(var == 0) and np.any(sa > 0):
-            raise InputValidationError(
-                f"view {name!r} varies only at a scale where squared deviations underflow float64 (largest "
-                f"mean absolute deviation {float(np.max(sa / n)):.3g}): rescale the view (multiply it by a "
-                "constant) before clustering.")
-        if np.all(sa == 0):
-            raise InputValidationError(
-                f"view {name!r} is constant: all {N} rows are the same, so it carries nothing to cluster; "
-                + ("drop it from the input." if len(views) > 1 else "there is nothing to cluster."))
-        out[name] = {"n_rows": N, "n_features": d, "mean": mean.tolist(), "std": np.sqrt(var).tolist()}
-        if nan.any():
-            out[name]["missing"] = [int(c) for c in nan]
-    if gather is not None:
-        return out, dict(zip(rows.names, picked))
-    return out
+        return scan.finish(sums), dict(zip(scan.rows.names, picked))
+    return scan.finish(sums)
 
 
-def _first_rows(rows: RowBlocks) -> list[np.ndarray]:
-    """The first row of every view, float64 (one small read)."""
-    return [np.asarray(compute(a[:1])[0], dtype=np.float64)[0]
-            for a in rows.arrays]
+class InputScan:
+    """The input scan as a partial sum per row block, so that another pass can carry it (the
+    embedding's: the input read once), and what the scan concludes from the total.
+
+    Parameters
+    ----------
+    views, feature_names, describe_row, missing
+        As :func:`scan_views`.
+
+    Attributes
+    ----------
+    rows : RowBlocks
+    first : list of ndarray of shape (1, d_v)
+        The first row of every view, as read.
+    shifts : list of ndarray of shape (d_v,)
+        The same, float64 and NaN/inf as 0: the moments are of deviations from it.
+    width : int
+        Length of a partial, ``5 sum(d_v) + 1``.
+    """
+
+    def __init__(self, views: Mapping[str, Any], *, feature_names=None, describe_row=None, missing: str = "refuse"):
+        self.rows = RowBlocks(views)
+        self.missing = check_missing(missing)
+        self.feature_names, self.describe_row = feature_names, describe_row
+        #: The first row of every view, shape (1, d_v), as read.
+        self.first = [np.asarray(compute(a[:1])[0]) for a in self.rows.arrays]
+        # Deviations from a reference row keep the moments accurate for data far from 0.
+        self.shifts = [np.nan_to_num(np.asarray(r, dtype=np.float64)[0], nan=0.0, posinf=0.0, neginf=0.0)
+                       for r in self.first]
+        self.widths = [int(a.shape[1]) for a in self.rows.arrays]
+        self.width = 5 * sum(self.widths) + 1
+
+    def partial(self, blocks: list) -> np.ndarray:
+        """The partial of one row block of every view (in ``rows.names`` order), shape (width,)."""
+        return _moments(blocks, self.shifts)
+
+    def finish(self, sums: np.ndarray) -> dict[str, dict]:
+        """The per-view statistics of :func:`scan_views` from the summed partials; raises what
+        it refuses (a second pass over one column finds the first bad row, on that path only)."""
+        rows, feature_names, describe_row = self.rows, self.feature_names, self.describe_row
+        views = rows.names
+        widths, first = self.widths, self.shifts
+        N = rows.n_samples
+        parts: dict[str, tuple[np.ndarray, ...]] = {}
+        start = 0
+        for name, d in zip(rows.names, widths):
+            parts[name] = tuple(sums[start + i * d:start + (i + 1) * d] for i in range(5))
+            start += 5 * d
+        if self.missing == "impute":
+            _refuse_non_finite(rows, {name: p[4] for name, p in parts.items()}, feature_names, describe_row,
+                               what="inf")
+            _refuse_empty(rows, parts, int(round(sums[-1])), feature_names, describe_row)
+        else:
+            _refuse_non_finite(rows, {name: p[3] + p[4] for name, p in parts.items()}, feature_names, describe_row)
+        out: dict[str, dict] = {}
+        for (name, (s1, s2, sa, nan, inf)), d, s in zip(parts.items(), widths, first):
+            if not np.all(np.isfinite(s2)):
+                raise InputValidationError(
+                    f"view {name!r} holds values whose squared deviations overflow float64 (magnitudes around "
+                    "1e154 or larger): no distance-based kernel can be computed on it; rescale the view (divide "
+                    "it by a constant) before clustering.")
+            n = N - nan - inf  # the finite values of each column: all N unless missing="impute"
+            mean = s + s1 / n
+            var = np.maximum(s2 / n - (s1 / n) ** 2, 0.0)
+            if np.all(var == 0) and np.any(sa > 0):
+                raise InputValidationError(
+                    f"view {name!r} varies only at a scale where squared deviations underflow float64 (largest "
+                    f"mean absolute deviation {float(np.max(sa / n)):.3g}): rescale the view (multiply it by a "
+                    "constant) before clustering.")
+            if np.all(sa == 0):
+                raise InputValidationError(
+                    f"view {name!r} is constant: all {N} rows are the same, so it carries nothing to cluster; "
+                    + ("drop it from the input." if len(views) > 1 else "there is nothing to cluster."))
+            out[name] = {"n_rows": N, "n_features": d, "mean": mean.tolist(), "std": np.sqrt(var).tolist()}
+            if nan.any():
+                out[name]["missing"] = [int(c) for c in nan]
+        return out
 
 
 def load_ids(source: Any, id_column: str | None, views: Mapping[str, Any]):

@@ -32,9 +32,9 @@ import numpy as np
 
 from .._core import _missing
 from .._core._blocks import report_passes
-from .._core._cluster import active_client, compute, compute_here, persist_and_wait
+from .._core._cluster import active_client, compute, compute_here, persist_and_wait, unfused
 from .._core._columns import is_frame
-from .._core._kmeans import assign_with_distance
+from .._core._kmeans import labels_pass
 from .._core._missing import Imputer, count_missing, donor_indices, fill_views
 from .._core._sampling import gather_rows
 from .._core._state import state_to_dataset, to_jsonable
@@ -44,6 +44,7 @@ from ._config import RunConfig
 from ._context import IMPUTATION_STAGE, RunContext, estimator_from_state, read_imputer, read_model_state, run_context
 from ._drift import check_thresholds, drift_statistics
 from ._io import (
+    InputScan,
     InputSource,
     OpenedInput,
     check_labels_out,
@@ -231,7 +232,11 @@ def open_run(plan: Any, *, progress: bool = False) -> RunContext:
     if missing == "impute" and same_run and not existing.is_complete(IMPUTATION_STAGE, verify="full"):
         stats = None  # its fill was lost: the scan reads the same donor rows again (same seed)
     landmarks = imputer = None
-    if stats is None:
+    if stats is None and _scan_in_embedding(config, missing):
+        # No pass of its own: the landmarks stage reads the landmark rows (and checks them), the
+        # embedding's pass scans every row (NaN/inf, statistics) in the tasks that embed it.
+        pass
+    elif stats is None:
         # The landmark rows (when the plan needs them) and the donor rows (when the run imputes)
         # are read in the scan's pass: each chunk once.
         idx = None
@@ -253,7 +258,7 @@ def open_run(plan: Any, *, progress: bool = False) -> RunContext:
             # Landmarks with missing cells are filled as every other row will be, before the fit.
             landmarks = (idx, dict(zip(rows, imputer.fill(picked) if imputer is not None else picked)))
     run = RunStore.create(store_url, fingerprint=fingerprint, params=config.to_json(), overwrite=overwrite)
-    if "input_stats" not in run.attrs:
+    if "input_stats" not in run.attrs and stats is not None:
         run.update_attrs(input_stats=stats)
     if imputer is not None:
         _write_imputation(run, imputer)
@@ -262,6 +267,18 @@ def open_run(plan: Any, *, progress: bool = False) -> RunContext:
         # How the input's columns became views: an assignment of a new batch reads it the same way.
         run.update_attrs(input=input_record(opened))
     return RunContext(run, views, config, plan=plan, landmarks=landmarks)
+
+
+def _scan_in_embedding(config: RunConfig, missing: str) -> bool:
+    """Whether a run's input scan rides on its embedding's pass (issue 34: the input read once
+    for the embedding): a landmark-embedding plan whose rows are not imputed (the fill needs
+    the scan's statistics before any row is embedded)."""
+    return missing == "refuse" and {"landmarks", "embedding"} <= set(stage_plan(config))
+
+
+def _scan_pending(store) -> bool:
+    """The run's input scan is still to be done, by its embedding's pass."""
+    return "input_stats" not in store.attrs and (store.attrs.get("missing") or {}).get("mode") != "impute"
 
 
 def _write_imputation(run, imputer: Imputer) -> None:
@@ -485,6 +502,12 @@ def stage_landmarks(ctx: RunContext) -> float:
         # Drawn on the views as read, as open_run draws them (the same rows for the same seed).
         idx = config.make_estimator().sample_landmarks(ctx.views, config.random_state)
         rows = gather_rows(_stage_views(ctx)[0], idx)
+        if _scan_pending(store):
+            try:  # the scan's checks on the landmark rows, in memory, before the fit uses them
+                scan_views(rows)
+            except InputValidationError:
+                # The whole scan says why, of every row (it raises; if it does not, the fit goes on).
+                scan_views(ctx.views, **_described(store))
     ds = xr.Dataset({"landmark_index": (("landmark",), idx)})
     for name, r in rows.items():
         ds[f"X__{name}"] = (("landmark", f"feature__{name}"), r)
@@ -492,6 +515,25 @@ def stage_landmarks(ctx: RunContext) -> float:
     ds.attrs["elapsed_s"] = time.perf_counter() - t0  # provenance: what this stage cost when it ran
     store.write_stage("landmarks", ds, compute=compute)
     return time.perf_counter() - t0
+
+
+def _described(store) -> dict[str, Any]:
+    """What a refusal names a run's columns and rows by (a table's column names per view, its
+    row ids), from the input the store records."""
+    record = store.attrs.get("input") or {}
+    out: dict[str, Any] = {"feature_names": record["views"]} if record.get("views") else {}
+    if record.get("kind") == "table" and record.get("id_column"):
+        def describe_row(row: int) -> str:  # on the error path only: opens the table again
+            from ._io import as_input
+
+            try:
+                opened = as_input(record["location"], views=record["views"], id_column=record["id_column"]).open()
+            except (MkdistError, OSError):
+                return f"row {row}"
+            return opened.describe_row(row)
+
+        out["describe_row"] = describe_row
+    return out
 
 
 def stage_model(ctx: RunContext, *, progress: bool = False) -> float:
@@ -569,15 +611,41 @@ def stage_embedding(ctx: RunContext, *, progress: bool = False) -> dict[str, flo
         # Each task embeds a row chunk and writes it: the embedding is never held in worker
         # memory (N x K floats: 0.4 GB per worker at 10M W1 rows on 2 workers, which made the
         # workers' peak grow with N); k-means streams it back from the store.
-        ds = xr.Dataset({"embedding": (("sample", "component"), est.transform(views))})
+        n_rows = int(next(iter(views.values())).shape[0])
+        scan = InputScan(views, **_described(store)) if _scan_pending(store) and _is_lazy(views) else None
+        if scan is not None:
+            # The input scan in the embedding's tasks: each reads its chunk once, sums the scan's
+            # moments and embeds it (a chunk with NaN/inf is not embedded: the scan refuses it).
+            H, partials = _embed_and_scan(est, scan)
+        else:
+            H, partials = est.transform(views), None
+        ds = xr.Dataset({"embedding": (("sample", "component"), H)})
         # Uncompressed: zstd saves 8% on these floats and cost 2-3x the read time of each of
         # the k-means passes (measured on W1, 50,000 x 20 float32 chunks: 9-11 ms vs 3-4 ms).
         ds["embedding"].encoding["compressors"] = None
         if counts is not None:
             # Counted in the embedding's pass (the rows' reads are shared); the labels stage copies it.
             ds["missing_cells"] = (("sample",), counts)
-        n_rows = int(next(iter(views.values())).shape[0])
-        store.write_stage_lazy("embedding", ds).commit(lambda delayed: _persist(delayed, progress, "embedding", n_rows))
+        if partials is None:
+            pending = store.write_stage_lazy("embedding", ds)
+            pending.commit(lambda delayed: _persist(delayed, progress, "embedding", n_rows))
+        else:
+            import dask
+
+            # Dask's low-level fusion off: the write's graph is optimized on its own (when the
+            # stage's writer wraps it), where each chunk's sealed task has one consumer and would
+            # be fused into it, and computed a second time for the scan's sum.
+            with dask.config.set({"optimization.fuse.active": False}):
+                pending = store.write_stage_lazy("embedding", ds)
+                try:
+                    total = dask.delayed(_sum_rows)(list(partials.to_delayed().ravel()))
+                    _, total = _persist([pending.delayed, total], progress, "embedding", n_rows)
+                    stats = scan.finish(np.asarray(compute(total)[0]))  # raises what the scan refuses
+                except BaseException:
+                    pending.abort()
+                    raise
+            pending.finalize()
+            store.update_attrs(input_stats=stats)
         t_embed = time.perf_counter() - t0
     if config.write_kernel_blocks and not store.is_complete("kernel_blocks"):
         t0 = time.perf_counter()
@@ -586,6 +654,72 @@ def stage_embedding(ctx: RunContext, *, progress: bool = False) -> dict[str, flo
                                                       attrs={"kernel_names": names}), compute=compute)
         t_write += time.perf_counter() - t0
     return {"embed_s": t_embed, "write_s": t_write}
+
+
+def _is_lazy(views: Mapping[str, Any]) -> bool:
+    from .._core._validation import is_dask_array
+
+    return any(is_dask_array(v) for v in views.values())
+
+
+def _embed_scan_chunk(*args, block_info=None):
+    """One chunk: the scan's partial and, when the chunk is finite, its embedding; as a (1, 1)
+    object block (the task's one output, split by two getters)."""
+    from ._io import _moments
+
+    *blocks, state = args
+    est, names, shifts, n_bad, width, dtype = state
+    partial = _moments(blocks, shifts)
+    if partial[n_bad].any():  # NaN or inf in the chunk: not embedded, the scan refuses it
+        H = np.zeros((blocks[0].shape[0], width), dtype=dtype)
+    else:
+        H = est.transform(dict(zip(names, blocks)))
+    out = np.empty((1, 1), dtype=object)
+    out[0, 0] = (H, partial[None, :])
+    return out
+
+
+def _part_of(block, i):
+    return block[0, 0][i]
+
+
+def _sum_rows(blocks: list) -> np.ndarray:
+    """The sum of (1, w) partials, in chunk order, shape (w,)."""
+    return np.sum(np.concatenate(blocks), axis=0)
+
+
+def _embed_and_scan(est, scan):
+    """The embedding (lazy) and the scan's partials (lazy, (n_chunks, width)) from ONE task per
+    row chunk, which reads the chunk once: the estimator's own ``transform`` on the chunk (the
+    same arithmetic over the same sub-blocks as its Dask graph) beside the scan's moments."""
+    import dask
+    import dask.array as da
+    from dask.base import tokenize
+
+    rows = scan.rows
+    first = dict(zip(rows.names, scan.first))
+    if not all(np.isfinite(r).all() for r in first.values()):
+        # The first row is refused: the scan of its own says so in full (on this path only).
+        scan_views(dict(zip(rows.names, rows.arrays)), feature_names=scan.feature_names)
+    probe = est.transform(first)  # the embedding's width and dtype
+    width, dtype = int(probe.shape[1]), probe.dtype
+    # Where a partial holds the NaN and inf counts (see _io._moments: 5 sums per view).
+    at, n_bad = 0, []
+    for d in scan.widths:
+        n_bad.extend(range(at + 3 * d, at + 5 * d))
+        at += 5 * d
+    nb = len(rows.row_chunks)
+    state = dask.delayed((est, rows.names, scan.shifts, np.asarray(n_bad), width, dtype), pure=False,
+                         traverse=False)
+    name = f"mkdist-embed-scan-{tokenize(*rows.arrays, scan.width, width)}"
+    # Sealed: both getters use each chunk's one task (fused into each, it ran twice).
+    parts = unfused(da.map_blocks(_embed_scan_chunk, *rows.arrays, state, chunks=((1,) * nb, (1,)), dtype=object,
+                                  meta=np.empty((0, 0), dtype=object), name=name))
+    H = parts.map_blocks(_part_of, 0, chunks=(rows.row_chunks, (width,)), dtype=dtype,
+                         meta=np.empty((0, 0), dtype=dtype), name=f"{name}-embedding")
+    partials = parts.map_blocks(_part_of, 1, chunks=((1,) * nb, (scan.width,)), dtype=np.float64,
+                                meta=np.empty((0, 0)), name=f"{name}-scan")
+    return H, partials
 
 
 #: Rows of every run kept for its report (the 2-D view of the embedding, the distance
@@ -647,7 +781,6 @@ def stage_labels(ctx: RunContext, *, progress: bool = False) -> dict[str, float]
         counts = embedding["missing_cells"].data if "missing_cells" in embedding else None
         with _pass_progress("k-means", progress, int(H.shape[0])):
             km = est.fit_centroids(H, config.random_state)  # None: the method keeps its landmark centroids
-        labels, distance = assign_with_distance(H, est.cluster_centers_)
         shown = None
         variables["cluster_centers"] = (("cluster", "component"), est.cluster_centers_)
         if km is not None:
@@ -656,24 +789,27 @@ def stage_labels(ctx: RunContext, *, progress: bool = False) -> dict[str, float]
         views, counts = _stage_views(ctx)
         labels, distance = est.assign_with_distance(views)
         shown = est.report_embedding(views)
-    idx = report_rows(int(labels.shape[0]))
+    n_rows = int(H.shape[0]) if shown is None else int(labels.shape[0])
+    idx = report_rows(n_rows)
     extra = () if counts is None else (counts,)
     if shown is None:
-        # The report rows of the stored embedding in a read of their own (cheap, it is stored
-        # uncompressed): gathered in the labels' pass, every embedding chunk read from the
-        # store had a second consumer and stayed in memory until the gather ran.
-        sample = np.asarray(compute(H[idx])[0])
-        labels, distance, *extra = _persist((_int32(labels), distance.astype(np.float32), *extra), progress,
-                                            "labels", int(labels.shape[0]))
+        # One pass over the stored embedding: per chunk one task computes the labels, the
+        # distances, the cluster sizes and the report rows (they were 4 passes and 16 tasks
+        # per chunk: the report rows' read, the labels, the sizes and sample over them).
+        labels, distance, sizes, (sample, sample_labels, sample_distance) = labels_pass(
+            H, est.cluster_centers_, idx, n_clusters=int(est.n_clusters_),
+            persist=lambda parts: _persist(parts, progress, "labels", n_rows))
+        extra = _persist(list(extra), False) if extra else []
+        missing = compute(*[x for c in extra for x in ((c > 0).sum(), c.sum())])
     else:
         # One persist: the report sample (and the missing cells) share the pass and the input
         # reads with the labels.
         labels, distance, sample, *extra = _persist((_int32(labels), distance.astype(np.float32), shown[idx],
-                                                     *extra), progress, "labels", int(labels.shape[0]))
-    # The sizes too: the labels are in memory now, and the metrics and the report need them.
-    sample, sample_distance, sample_labels, sizes, *missing = compute(
-        sample, distance[idx], labels[idx], da.bincount(labels, minlength=int(est.n_clusters_)),
-        *[x for c in extra for x in ((c > 0).sum(), c.sum())])
+                                                     *extra), progress, "labels", n_rows)
+        # The sizes too: the labels are in memory now, and the metrics and the report need them.
+        sample, sample_distance, sample_labels, sizes, *missing = compute(
+            sample, distance[idx], labels[idx], da.bincount(labels, minlength=int(est.n_clusters_)),
+            *[x for c in extra for x in ((c > 0).sum(), c.sum())])
     if extra:
         variables["missing_cells"] = (("sample",), extra[0])
         attrs.update(missing_rows=int(missing[0]), missing_cells=int(missing[1]))

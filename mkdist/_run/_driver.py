@@ -72,7 +72,8 @@ def _storage_options(source: Any) -> dict | None:
 @contextlib.contextmanager
 def _remove_if_unused(store: Any):
     """A run refused or interrupted before it created its store leaves no directory behind
-    (the writer lease creates the location to hold its lease file)."""
+    (the writer lease creates the location to hold its lease file); nor does a run whose input
+    is refused later, by the scan in its embedding's pass, in a store it created."""
     import fsspec
 
     from mkdist.storage._remote import options_for
@@ -82,10 +83,11 @@ def _remove_if_unused(store: Any):
     existed = fs.exists(path)
     try:
         yield
-    except BaseException:
+    except BaseException as e:
         if not existed:
             with contextlib.suppress(OSError):
-                if fs.isdir(path) and not fs.ls(path):
+                # Refused input: what the run stored came from it (the lease is released by now).
+                if fs.isdir(path) and (not fs.ls(path) or isinstance(e, InputValidationError)):
                     fs.rm(path, recursive=True)
         raise
 
