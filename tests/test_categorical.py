@@ -131,7 +131,7 @@ def _pairs_in_a_row(n: int, seed: int) -> pd.DataFrame:
                          "segment": seg})
 
 
-def test_a_categorical_view_clusters_as_kernel_kmeans_and_numbers_keep_the_spectral_geometry(mixed):
+def test_a_categorical_view_clusters_as_kernel_kmeans_and_numbers_keep_the_spectral_geometry(mixed, tmp_path):
     from sklearn.cluster import KMeans
 
     df = _pairs_in_a_row(2000, 0)
@@ -147,6 +147,11 @@ def test_a_categorical_view_clusters_as_kernel_kmeans_and_numbers_keep_the_spect
     default_scale = mkdist.MultipleKernelClustering(n_clusters=6, n_landmarks=300, random_state=0).fit(X)
     assert default_scale.model_.scaling.kind == "standard"
     np.testing.assert_array_equal(default_scale.labels_, est.labels_)
+    # "none": the columns as they are, asked for through a run's options (where None is the default).
+    raw = mkdist.cluster(df, tmp_path / "raw.zarr", 6, views={"usage": ["spend", "visits", "tenure", "basket"],
+                                                              "profile": ["plan", "channel"]},
+                         n_landmarks=300, scale="none", random_state=0)
+    assert raw.model.model_.scaling is None and raw.model.get_params()["scale"] == "none"
     # Set by hand, each is kept: the geometry before, the paper's, on the same table.
     sphere = mkdist.MultipleKernelClustering(normalize="diagonal", normalize_embedding=True, embedding_dim=12,
                                              **kwargs).fit(X)

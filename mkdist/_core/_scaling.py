@@ -16,13 +16,18 @@ import numpy as np
 from ..errors import InputValidationError
 from ._kernel_specs import SPARSE_DENSITY, view_density
 
-__all__ = ["FeatureScaling", "SCALINGS", "SCALE_AUTO"]
+__all__ = ["FeatureScaling", "SCALINGS", "SCALE_AUTO", "SCALE_NONE"]
 
 #: Per-feature scalings every estimator with a ``scale`` parameter offers (see FeatureScaling).
 SCALINGS = ("minmax", "standard")
 #: ``scale="auto"`` (late fusion): "minmax" on the dense views, none on the sparse ones
 #: (``view_density`` < ``SPARSE_DENSITY``, as the "auto" kernel set decides); see FeatureScaling.
 SCALE_AUTO = "auto"
+#: ``scale="none"``: the features as given, said explicitly.  ``None`` says the same to an
+#: estimator, but a run's options (``mkdist.cluster``, ``--config``) read ``scale=None`` as "the
+#: method's default", which is a scaling for some (late fusion's "auto"; mkc's "auto" with a
+#: categorical view): "none" is how a run asks for no scaling.
+SCALE_NONE = "none"
 
 
 @dataclasses.dataclass
@@ -48,10 +53,10 @@ class FeatureScaling:
     @classmethod
     def fit(cls, kind: str | None, views: Mapping[str, np.ndarray]) -> FeatureScaling | None:
         """Estimate the scaling on in-memory rows (landmarks or a sample); None for ``kind=None``."""
-        if kind is None:
+        if kind is None or kind == SCALE_NONE:
             return None
         if kind not in (*SCALINGS, SCALE_AUTO):
-            raise InputValidationError(f"`scale`={kind!r} must be one of {(*SCALINGS, SCALE_AUTO)}.")
+            raise InputValidationError(f"`scale`={kind!r} must be one of {(*SCALINGS, SCALE_AUTO, SCALE_NONE)}.")
         offset, scale = {}, {}
         for name, L in views.items():
             L = np.asarray(L, dtype=np.float64)
@@ -86,7 +91,7 @@ class FeatureScaling:
 
     @classmethod
     def from_state(cls, kind: str | None, view_names: Sequence[str], get) -> FeatureScaling | None:
-        if not kind:
+        if not kind or kind == SCALE_NONE:
             return None
         return cls(kind, {n: get(f"scale_offset__{n}") for n in view_names},
                    {n: get(f"scale_span__{n}") for n in view_names})

@@ -580,14 +580,16 @@ class MultipleKernelClustering(KernelLandmarkEstimator):
         (0.889).  With K columns rather than 2K, Palmer penguins' species NMI 0.59 -> 0.73
         (``docs/algorithms.md``).  Numeric inputs keep the paper's geometry (the 28-set
         measurements).
-    scale : {"auto", None, "minmax", "standard"}, default="auto"
+    scale : {"auto", None, "none", "minmax", "standard"}, default="auto"
         Per-feature scaling estimated on the landmarks.  "auto": "standard" when a view is
         categorical (a table: its numbers come in their own units, and one RBF bandwidth per
         view cannot weigh dollars against visits; standardised indicators weigh a category
         by its rarity, as FAMD does), else none, so numeric inputs follow the data as passed
         (the paper's setting, measured on the 28 shared sets).  On the customer table of
         ``bench/bench_tables.py`` without scaling, the kernel k-means geometry cut a pair of
-        segments by spend on one seed of 8 (ACC 0.725; ``docs/algorithms.md``).
+        segments by spend on one seed of 8 (ACC 0.725; ``docs/algorithms.md``).  None or "none":
+        the features as given ("none" is how a run's options say it: there ``scale=None`` means
+        the default).
     max_iter : int, default=200
         SimpleMKKM descent steps.
     tol : float, default=1e-4

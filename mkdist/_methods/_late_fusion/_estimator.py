@@ -98,11 +98,13 @@ class LateFusionClustering(KernelLandmarkEstimator):
         Centre every kernel in feature space at the landmark mean.
     normalize : {"diagonal", "trace", None}, default="diagonal"
         Kernel normalisation after centring.
-    scale : {"auto", None, "minmax", "standard"}, default="auto"
+    scale : {"auto", None, "none", "minmax", "standard"}, default="auto"
         Per-feature scaling estimated on the landmarks (``mkdist._core._scaling.FeatureScaling``).
         "auto": "minmax" on dense views, none on sparse ones (< 10% non-zero entries, the
         views ``kernels="auto"`` gives the cosine kernel): min-max scaling gives a word seen
         once the weight of the most frequent one (measured: ``docs/algorithms.md``).
+        None or "none": the features as given ("none" in a run's options, where ``scale=None``
+        means the default).
     max_iter : int, default=30
         Maximum sweeps of Algorithm 1.
     tol : float, default=1e-6

@@ -15,7 +15,7 @@ from sklearn.exceptions import ConvergenceWarning
 from ..._core._blocks import RowBlocks
 from ..._core._distances import bandwidth_statistic, check_bandwidth
 from ..._core._sampling import gather_rows
-from ..._core._scaling import FeatureScaling
+from ..._core._scaling import SCALE_NONE, FeatureScaling
 from ..._core._state import StateArrays
 from ..._core._validation import Interval, Options, check_finite, is_dask_array, validate_params
 from ...errors import InputValidationError
@@ -382,7 +382,7 @@ class RFFPowerKMeansBase(MkdistEstimator):
         names = self.view_names_
         for name, W in zip(names, self.rff_frequencies_):
             arrays[f"rff_frequencies__{name}"] = ((f"feature__{name}", "frequency"), W)
-        if self.scale is not None:
+        if self.scale not in (None, SCALE_NONE):
             arrays.update(FeatureScaling(self.scale, dict(zip(names, self.feature_centers_)),
                                          dict(zip(names, self.feature_scales_))).state_arrays())
         return attrs, arrays
@@ -463,9 +463,10 @@ _DOC = {
         when an iteration at an unchanged s lowers the objective by at most
         ``OBJECTIVE_RTOL`` (1e-5) of its value -- unless two centroids coincide or a cluster
         vanished in that iteration.  0 runs to an exact fixed point or ``max_iter``.
-    scale : None, "standard" or "minmax", default=None
+    scale : None, "none", "standard" or "minmax", default=None
         Feature scaling per view, estimated on the init sample and folded into the
-        frequencies (no scaled copy of X is made).  None uses the features as given.""",
+        frequencies (no scaled copy of X is made).  None (or "none") uses the features as
+        given.""",
     "parameters_seed": """\
     random_state : int, RandomState or None, default=None
         Seeds the init sample, the bandwidth sample and one seed per restart, from which a
