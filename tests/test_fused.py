@@ -110,6 +110,12 @@ def test_numpy_and_compiled_steps_agree_on_one_view(powers):
         np.testing.assert_allclose(coefs[1], coefs[0], rtol=1e-12)
         np.testing.assert_allclose(cents[1], cents[0], rtol=1e-12, atol=1e-15)
         assert np.isnan(coefs[0][:, :2]).all() and not np.isnan(coefs[0][:, 2:]).any()  # columns offset..offset+q
+        # The block's first source stores into C without reading it (C is not zeroed): the same
+        # bits as adding to zeros, whatever C held.
+        C0 = np.full((b, n), np.nan)
+        _fused.combine_compiled(src, powers, dl, shift, weight, kxx, mode, True, C0, coefs[1], cents[1], 2, 1e-12,
+                                accumulate=False)
+        np.testing.assert_array_equal(C0, C)
 
 
 def test_numba_switched_off_by_the_environment(monkeypatch):

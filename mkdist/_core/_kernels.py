@@ -656,16 +656,18 @@ class CombinedProjection:
         # each kernel and sums the projections in H (see mkdist._core._fused).
         C = None
         if compiled:
-            C = work["C"][:b]
-            C.fill(0)
+            C = work["C"][:b]  # not zeroed: the first combination stores into it
+        first = True
         H = None if compiled else np.zeros((b, self.Q.shape[1]))
         coef = np.empty((b, self.n_slots))
         cent = np.empty((b, self.n_slots))
 
         def combine(blk, s, kxx, clip):
+            nonlocal first
             if compiled:
                 combine_compiled(blk, s["powers"], s["dl"], s["shift"], s["weight"], kxx, self.mode, clip, C,
-                                 coef, cent, s["offset"], _DIAG_FLOOR)
+                                 coef, cent, s["offset"], _DIAG_FLOOR, accumulate=not first)
+                first = False
             else:
                 combine_numpy(blk, s["powers"], s["dlQ"], s["shift"], s["weight"], kxx, self.mode, clip, H,
                               coef, cent, s["offset"], _DIAG_FLOOR, work=work["derived"][:b])
@@ -690,6 +692,8 @@ class CombinedProjection:
                 for (k, s), blk in zip(src["other"], _view_kernels(X, src["landmarks"], ks, buffer)):
                     combine(blk, s, self_kernel(views_block, k, dtype=np.float64)[:, None], False)
         if compiled:
+            if first:  # no kernel with a weight: nothing was stored into C
+                C.fill(0)
             H = (C @ self.Q).astype(np.float64, copy=False)
         if self.center:
             H -= cent @ self.U + coef @ self.V
