@@ -604,8 +604,6 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
 
     def go():
         _handle_interrupts()
-        options = dict(overwrite=overwrite, progress=not quiet, labels_out=labels_out,
-                       drift_thresholds=thresholds or None)
         if flow:
             with temporary_prefect_server():
                 from mkdist.flows import assign_flow
@@ -627,7 +625,8 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
             if not quiet and scheduler.kind != "local-cluster":
                 _note(f"computing on: {_where_line(scheduler, n_rows)}")
             try:
-                return drive_assign(checked, **options)  # checked above: not again
+                return drive_assign(checked, overwrite=overwrite, progress=not quiet, labels_out=labels_out,
+                                    drift_thresholds=thresholds or None)  # checked above: not again
             except KeyboardInterrupt:
                 _stop_now()  # as in `run`: stopped in order, our workers need no graceful close
 

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import InputValidationError
 from ._kernel_specs import SPARSE_DENSITY, view_density
 
-__all__ = ["FeatureScaling", "SCALINGS", "SCALE_AUTO", "SCALE_NONE"]
+__all__ = ["FeatureScaling", "SCALINGS", "SCALE_AUTO", "SCALE_NONE", "scales_features"]
 
 #: Per-feature scalings every estimator with a ``scale`` parameter offers (see FeatureScaling).
 SCALINGS = ("minmax", "standard")
@@ -28,6 +28,11 @@ SCALE_AUTO = "auto"
 #: method's default", which is a scaling for some (late fusion's "auto"; mkc's "auto" with a
 #: categorical view): "none" is how a run asks for no scaling.
 SCALE_NONE = "none"
+
+
+def scales_features(kind: str | None) -> bool:
+    """Whether ``scale=kind`` scales anything (None and "none" both say no)."""
+    return kind is not None and kind != SCALE_NONE
 
 
 @dataclasses.dataclass
@@ -53,7 +58,7 @@ class FeatureScaling:
     @classmethod
     def fit(cls, kind: str | None, views: Mapping[str, np.ndarray]) -> FeatureScaling | None:
         """Estimate the scaling on in-memory rows (landmarks or a sample); None for ``kind=None``."""
-        if kind is None or kind == SCALE_NONE:
+        if not scales_features(kind):
             return None
         if kind not in (*SCALINGS, SCALE_AUTO):
             raise InputValidationError(f"`scale`={kind!r} must be one of {(*SCALINGS, SCALE_AUTO, SCALE_NONE)}.")
@@ -91,7 +96,7 @@ class FeatureScaling:
 
     @classmethod
     def from_state(cls, kind: str | None, view_names: Sequence[str], get) -> FeatureScaling | None:
-        if not kind or kind == SCALE_NONE:
+        if not kind or not scales_features(kind):
             return None
         return cls(kind, {n: get(f"scale_offset__{n}") for n in view_names},
                    {n: get(f"scale_span__{n}") for n in view_names})

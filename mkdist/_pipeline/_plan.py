@@ -106,7 +106,7 @@ class RunRequest:
                 f"a run of in-memory data ({type(self.source).__name__}) has no JSON: give its input as a path or URL "
                 "(mkdist.cluster writes a DataFrame beside the store) to hand the run to a flow.")
         report = self.report if isinstance(self.report, bool) else os.fspath(self.report)
-        return {"source": {k: v for k, v in self.source.to_json().items() if k != "storage_options"},
+        return {"source": _source_json(self.source),
                 "store": str(getattr(self.store, "url", None) or os.fspath(self.store)),
                 "config": self.config.to_json(), "labels_out": self.labels_out, "overwrite": bool(self.overwrite),
                 "report": report}
@@ -264,7 +264,7 @@ class AssignRequest:
     def to_json(self) -> dict[str, Any]:
         """The request as JSON (without the input's storage options, as :meth:`RunRequest.to_json`)."""
         return {"model_store": os.fspath(self.model_store),
-                "source": {k: v for k, v in self.source.to_json().items() if k != "storage_options"},
+                "source": _source_json(self.source),
                 "output": os.fspath(self.output), "labels_out": self.labels_out, "overwrite": bool(self.overwrite),
                 "report": bool(self.report), "drift_thresholds": self.drift_thresholds}
 
@@ -296,6 +296,12 @@ class AssignRequest:
                    report=bool(data.get("report", True)), drift_thresholds=thresholds)
 
 
+def _source_json(source: InputSource) -> dict[str, Any]:
+    """An input's JSON in a request: without its storage options (credentials), which flow
+    parameters would store on the Prefect server; the flow's process has its own."""
+    return {k: v for k, v in source.to_json().items() if k != "storage_options"}
+
+
 def _mapping(data: Any) -> dict[str, Any]:
     """A plan's JSON as a dict (a JSON string is parsed: a deployment may hand it so)."""
     if isinstance(data, (str, bytes)):
@@ -303,7 +309,7 @@ def _mapping(data: Any) -> dict[str, Any]:
 
         data = json.loads(data)
     if not isinstance(data, dict):
-        raise InputValidationError(f"a run plan is a JSON object (a dict), not {type(data).__name__}")
+        raise InputValidationError(f"a run plan or request is a JSON object (a dict), not {type(data).__name__}")
     return data
 
 

@@ -15,7 +15,7 @@ from sklearn.exceptions import ConvergenceWarning
 from ..._core._blocks import RowBlocks
 from ..._core._distances import bandwidth_statistic, check_bandwidth
 from ..._core._sampling import gather_rows
-from ..._core._scaling import SCALE_NONE, FeatureScaling
+from ..._core._scaling import FeatureScaling, scales_features
 from ..._core._state import StateArrays
 from ..._core._validation import Interval, Options, check_finite, is_dask_array, validate_params
 from ...errors import InputValidationError
@@ -382,7 +382,7 @@ class RFFPowerKMeansBase(MkdistEstimator):
         names = self.view_names_
         for name, W in zip(names, self.rff_frequencies_):
             arrays[f"rff_frequencies__{name}"] = ((f"feature__{name}", "frequency"), W)
-        if self.scale not in (None, SCALE_NONE):
+        if scales_features(self.scale):
             arrays.update(FeatureScaling(self.scale, dict(zip(names, self.feature_centers_)),
                                          dict(zip(names, self.feature_scales_))).state_arrays())
         return attrs, arrays
