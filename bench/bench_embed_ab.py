@@ -5,8 +5,9 @@
         ``embed_chunk`` over the same in-memory W1 rows in one process per checkout and round,
         this checkout and the base alternating (which goes first rotates each round); CPU time,
         one BLAS thread.  Prints JSON: us/row per round and medians, the ratio to the roofline
-        figure given (``--roofline-us``, default the 2.60 us/row of bench_roofline's last run),
-        and whether the two checkouts' embeddings are bit-identical (then so are the labels).
+        roofline (``--roofline-us``; by default measured in this run: bench_roofline's primitives and
+        ``roofline()`` in their own process each round, between the two sides, median of the
+        rounds), and whether the two checkouts' embeddings are bit-identical (then so are the labels).
 
     python bench/bench_embed_ab.py --n 200000 --block-sweep 131,262 --rounds 10
         this checkout only, one process: the row function over sub-blocks of each size in turn
@@ -80,6 +81,13 @@ def _child(n: int, model_path: str, repeats: int) -> dict:
             "sha256": digest}
 
 
+def _roofline_child() -> dict:
+    """bench_roofline's primitives at the embed task's 262-row block, and the roofline from them."""
+    from bench_roofline import primitives, roofline
+
+    return roofline(primitives(262))
+
+
 def _block_sweep(n: int, sizes: list[int], rounds: int) -> dict:
     from threadpoolctl import threadpool_limits
 
@@ -114,9 +122,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3, help="timed passes per process (its median is the round's)")
     ap.add_argument("--base-src", help="checkout to compare with (its mkdist/ is imported instead of this one)")
-    ap.add_argument("--roofline-us", type=float, default=2.60)
+    ap.add_argument("--roofline-us", type=float, default=None,
+                    help="us/row to compare with (default: measured each round, see above)")
     ap.add_argument("--block-sweep", help="comma-separated sub-block rows, timed in one process (see above)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--roofline-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.block_sweep:
         print(json.dumps(_block_sweep(args.n, [int(b) for b in args.block_sweep.split(",")], args.rounds), indent=1))
@@ -124,25 +134,42 @@ def main():
     if args.child:
         print(json.dumps(_child(args.n, args.child, args.repeats)))
         return
+    if args.roofline_child:
+        print(json.dumps(_roofline_child()))
+        return
     model = _prepare(args.n)
     sides = {"this": None, **({"base": args.base_src} if args.base_src else {})}
     runs: dict = {k: [] for k in sides}
+    rooflines: list = []
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     for r in range(args.rounds):
         order = list(sides) if r % 2 == 0 else list(sides)[::-1]
-        for side in order:
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-            if sides[side]:
-                env["PYTHONPATH"] = sides[side]
+        for i, side in enumerate(order):
+            if i == 1 and args.roofline_us is None:  # between the sides: the same minute as both
+                out = subprocess.run([sys.executable, __file__, "--roofline-child"], env=env, capture_output=True,
+                                     text=True, check=True)
+                rooflines.append(json.loads(out.stdout))
+            side_env = {**env, "PYTHONPATH": sides[side]} if sides[side] else env
             out = subprocess.run([sys.executable, __file__, "--n", str(args.n), "--repeats", str(args.repeats),
-                                  "--child", str(model)], env=env, capture_output=True, text=True, check=True)
+                                  "--child", str(model)], env=side_env, capture_output=True, text=True, check=True)
             runs[side].append(json.loads(out.stdout))
-    res = {"N": args.n, "rounds": args.rounds, "load_1min_end": os.getloadavg()[0],
-           "roofline_us_per_row": args.roofline_us}
+    if args.roofline_us is None and not rooflines:  # one side only
+        rooflines = [_roofline_child()]
+    roof = args.roofline_us if args.roofline_us is not None else median(x["us_per_row"] for x in rooflines)
+    res = {"N": args.n, "rounds": args.rounds, "load_1min_end": os.getloadavg()[0], "roofline_us_per_row": roof}
+    if rooflines:
+        res["roofline_rounds"] = rooflines
+        # the distance GEMM at the input's own 32 columns instead of the augmented 34 (the least
+        # the formula needs, at the rate measured for 34)
+        res["roofline_us_per_row_k32"] = median(x["us_per_row"] - x["distance_gemm_us"] * 2 / 34 for x in rooflines)
     for side, rs in runs.items():
         us = [x["us_per_row"] for x in rs]
         res[side] = {"mkdist": rs[0]["mkdist"], "us_per_row_rounds": us, "us_per_row_median": median(us),
-                     "over_roofline": median(us) / args.roofline_us, "sha256": rs[0]["sha256"],
+                     "over_roofline": median(us) / roof, "sha256": rs[0]["sha256"],
                      "same_bits_every_round": len({x["sha256"] for x in rs}) == 1}
+        if rooflines:
+            res[side]["over_roofline_k32"] = median(us) / res["roofline_us_per_row_k32"]
+            res[side]["over_roofline_paired"] = median(u / x["us_per_row"] for u, x in zip(us, rooflines))
     if "base" in res:
         res["identical_embedding"] = res["this"]["sha256"] == res["base"]["sha256"]
         res["speedup_median"] = res["base"]["us_per_row_median"] / res["this"]["us_per_row_median"]

@@ -605,8 +605,11 @@ def part_passes(args):
         order = ["run", "floor"] if r % 2 == 0 or not (store / "zarr.json").exists() else ["floor", "run"]
         got = {}
         for kind in order:
+            if kind == "floor" and args.no_floor:
+                continue
             got[kind] = floor(args.n, str(store), 512) if kind == "floor" else _passes_once(args.n, store)
-        got["ratio_over_floor"] = got["run"]["end_to_end_s"] / got["floor"]["total_s"]
+        if not args.no_floor:
+            got["ratio_over_floor"] = got["run"]["end_to_end_s"] / got["floor"]["total_s"]
         got["load_1min"] = os.getloadavg()[0]
         rounds.append(got)
 
@@ -614,8 +617,8 @@ def part_passes(args):
         return median([f(r) for r in rounds])
     return {"rounds": rounds, "numba": _has_numba(),
             "end_to_end_s_median": med(lambda r: r["run"]["end_to_end_s"]),
-            "floor_s_median": med(lambda r: r["floor"]["total_s"]),
-            "ratio_over_floor_median": med(lambda r: r["ratio_over_floor"]),
+            "floor_s_median": None if args.no_floor else med(lambda r: r["floor"]["total_s"]),
+            "ratio_over_floor_median": None if args.no_floor else med(lambda r: r["ratio_over_floor"]),
             "outside_share_median": med(lambda r: r["run"]["outside_share"]),
             "tasks_per_chunk": rounds[0]["run"]["tasks_per_chunk"],
             "n_full_passes": rounds[0]["run"]["n_full_passes"],
@@ -638,6 +641,7 @@ def main():
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--ns", default="1000000,10000000")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-floor", action="store_true", help="--part passes: the run alone (tasks, passes, stages)")
     ap.add_argument("--reference-python", help="--part labels: the Python of an older mkdist checkout")
     args = ap.parse_args()
     emit({"bench": f"speed/{args.part}", "machine": machine(), "workload": W1, **globals()[f"part_{args.part}"](args)})

@@ -110,12 +110,87 @@ def test_numpy_and_compiled_steps_agree_on_one_view(powers):
         np.testing.assert_allclose(coefs[1], coefs[0], rtol=1e-12)
         np.testing.assert_allclose(cents[1], cents[0], rtol=1e-12, atol=1e-15)
         assert np.isnan(coefs[0][:, :2]).all() and not np.isnan(coefs[0][:, 2:]).any()  # columns offset..offset+q
-        # The block's first source stores into C without reading it (C is not zeroed): the same
-        # bits as adding to zeros, whatever C held.
+        # The block's first source stores into C without reading it (C is not zeroed): whatever
+        # C held (NaN here), the sum is the one added to zeros, up to the order of its roundings.
         C0 = np.full((b, n), np.nan)
         _fused.combine_compiled(src, powers, dl, shift, weight, kxx, mode, True, C0, coefs[1], cents[1], 2, 1e-12,
                                 accumulate=False)
-        np.testing.assert_array_equal(C0, C)
+        np.testing.assert_allclose(C0, C, rtol=1e-13, atol=1e-13)
+
+
+def test_exp_inside_the_compiled_step_is_the_clipped_exp_of_the_distance_terms():
+    """exp_of: the source exp(scale (G - c ||x||^2 + cb)) clipped at 1 is formed in the loop, to
+    float32 accuracy (Cephes' expf: within ~1 ulp; NumPy's float32 exp ~2 ulp), exactly 0 below
+    float32's smallest normal, 1 where rounding pushes the argument above 0."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(1)
+    b, n, c, d, c0 = 7, 300, 3, 5, 0.05
+    G = rng.uniform(-3.0, 0.0, size=(b, n)).astype(np.float32)
+    G[0, :6] = [1e-6, 0.0, -88.0, -95.0, -200.0, -87.0]  # above 0, 0, below the smallest normal, ~1e-38
+    X = rng.normal(size=(b, d)).astype(np.float32)
+    X[0] = 0.0  # row 0's argument is G itself
+    rb = -np.float32(c0) * (X * X).sum(axis=1, dtype=np.float32)
+    cb = rng.uniform(-0.2, 0.0, n).astype(np.float32)
+    cb[:6] = 0.0
+    powers = np.array([4, 0, 2])
+    dl = rng.uniform(0.5, 2.0, size=(3, n)).astype(np.float32)
+    shift, weight, kxx = rng.uniform(0, 0.3, 3), rng.uniform(0.5, 2, 3), np.ones((b, 3))
+    Q = rng.normal(size=(n, c))
+    for scale in (1.0, 0.25):
+        arg = scale * (G.astype(np.float64) + rb[:, None] + cb[None, :])
+        src = np.minimum(np.exp(arg), 1.0)
+        C, C64 = np.empty((b, n), np.float32), np.empty((b, n))
+        coef, cent, coef64, cent64 = (np.empty((b, 3)) for _ in range(4))
+        _fused.combine_compiled(G, powers, dl, shift, weight, kxx, _fused.MODE_DIAGONAL_CENTRED, False, C, coef, cent,
+                                0, 1e-12, accumulate=False, exp_of=(X, cb, c0, scale))
+        _fused.combine_compiled(src, powers, dl.astype(np.float64), shift, weight, kxx, _fused.MODE_DIAGONAL_CENTRED,
+                                True, C64, coef64, cent64, 0, 1e-12, accumulate=False)
+        np.testing.assert_allclose(C, C64, rtol=2e-5, atol=1e-6)
+        np.testing.assert_allclose(coef, coef64, rtol=2e-5)
+        np.testing.assert_allclose((C @ Q), C64 @ Q, rtol=1e-4, atol=1e-4 * np.abs(C64 @ Q).max())
+    # the source itself, through the kernel with power 0 and unit weights, no normalisation
+    C = np.empty((b, n), np.float32)
+    ones = np.ones(1)
+    _fused.combine_compiled(G, np.array([0]), np.ones((1, n), np.float32), np.zeros(1), ones, np.ones((b, 1)),
+                            _fused.MODE_CONSTANT, False, C, np.empty((b, 1)), np.empty((b, 1)), 0, 1e-12,
+                            accumulate=False, exp_of=(X, cb, c0, 1.0))
+    assert C[0, 0] == 1.0 and C[0, 1] == 1.0 and C[0, 2] == 0.0 and C[0, 3] == 0.0 and C[0, 4] == 0.0
+    arg32 = (G + rb[:, None]) + cb[None, :]  # about the loop's float32 argument; its rounding is not the exp's
+    want = np.minimum(np.exp(arg32.astype(np.float64)), 1.0)
+    normal = want >= np.finfo(np.float32).tiny
+    assert np.abs(C[0][normal[0]] - want[0][normal[0]]).max() <= np.spacing(np.float32(1.0))  # row 0: G exactly
+    ulps = np.abs(C[normal] - want[normal]) / np.spacing(want[normal].astype(np.float32))
+    assert np.median(ulps) <= 0.5 and ulps.max() <= 8  # the rows' norms are summed in another order
+    with pytest.raises(TypeError, match="float32 only"):
+        _fused.combine_compiled(G.astype(np.float64), np.array([0]), np.ones((1, n)), np.zeros(1), ones,
+                                np.ones((b, 1)), 0, False, np.empty((b, n)), np.empty((b, 1)), np.empty((b, 1)), 0,
+                                1e-12, exp_of=(X, cb, c0, 1.0))
+
+
+def test_finish_step_centres_and_scales_rows_like_numpy():
+    """finish_compiled: P - cent U - coef V, unit rows in float64 (a zero row stays zero), cast."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(2)
+    b, q, c = 11, 4, 6
+    P = rng.normal(size=(b, c)).astype(np.float32)
+    cent, coef = rng.normal(size=(b, q)), rng.normal(size=(b, q))
+    U, V = rng.normal(size=(q, c)), rng.normal(size=(q, c))
+    H = P.astype(np.float64) - cent @ U - coef @ V
+    for center, unit in ((True, True), (True, False), (False, True), (False, False)):
+        want = H if center else P.astype(np.float64)
+        if unit:
+            want = want / np.linalg.norm(want, axis=1, keepdims=True)
+        out = np.empty((b, c))
+        np.testing.assert_allclose(_fused.finish_compiled(P, cent, coef, U, V, center, unit, out), want, rtol=1e-12,
+                                   atol=1e-12)
+        P32 = P.copy()
+        got = _fused.finish_compiled(P32, cent, coef, U, V, center, unit, P32)  # in place, float32
+        assert got is P32
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+    Z = np.zeros((2, c), np.float32)
+    zero = _fused.finish_compiled(Z, np.zeros((2, 0)), np.zeros((2, 0)), np.zeros((0, c)), np.zeros((0, c)), True,
+                                  True, Z)
+    assert not np.isnan(zero).any() and (zero == 0).all()
 
 
 def test_numba_switched_off_by_the_environment(monkeypatch):

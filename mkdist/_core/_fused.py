@@ -15,7 +15,10 @@ module computes, for every row and kernel t of a view, from one *source* block:
     coef[t] = a_t,  cent[t] = a_t * (m_t - shift[t])   (the rank-one centring terms)
 
 The compiled step (numba, when it is installed: ``pip install mkdist[fast]``) keeps each row
-in L1 and touches the (b, n) block once per kernel.  Without numba, :func:`combine_numpy`
+in L1 and touches the (b, n) block once per kernel.  For float32 RBF views it also forms the
+source itself, src = exp(c (2 x.l - ||x||^2 - ||l||^2)), from the distance GEMM's block (no
+NumPy exp pass, no [x, ||x||^2, 1] copy), and :func:`finish_compiled` does the block's last
+step (centring terms, unit rows, cast) in one call.  Without numba, :func:`combine_numpy`
 computes the same sum a NumPy way (one thin GEMM per kernel, see there).  ``MKDIST_NUMBA=0``
 selects NumPy.
 """
@@ -27,9 +30,8 @@ import threading
 
 import numpy as np
 
-__all__ = ["combine_numpy", "combine_compiled", "compiled_available", "prefetch", "prefetch_where_embedded",
-           "MODE_CONSTANT",
-           "MODE_DIAGONAL_CENTRED", "MODE_DIAGONAL"]
+__all__ = ["combine_numpy", "combine_compiled", "finish_compiled", "compiled_available", "prefetch",
+           "prefetch_where_embedded", "MODE_CONSTANT", "MODE_DIAGONAL_CENTRED", "MODE_DIAGONAL"]
 
 #: a_t = weight[t] (no normalisation, or trace normalisation folded into the weight)
 MODE_CONSTANT = 0
@@ -119,18 +121,86 @@ def _row_factor(m: np.ndarray, kxx: np.ndarray, mode: int, shift: float, weight:
     return np.full(m.shape, weight)
 
 
-def _combine_loops(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cent, offset, floor, accumulate):
+def _bits_as_float32(typingctx, bits):
+    """An int32's bits read as a float32 (LLVM bitcast): 2^k as an exponent field, in a vector lane."""
+    from llvmlite import ir
+    from numba import types
+
+    def codegen(context, builder, signature, args):
+        _prefer_512_bit_vectors(builder.function)
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+def _prefer_512_bit_vectors(function) -> None:
+    """Let LLVM vectorise ``function``'s loops 16 floats wide on a CPU with AVX-512.
+
+    LLVM's x86 tuning prefers 256-bit vectors on Intel's AVX-512 server cores (a frequency
+    licence that pays off only for long vector loops), which is what the combination's loops
+    are: measured on W1's blocks, the exp-and-combine step took 0.83 against 1.05 us a row and
+    view at 256 bits.  The per-function attribute is clang's ``-mprefer-vector-width=512``,
+    scoped to this function instead of numba's process-wide ``NUMBA_CPU_FEATURES``.  llvmlite
+    lists only the attributes it knows, so the string attribute is added to the set directly;
+    on CPUs without AVX-512 it changes nothing.
+    """
+    attribute = '"prefer-vector-width"="512"'
+    if attribute not in function.attributes:
+        set.add(function.attributes, attribute)
+
+
+def _expf(x):
+    """exp(x) in float32, written out so that numba vectorises it with the loop around it.
+
+    numba's ``np.exp`` calls libm once per element (3.35 ns against NumPy's 0.47 ns/element,
+    bench/RESULTS.md, roofline primitives) unless Intel's SVML is installed, and NumPy's own
+    SIMD exp is a separate pass that writes the (b, n) block out and reads it back.  This is
+    Cephes' expf (2^k e^r, |r| <= ln2/2, a degree-6 polynomial; measured within 0.82 ulp of the
+    float64 exp on W1-like arguments, NumPy's float32 exp 2.1 ulp), inlined into the loop that
+    consumes it.  Arguments below -87.34 (results below float32's smallest normal) give 0 and
+    above 88 give exp(88); the callers clip at 1 and only pass arguments <= ~0.
+    """
+    lo = np.float32(-87.33654)
+    xc = x if x > lo else lo
+    xc = xc if xc < np.float32(88.0) else np.float32(88.0)
+    k = np.floor(xc * np.float32(1.44269504088896341) + np.float32(0.5))
+    # ln 2 in two parts: k * 0.693359375 is exact in float32 (9 significant bits)
+    r = xc - k * np.float32(0.693359375) + k * np.float32(2.12194440e-4)
+    y = np.float32(1.9875691500e-4)
+    y = y * r + np.float32(1.3981999507e-3)
+    y = y * r + np.float32(8.3334519073e-3)
+    y = y * r + np.float32(4.1665795894e-2)
+    y = y * r + np.float32(1.6666665459e-1)
+    y = y * r + np.float32(5.0000001201e-1)
+    y = y * (r * r) + r + np.float32(1.0)
+    y = y * _BITS_AS_FLOAT32((np.int32(k) + np.int32(127)) << np.int32(23))
+    return y if x > lo else np.float32(0.0)
+
+
+# numba objects, made with the compiled step (numba is optional): the intrinsic and the jitted _expf
+_BITS_AS_FLOAT32 = None
+_EXP32 = None
+
+
+def _combine_loops(src, X, cb, scale, exp_source, powers, dl, shift, weight, kxx, mode, clip, C, coef, cent, offset,
+                   floor, accumulate):
     """The same step row by row (compiled by numba), the row in L1 throughout.
+
+    With ``exp_source`` (float32 only) ``src`` is the distance GEMM's block G = X (2 c L^T) and
+    the kernel row is formed here: exp(scale[1] (G_ij - c ||x_i||^2 + cb_j)), c = scale[0],
+    cb_j = -c ||l_j||^2 (``scale``: shape (2,), src's dtype, so float32 stays float32), clipped
+    at 1 -- the exponential of the view's scaled squared distances without NumPy's exp pass
+    over the (b, n) block (one write and one read of it less).
+    Otherwise ``src`` is the kernel block itself (``rb``, ``cb`` and ``scale`` unused).
 
     With ``accumulate`` False the first kernel's term is stored into C instead of added, so the
     block's first source needs no zeroed C (a (b, n) pass: 3% of a W1 row); 0 + x is x, so the
     sums are the same bits.
 
     ``rbf-grid``'s family (a clipped source with powers 0, 2 and 4: sigma x 2, x 1, x 0.5) goes
-    through two passes over the row: the three row sums, then C += sum_t a_t dl_t k_t with the
-    kernels recomputed from the source (four squarings) rather than stored and read back, so
-    the (b, n) accumulator is read and written once for the three.  Any other source goes
-    kernel by kernel.
+    through two passes over the source row: the three row sums, then C += sum_t a_t dl_t k_t
+    with the kernels recomputed from the source row (four squarings) rather than stored and
+    read back, so the (b, n) accumulator is read and written once for the three.  Any other
+    source goes kernel by kernel.
     """
     b, n = src.shape
     q = powers.shape[0]
@@ -143,20 +213,35 @@ def _combine_loops(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cen
     for t in range(q):
         if 0 <= powers[t] <= 4:
             slot[powers[t]] = t
-    if clip and q == 3 and slot[0] >= 0 and slot[2] >= 0 and slot[4] >= 0:
-        t0, t1, t2 = slot[0], slot[2], slot[4]
-        d0, d1, d2 = dl[t0], dl[t1], dl[t2]
-        ts = (t0, t1, t2)
-        af = np.zeros(3, dtype=src.dtype)
-        for i in range(b):
-            row = src[i]
-            crow = C[i]
+    family = clip and q == 3 and slot[0] >= 0 and slot[2] >= 0 and slot[4] >= 0
+    af = np.zeros(3, dtype=src.dtype)
+    for i in range(b):
+        row = src[i]
+        crow = C[i]
+        # the source row, clipped, in L1
+        if exp_source:
+            xi = X[i]
+            r = zero
+            for k in range(xi.shape[0]):
+                r += xi[k] * xi[k]
+            r = -scale[0] * r
+            sc = scale[1]
+            for j in range(n):
+                x = _EXP32(sc * ((row[j] + r) + cb[j]))
+                base[j] = x if x < one else one
+        elif clip:
+            for j in range(n):
+                x = row[j]
+                base[j] = x if x < one else one
+        else:
+            for j in range(n):
+                base[j] = row[j]
+        if family:
             s0 = zero
             s1 = zero
             s2 = zero
             for j in range(n):
-                x = row[j]
-                x = x if x < one else one
+                x = base[j]
                 x4 = x * x
                 x4 = x4 * x4
                 x16 = x4 * x4
@@ -164,8 +249,9 @@ def _combine_loops(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cen
                 s0 += x
                 s1 += x4
                 s2 += x16
+            t0, t1, t2 = slot[0], slot[2], slot[4]
             for u in range(3):
-                t = ts[u]
+                t = (t0, t1, t2)[u]
                 m = float((s0, s1, s2)[u]) / n
                 if mode == 1:
                     a = weight[t] / np.sqrt(max(kxx[i, t] - 2.0 * m + shift[t], floor))
@@ -177,10 +263,10 @@ def _combine_loops(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cen
                 cent[i, offset + t] = a * (m - shift[t])
                 af[u] = one * a
             f0, f1, f2 = af[0], af[1], af[2]
+            d0, d1, d2 = dl[t0], dl[t1], dl[t2]
             if accumulate:
                 for j in range(n):
-                    x = row[j]
-                    x = x if x < one else one
+                    x = base[j]
                     x4 = x * x
                     x4 = x4 * x4
                     x16 = x4 * x4
@@ -188,24 +274,13 @@ def _combine_loops(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cen
                     crow[j] += f0 * d0[j] * x + f1 * d1[j] * x4 + f2 * d2[j] * x16
             else:
                 for j in range(n):
-                    x = row[j]
-                    x = x if x < one else one
+                    x = base[j]
                     x4 = x * x
                     x4 = x4 * x4
                     x16 = x4 * x4
                     x16 = x16 * x16
                     crow[j] = f0 * d0[j] * x + f1 * d1[j] * x4 + f2 * d2[j] * x16
-        return
-    for i in range(b):
-        row = src[i]
-        if clip:
-            for j in range(n):
-                x = row[j]
-                base[j] = x if x < one else one
-        else:
-            for j in range(n):
-                base[j] = row[j]
-        crow = C[i]
+            continue
         for t in range(q):
             p = powers[t]
             tot = one - one
@@ -270,19 +345,57 @@ def _combine_loops(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cen
                 a = weight[t]
             coef[i, offset + t] = a
             cent[i, offset + t] = a * (m - shift[t])
-            af = one * a
+            af0 = one * a
             d = dl[t]
             if accumulate or t > 0:
                 for j in range(n):
-                    crow[j] += af * d[j] * work[j]
+                    crow[j] += af0 * d[j] * work[j]
             else:
                 for j in range(n):
-                    crow[j] = af * d[j] * work[j]
+                    crow[j] = af0 * d[j] * work[j]
+
+
+def _finish_loops(P, cent, coef, U, V, center, unit, out):
+    """H = P - cent U - coef V, optionally scaled to unit rows, in float64, stored into ``out``.
+
+    One compiled call per block for what took eight NumPy calls on (b, c) arrays (two small
+    GEMMs, the sum, the norm, the division, two casts): ~0.2 us a W1 row of Python and call
+    overhead.  The sums run in float64 as before; only their order differs from NumPy's.
+    """
+    b, c = P.shape
+    q = cent.shape[1]
+    h = np.empty(c)
+    tiny = np.finfo(np.float64).tiny
+    for i in range(b):
+        for k in range(c):
+            h[k] = P[i, k]
+        if center:
+            for t in range(q):
+                ct = cent[i, t]
+                cf = coef[i, t]
+                for k in range(c):
+                    h[k] -= ct * U[t, k] + cf * V[t, k]
+        if unit:
+            ss = 0.0
+            for k in range(c):
+                ss += h[k] * h[k]
+            norm = max(np.sqrt(ss), tiny)
+            for k in range(c):
+                out[i, k] = h[k] / norm
+        else:
+            for k in range(c):
+                out[i, k] = h[k]
 
 
 _COMPILED: list = []
+_NO_EXP: dict = {}  # per dtype: the exp arguments of a call without one
 _LOCK = threading.Lock()
 _PREFETCHED: set = set()
+
+
+def _compiled_finish():
+    _compiled()
+    return _COMPILED[1] if len(_COMPILED) > 1 else None
 
 
 def compiled_available() -> bool:
@@ -309,8 +422,16 @@ def _compiled():
                 # cache), so a new process loads it (~0.3-1 s with numba's import) instead of
                 # compiling again (~2-5 s per dtype).  Reassociation lets the row sums
                 # vectorise; no finite-math assumptions.
+                from numba.extending import intrinsic
+
+                global _BITS_AS_FLOAT32, _EXP32
+                _BITS_AS_FLOAT32 = intrinsic(_bits_as_float32)
+                # contract: the polynomial's multiply-adds fused (no reassociation: Horner's order)
+                _EXP32 = numba.njit(inline="always", fastmath={"contract"})(_expf)
                 _COMPILED.append(numba.njit(cache=True, nogil=True,
                                             fastmath={"reassoc", "contract", "nsz"})(_combine_loops))
+                # no fastmath: float64 sums in a fixed order, as many as NumPy's
+                _COMPILED.append(numba.njit(cache=True, nogil=True)(_finish_loops))
     return _COMPILED[0]
 
 
@@ -339,9 +460,14 @@ def prefetch(dtype: str) -> None:
 def _load(dtype: np.dtype) -> None:
     fn = _compiled()
     if fn is not None:
+        finish = _compiled_finish()
+        P = np.ones((1, 1), dtype=dtype)
+        finish(P, np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)), True, True, P)
         src = np.ones((1, 1), dtype=dtype)
-        fn(src, np.zeros(1, dtype=np.int64), np.ones((1, 1), dtype=dtype), np.zeros(1), np.ones(1), np.ones((1, 1)),
-           MODE_CONSTANT, True, np.zeros((1, 1), dtype=dtype), np.empty((1, 1)), np.empty((1, 1)), 0, 1e-12, True)
+        unused = np.zeros(2, dtype=dtype)
+        fn(src, np.zeros((1, 1), dtype=dtype), unused, unused, dtype == np.float32, np.zeros(1, dtype=np.int64),
+           np.ones((1, 1), dtype=dtype), np.zeros(1), np.ones(1), np.ones((1, 1)), MODE_CONSTANT, True,
+           np.zeros((1, 1), dtype=dtype), np.empty((1, 1)), np.empty((1, 1)), 0, 1e-12, True)
 
 
 def prefetch_where_embedded(dtype: str) -> None:
@@ -364,16 +490,60 @@ async def _prefetch_on_worker(dtype: str) -> None:
 
 
 def combine_compiled(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cent, offset, floor,
-                     accumulate: bool = True) -> None:
+                     accumulate: bool = True, exp_of: tuple | None = None) -> None:
     """The step through the compiled loops: ``C += a_t dl_t k_t`` (numba must be installed).
 
     Parameters as :func:`combine_numpy`, except ``dl`` : ndarray of shape (q, n) (the column
     scales alone), ``C`` : ndarray of shape (b, n) in src's dtype (the accumulator), and
     ``accumulate`` : bool, default True (False: ``C = sum_t a_t dl_t k_t``, C's contents
     ignored, for the block's first source); ``src`` is left as it is.
+
+    exp_of : tuple (X, cb, c, scale), optional
+        float32 only: ``src`` is the distance GEMM's block G = X (2 c L^T) and the source is
+        ``min(exp(scale (G - c ||x_i||^2 + cb[None, :])), 1)``, formed row by row in the loop
+        (X : ndarray of shape (b, d), the rows, cb : ndarray of shape (n,), -c ||l_j||^2,
+        float32; c, scale : float).  ``clip`` is then implied.
     """
     fn = _compiled()
     if fn is None:
         raise ImportError("numba is not installed: pip install 'mkdist[fast]'")
-    fn(src, powers, dl, shift, weight, kxx, int(mode), bool(clip), C, coef, cent, int(offset), float(floor),
-       bool(accumulate))
+    dt = src.dtype
+    if exp_of is None:
+        X, cb, scale = _NO_EXP.get(dt.str) or _NO_EXP.setdefault(dt.str, (np.zeros((1, 1), dt), np.zeros(1, dt),
+                                                                          np.zeros(2, dt)))
+    else:
+        if dt != np.float32:
+            raise TypeError(f"the compiled exp is float32 only, got a {dt} block")
+        X, cb, scale = exp_of[0], exp_of[1], np.array([exp_of[2], exp_of[3]], dtype=dt)
+        clip = True
+    fn(src, X, cb, scale, exp_of is not None, powers, dl, shift, weight, kxx, int(mode),
+       bool(clip), C, coef, cent, int(offset), float(floor), bool(accumulate))
+
+
+def finish_compiled(P: np.ndarray, cent: np.ndarray, coef: np.ndarray, U: np.ndarray, V: np.ndarray, center: bool,
+                    unit: bool, out: np.ndarray) -> np.ndarray:
+    """The block's last step compiled: ``out = unit?(P - cent @ U - coef @ V)`` (numba must be installed).
+
+    Parameters
+    ----------
+    P : ndarray of shape (b, c)
+        C @ Q, in the block's dtype.
+    cent, coef : ndarray of shape (b, q), float64
+        The centring terms of :func:`combine_compiled`.
+    U, V : ndarray of shape (q, c), float64
+    center : bool
+        Subtract the centring terms (False: P as it is).
+    unit : bool
+        Scale each row to unit length (a zero row stays zero), in float64.
+    out : ndarray of shape (b, c)
+        Where the rows go, in any float dtype (may be P itself).
+
+    Returns
+    -------
+    out
+    """
+    fn = _compiled_finish()
+    if fn is None:
+        raise ImportError("numba is not installed: pip install 'mkdist[fast]'")
+    fn(P, cent, coef, U, V, bool(center), bool(unit), out)
+    return out

@@ -34,6 +34,7 @@ from ._fused import (
     combine_compiled,
     combine_numpy,
     compiled_available,
+    finish_compiled,
 )
 from ._kernel_specs import FittedKernel, KernelSpec, resolve_kernel_specs
 from ._scaling import FeatureScaling
@@ -594,7 +595,8 @@ class CombinedProjection:
                 LaT = np.ascontiguousarray(LaT, dtype=dt)
             other = [p for p in idx if kernels[p].kind != "rbf"]
             self.sources.append({
-                "view": view, "LaT": LaT, "families": families, "landmarks": np.asarray(landmarks[view], dtype=dt),
+                "view": view, "LaT": LaT, "c0": c0, "families": families,
+                "landmarks": np.asarray(landmarks[view], dtype=dt),
                 "other": [(kernels[p], self._slots([p], [0], order, prep, weights)) for p in other]})
         self.n_slots = len(order)
         dl = np.stack([_column_scale(prep, p, n) for p in order]) if order else np.zeros((0, n))
@@ -616,9 +618,18 @@ class CombinedProjection:
             work = local.work = {k: np.empty(shape, dtype=self.dtype) for k in ("arg", "C", "other", "derived")}
         return work
 
+    def _ones(self, b: int, s: dict) -> np.ndarray:
+        """k(x, x) = 1 of an RBF family's kernels, shape (b, q), made once per size (nothing writes it)."""
+        key = (b, len(s["kernels"]))
+        cache = self.__dict__.setdefault("_ones_cache", {})
+        if key not in cache:
+            cache[key] = np.ones(key)
+        return cache[key]
+
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_local", None)  # the working arrays stay with their threads
+        state.pop("_ones_cache", None)
         return state
 
     def _slots(self, ps, powers, order, prep, weights) -> dict:
@@ -637,16 +648,20 @@ class CombinedProjection:
                 "shift": np.asarray([prep.grand_means[p] if prep.center else 0.0 for p in ps], dtype=np.float64),
                 "weight": np.asarray([weights[p] / s for p, s in zip(ps, scale)], dtype=np.float64)}
 
-    def __call__(self, views_block: Mapping[str, np.ndarray]) -> np.ndarray:
+    def __call__(self, views_block: Mapping[str, np.ndarray], unit_rows: bool = False,
+                 out_dtype=np.float64) -> np.ndarray:
         """The weighted, projected kernel rows of one row block.
 
         Parameters
         ----------
         views_block : dict of str to ndarray of shape (b, d_v)
+        unit_rows : bool, default=False
+            Scale each row to unit length (in float64, before the cast to ``out_dtype``).
+        out_dtype : numpy dtype, default=float64
 
         Returns
         -------
-        ndarray of shape (b, c), float64
+        ndarray of shape (b, c), ``out_dtype``
         """
         dt = self.dtype
         b = next(iter(views_block.values())).shape[0]
@@ -673,9 +688,21 @@ class CombinedProjection:
                               coef, cent, s["offset"], _DIAG_FLOOR, work=work["derived"][:b])
 
         buffer = None
+        # float32 with numba: the exp is formed inside the compiled step from the distance GEMM
+        # X (2 c L^T) and the two squared-norm terms (no [x, ||x||^2, 1] copy, no exp pass).
+        exp_inside = compiled and dt == np.float32
         for src in self.sources:
             X = np.asarray(views_block[src["view"]], dtype=dt)
-            if src["families"]:
+            if src["families"] and exp_inside:
+                LaT, c0 = src["LaT"], src["c0"]
+                X = np.ascontiguousarray(X)
+                G = np.matmul(X, LaT[:-2], out=work["arg"][:b])  # 2 c0 x . l
+                for ratio, s in src["families"]:
+                    combine_compiled(G, s["powers"], s["dl"], s["shift"], s["weight"], self._ones(b, s), self.mode,
+                                     True, C, coef, cent, s["offset"], _DIAG_FLOOR, accumulate=not first,
+                                     exp_of=(X, LaT[-1], c0, ratio))
+                    first = False
+            elif src["families"]:
                 Xa = np.empty((b, X.shape[1] + 2), dtype=dt)
                 Xa[:, :-2] = X
                 Xa[:, -2] = row_sq_norms(X)
@@ -684,7 +711,7 @@ class CombinedProjection:
                 single = len(src["families"]) == 1
                 for ratio, s in src["families"]:
                     blk = np.exp(arg, out=arg) if single else np.exp(arg * ratio)
-                    combine(blk, s, np.ones((b, len(s["kernels"]))), True)
+                    combine(blk, s, self._ones(b, s), True)
             if src["other"]:
                 if buffer is None:
                     buffer = work["other"][:b]
@@ -694,10 +721,14 @@ class CombinedProjection:
         if compiled:
             if first:  # no kernel with a weight: nothing was stored into C
                 C.fill(0)
-            H = (C @ self.Q).astype(np.float64, copy=False)
+            P = C @ self.Q
+            out = P if P.dtype == np.dtype(out_dtype) else np.empty(P.shape, dtype=out_dtype)
+            return finish_compiled(P, cent, coef, self.U, self.V, self.center, unit_rows, out)
         if self.center:
             H -= cent @ self.U + coef @ self.V
-        return H
+        if unit_rows:
+            H /= np.maximum(np.linalg.norm(H, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+        return H.astype(out_dtype, copy=False)
 
 
 def _column_scale(prep: KernelPreprocessing, p: int, n: int) -> np.ndarray:

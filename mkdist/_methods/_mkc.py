@@ -194,10 +194,7 @@ def _embed_rows(blocks: list, model: MKCModel) -> np.ndarray:
     dtype = np.dtype(model.dtype)
     views = dict(zip(model.view_names, blocks))
     views = model.scaling.apply(views, dtype) if model.scaling is not None else views
-    H = model.combined_projection(views)
-    if model.normalize_embedding:
-        H = unit_rows(H)
-    return H.astype(dtype, copy=False)
+    return model.combined_projection(views, unit_rows=model.normalize_embedding, out_dtype=dtype)
 
 
 def _kernel_block_rows(blocks: list, model: MKCModel) -> np.ndarray:
