@@ -602,21 +602,51 @@ def views_fingerprint(views: Mapping[str, Any], missing: str | None = None) -> s
     return "sha256:" + hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:32]
 
 
+#: Rows of one step of the scan's sums: (rows, d) float64 temporaries stay in the L2 cache.
+_MOMENT_ROWS = 2048
+
+
 def _moments(blocks: list, shifts: list) -> np.ndarray:
     """Per view and column: sum of (x - s), of (x - s)^2 and of |x - s| over the finite values,
     the count of NaN and of +-inf values; then the rows whose every cell is NaN.  Shape
-    (5 sum(d) + 1,)."""
+    (5 sum(d) + 1,).
+
+    The sums run over cache-sized row steps, and the NaN/inf masks are only built for a view
+    whose sums come out non-finite: a NaN or an inf in a column makes its sum NaN or inf, so
+    finite sums prove there is none.  It is the embed task's scan, 1.15 us a W1 row as
+    whole-chunk passes with five masks and float64 copies of the chunk (4x less this way).
+    """
     parts = []
+    clean = False  # a view without NaN: then no row is missing everywhere
     for X, s in zip(blocks, shifts):
-        Z = np.asarray(X, dtype=np.float64) - s
-        nan, inf = np.isnan(Z), np.isinf(Z)
-        bad = nan | inf
-        if bad.any():
-            Z = np.where(bad, 0.0, Z)
-        with np.errstate(over="ignore", invalid="ignore"):
-            parts += [Z.sum(axis=0), (Z * Z).sum(axis=0), np.abs(Z).sum(axis=0), nan.sum(axis=0), inf.sum(axis=0)]
-    parts.append([float(all_missing_rows(blocks).sum())])
+        sums = _finite_moments(X, s)
+        if sums is None:
+            Z = np.asarray(X, dtype=np.float64) - s
+            nan, inf = np.isnan(Z), np.isinf(Z)
+            Z = np.where(nan | inf, 0.0, Z)
+            with np.errstate(over="ignore", invalid="ignore"):
+                sums = [Z.sum(axis=0), (Z * Z).sum(axis=0), np.abs(Z).sum(axis=0), nan.sum(axis=0), inf.sum(axis=0)]
+        else:
+            clean = True
+        parts += sums
+    parts.append([0.0 if clean else float(all_missing_rows(blocks).sum())])
     return np.concatenate(parts)
+
+
+def _finite_moments(X, s) -> list | None:
+    """The five sums of one view when it holds no NaN or inf (counts 0), else None."""
+    d = X.shape[1]
+    s1, s2, s3 = np.zeros(d), np.zeros(d), np.zeros(d)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, X.shape[0], _MOMENT_ROWS):
+            Z = np.subtract(X[start:start + _MOMENT_ROWS], s, dtype=np.float64)
+            s1 += Z.sum(axis=0)
+            s2 += np.einsum("ij,ij->j", Z, Z)
+            np.abs(Z, out=Z)
+            s3 += Z.sum(axis=0)
+    if not (np.isfinite(s1).all() and np.isfinite(s2).all()):
+        return None
+    return [s1, s2, s3, np.zeros(d), np.zeros(d)]
 
 
 def _bad_rows(blocks: list, where: tuple[int | None, str]) -> np.ndarray:
