@@ -116,3 +116,36 @@ def test_a_labels_output_is_replaced_only_by_the_run_whose_store_wrote_it(tmp_pa
     assert check_labels_out(out, False, None, store=tmp_path / "run.zarr") == "replace"
     with pytest.raises(StoreExistsError, match="holds the labels of the run in"):
         check_labels_out(out, False, None, store=tmp_path / "other.zarr")
+
+
+def test_scan_moments_equal_the_whole_chunk_sums_with_and_without_nan():
+    """The scan's partial (sums over cache-sized steps, masks only for a view whose sums are not
+    finite) equals the definition: sums over the finite cells, NaN and inf counts per column,
+    rows missing in every view."""
+    from mkdist._pipeline import _io
+
+    rng = np.random.default_rng(0)
+    n = 2 * _io._MOMENT_ROWS + 37  # three steps, the last one short
+    clean = [rng.normal(size=(n, 3)).astype(np.float32), rng.normal(size=(n, 2))]
+    dirty = [clean[0].copy(), clean[1].copy()]
+    dirty[0][5, 1] = np.nan
+    dirty[1][n - 1, 0] = np.inf
+    dirty[1][7, 1] = -np.inf
+    dirty[0][9], dirty[1][9] = np.nan, np.nan  # a row with no value anywhere
+    dirty[0][11, :] = np.nan  # missing in one view only
+
+    def definition(blocks, shifts):
+        parts = []
+        for X, s in zip(blocks, shifts):
+            Z = X.astype(np.float64) - s
+            finite = np.isfinite(Z)
+            Zf = np.where(finite, Z, 0.0)
+            parts += [Zf.sum(0), (Zf**2).sum(0), np.abs(Zf).sum(0), np.isnan(Z).sum(0), np.isinf(Z).sum(0)]
+        everywhere = np.all(np.isnan(blocks[0]), axis=1) & np.all(np.isnan(blocks[1]), axis=1)
+        return np.concatenate(parts + [[everywhere.sum()]])
+
+    for blocks in (clean, dirty, [dirty[0], clean[1]]):
+        shifts = [np.nan_to_num(b[0].astype(np.float64)) for b in blocks]
+        np.testing.assert_allclose(_io._moments(blocks, shifts), definition(blocks, shifts), rtol=1e-12, atol=1e-9)
+    got = _io._moments(dirty, [np.zeros(3), np.zeros(2)])
+    assert got[-1] == 1 and got[3 * 3:4 * 3].tolist() == [2, 3, 2]  # rows 9 and 11, and (5, 1): NaN per column
