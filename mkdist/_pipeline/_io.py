@@ -635,11 +635,15 @@ def _moments(blocks: list, shifts: list) -> np.ndarray:
 
 def _finite_moments(X, s) -> list | None:
     """The five sums of one view when it holds no NaN or inf (counts 0), else None."""
-    d = X.shape[1]
+    n, d = X.shape
     s1, s2, s3 = np.zeros(d), np.zeros(d), np.zeros(d)
+    # one buffer for every step: a fresh 0.5 MB temporary per step would be an mmap (and its
+    # page faults) wherever a nanny pinned malloc's thresholds
+    buffer = np.empty((min(n, _MOMENT_ROWS), d))
     with np.errstate(over="ignore", invalid="ignore"):
-        for start in range(0, X.shape[0], _MOMENT_ROWS):
-            Z = np.subtract(X[start:start + _MOMENT_ROWS], s, dtype=np.float64)
+        for start in range(0, n, _MOMENT_ROWS):
+            Z = buffer[:min(_MOMENT_ROWS, n - start)]
+            np.subtract(X[start:start + _MOMENT_ROWS], s, out=Z)
             s1 += Z.sum(axis=0)
             s2 += np.einsum("ij,ij->j", Z, Z)
             np.abs(Z, out=Z)

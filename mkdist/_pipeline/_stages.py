@@ -665,8 +665,10 @@ def _is_lazy(views: Mapping[str, Any]) -> bool:
 def _embed_scan_chunk(*args, block_info=None):
     """One chunk: the scan's partial and, when the chunk is finite, its embedding; as a (1, 1)
     object block (the task's one output, split by two getters)."""
+    from .._core._worker_env import tune_malloc
     from ._io import _moments
 
+    tune_malloc()  # like every row task (see _core/_blocks.py): this may be a worker's first
     *blocks, state = args
     est, names, shifts, n_bad, width, dtype = state
     partial = _moments(blocks, shifts)
