@@ -190,11 +190,12 @@ def _combine_loops(src, X, cb, scale, exp_source, powers, dl, shift, weight, kxx
     cb_j = -c ||l_j||^2 (``scale``: shape (2,), src's dtype, so float32 stays float32), clipped
     at 1 -- the exponential of the view's scaled squared distances without NumPy's exp pass
     over the (b, n) block (one write and one read of it less).
-    Otherwise ``src`` is the kernel block itself (``rb``, ``cb`` and ``scale`` unused).
+    Otherwise ``src`` is the kernel block itself (``X``, ``cb`` and ``scale`` unused).
 
     With ``accumulate`` False the first kernel's term is stored into C instead of added, so the
-    block's first source needs no zeroed C (a (b, n) pass: 3% of a W1 row); 0 + x is x, so the
-    sums are the same bits.
+    block's first source needs no zeroed C (a (b, n) pass: 3% of a W1 row); the result is the
+    sum added to zeros, up to the order of its roundings (LLVM may fuse the multiply-adds of the
+    two loops differently), and does not depend on what C held.
 
     ``rbf-grid``'s family (a clipped source with powers 0, 2 and 4: sigma x 2, x 1, x 0.5) goes
     through two passes over the source row: the three row sums, then C += sum_t a_t dl_t k_t
@@ -420,7 +421,7 @@ def _compiled():
             else:
                 # cache=True: the machine code is kept beside this module (or in numba's user
                 # cache), so a new process loads it (~0.3-1 s with numba's import) instead of
-                # compiling again (~2-5 s per dtype).  Reassociation lets the row sums
+                # compiling again (~3-6 s per dtype).  Reassociation lets the row sums
                 # vectorise; no finite-math assumptions.
                 from numba.extending import intrinsic
 
@@ -430,7 +431,7 @@ def _compiled():
                 _EXP32 = numba.njit(inline="always", fastmath={"contract"})(_expf)
                 _COMPILED.append(numba.njit(cache=True, nogil=True,
                                             fastmath={"reassoc", "contract", "nsz"})(_combine_loops))
-                # no fastmath: float64 sums in a fixed order, as many as NumPy's
+                # no fastmath: the float64 sums keep their written order
                 _COMPILED.append(numba.njit(cache=True, nogil=True)(_finish_loops))
     return _COMPILED[0]
 
