@@ -176,9 +176,33 @@ def _expf(x):
     return y if x > lo else np.float32(0.0)
 
 
-# numba objects, made with the compiled step (numba is optional): the intrinsic and the jitted _expf
+def _pow_4_16(x):
+    """x^4 and x^16 by four squarings: rbf-grid's sigma and sigma/2 kernels from its sigma x 2 one."""
+    x4 = x * x
+    x4 = x4 * x4
+    x16 = x4 * x4
+    return x4, x16 * x16
+
+
+def _row_terms(m, kxx, shift, weight, mode, floor, coef, cent, i, slot):
+    """One row's factor a_t for kernel slot ``slot`` (row mean m), stored with its centring term."""
+    if mode == MODE_DIAGONAL_CENTRED:
+        a = weight / np.sqrt(max(kxx - 2.0 * m + shift, floor))
+    elif mode == MODE_DIAGONAL:
+        a = weight / np.sqrt(max(kxx, floor))
+    else:
+        a = weight
+    coef[i, slot] = a
+    cent[i, slot] = a * (m - shift)
+    return a
+
+
+# numba objects, made with the compiled step (numba is optional): the intrinsic, and the
+# helpers above jitted to be inlined into the loops (inlined in numba's IR: the same code)
 _BITS_AS_FLOAT32 = None
 _EXP32 = None
+_POW_4_16 = None
+_ROW_TERMS = None
 
 
 def _combine_loops(src, X, cb, scale, exp_source, powers, dl, shift, weight, kxx, mode, clip, C, coef, cent, offset,
@@ -243,10 +267,7 @@ def _combine_loops(src, X, cb, scale, exp_source, powers, dl, shift, weight, kxx
             s2 = zero
             for j in range(n):
                 x = base[j]
-                x4 = x * x
-                x4 = x4 * x4
-                x16 = x4 * x4
-                x16 = x16 * x16
+                x4, x16 = _POW_4_16(x)
                 s0 += x
                 s1 += x4
                 s2 += x16
@@ -254,32 +275,18 @@ def _combine_loops(src, X, cb, scale, exp_source, powers, dl, shift, weight, kxx
             for u in range(3):
                 t = (t0, t1, t2)[u]
                 m = float((s0, s1, s2)[u]) / n
-                if mode == 1:
-                    a = weight[t] / np.sqrt(max(kxx[i, t] - 2.0 * m + shift[t], floor))
-                elif mode == 2:
-                    a = weight[t] / np.sqrt(max(kxx[i, t], floor))
-                else:
-                    a = weight[t]
-                coef[i, offset + t] = a
-                cent[i, offset + t] = a * (m - shift[t])
-                af[u] = one * a
+                af[u] = one * _ROW_TERMS(m, kxx[i, t], shift[t], weight[t], mode, floor, coef, cent, i, offset + t)
             f0, f1, f2 = af[0], af[1], af[2]
             d0, d1, d2 = dl[t0], dl[t1], dl[t2]
             if accumulate:
                 for j in range(n):
                     x = base[j]
-                    x4 = x * x
-                    x4 = x4 * x4
-                    x16 = x4 * x4
-                    x16 = x16 * x16
+                    x4, x16 = _POW_4_16(x)
                     crow[j] += f0 * d0[j] * x + f1 * d1[j] * x4 + f2 * d2[j] * x16
             else:
                 for j in range(n):
                     x = base[j]
-                    x4 = x * x
-                    x4 = x4 * x4
-                    x16 = x4 * x4
-                    x16 = x16 * x16
+                    x4, x16 = _POW_4_16(x)
                     crow[j] = f0 * d0[j] * x + f1 * d1[j] * x4 + f2 * d2[j] * x16
             continue
         for t in range(q):
@@ -338,15 +345,7 @@ def _combine_loops(src, X, cb, scale, exp_source, powers, dl, shift, weight, kxx
                     work[j] = x
                     tot += x
             m = float(tot) / n
-            if mode == 1:
-                a = weight[t] / np.sqrt(max(kxx[i, t] - 2.0 * m + shift[t], floor))
-            elif mode == 2:
-                a = weight[t] / np.sqrt(max(kxx[i, t], floor))
-            else:
-                a = weight[t]
-            coef[i, offset + t] = a
-            cent[i, offset + t] = a * (m - shift[t])
-            af0 = one * a
+            af0 = one * _ROW_TERMS(m, kxx[i, t], shift[t], weight[t], mode, floor, coef, cent, i, offset + t)
             d = dl[t]
             if accumulate or t > 0:
                 for j in range(n):
@@ -425,10 +424,12 @@ def _compiled():
                 # vectorise; no finite-math assumptions.
                 from numba.extending import intrinsic
 
-                global _BITS_AS_FLOAT32, _EXP32
+                global _BITS_AS_FLOAT32, _EXP32, _POW_4_16, _ROW_TERMS
                 _BITS_AS_FLOAT32 = intrinsic(_bits_as_float32)
                 # contract: the polynomial's multiply-adds fused (no reassociation: Horner's order)
                 _EXP32 = numba.njit(inline="always", fastmath={"contract"})(_expf)
+                _POW_4_16 = numba.njit(inline="always")(_pow_4_16)
+                _ROW_TERMS = numba.njit(inline="always")(_row_terms)
                 _COMPILED.append(numba.njit(cache=True, nogil=True,
                                             fastmath={"reassoc", "contract", "nsz"})(_combine_loops))
                 # no fastmath: the float64 sums keep their written order

@@ -677,11 +677,11 @@ class CombinedProjection:
         coef = np.empty((b, self.n_slots))
         cent = np.empty((b, self.n_slots))
 
-        def combine(blk, s, kxx, clip):
+        def combine(blk, s, kxx, clip, exp_of=None):
             nonlocal first
             if compiled:
                 combine_compiled(blk, s["powers"], s["dl"], s["shift"], s["weight"], kxx, self.mode, clip, C,
-                                 coef, cent, s["offset"], _DIAG_FLOOR, accumulate=not first)
+                                 coef, cent, s["offset"], _DIAG_FLOOR, accumulate=not first, exp_of=exp_of)
                 first = False
             else:
                 combine_numpy(blk, s["powers"], s["dlQ"], s["shift"], s["weight"], kxx, self.mode, clip, H,
@@ -698,10 +698,7 @@ class CombinedProjection:
                 X = np.ascontiguousarray(X)
                 G = np.matmul(X, LaT[:-2], out=work["arg"][:b])  # 2 c0 x . l
                 for ratio, s in src["families"]:
-                    combine_compiled(G, s["powers"], s["dl"], s["shift"], s["weight"], self._ones(b, s), self.mode,
-                                     True, C, coef, cent, s["offset"], _DIAG_FLOOR, accumulate=not first,
-                                     exp_of=(X, LaT[-1], c0, ratio))
-                    first = False
+                    combine(G, s, self._ones(b, s), True, exp_of=(X, LaT[-1], c0, ratio))
             elif src["families"]:
                 Xa = np.empty((b, X.shape[1] + 2), dtype=dt)
                 Xa[:, :-2] = X
