@@ -724,7 +724,9 @@ class CombinedProjection:
         if self.center:
             H -= cent @ self.U + coef @ self.V
         if unit_rows:
-            H /= np.maximum(np.linalg.norm(H, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+            from ._linalg import unit_rows as to_unit_rows  # scipy.linalg stays out of this module's import
+
+            H = to_unit_rows(H)
         return H.astype(out_dtype, copy=False)
 
 
