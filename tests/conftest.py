@@ -27,6 +27,13 @@ def make_blobs_views(n_per_cluster: int = 60, n_clusters: int = 3, seed: int = 0
     return [v0[perm].astype(dtype), v1[perm].astype(dtype)], y[perm]
 
 
+def write_blobs_npz(path, n_per_cluster: int, n_clusters: int = 3, seed: int = 0, dtype=np.float32):
+    """:func:`make_blobs_views` saved as an input file (views ``a`` and ``b``, labels ``y``); returns (views, y)."""
+    views, y = make_blobs_views(n_per_cluster=n_per_cluster, n_clusters=n_clusters, seed=seed, dtype=dtype)
+    np.savez(path, a=views[0], b=views[1], y=y)
+    return views, y
+
+
 @pytest.fixture
 def blobs():
     return make_blobs_views()

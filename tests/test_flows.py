@@ -16,16 +16,15 @@ from mkdist import load_estimator
 from mkdist.metrics import clustering_accuracy
 from mkdist.storage import RunStore
 
-from .conftest import make_blobs_views
+from .conftest import make_blobs_views, write_blobs_npz
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    views, y = make_blobs_views(n_per_cluster=300, n_clusters=3, seed=5, dtype=np.float32)
     path = tmp_path_factory.mktemp("data") / "train.npz"
-    np.savez(path, a=views[0], b=views[1], y=y)
+    views, y = write_blobs_npz(path, n_per_cluster=300, seed=5)
     return str(path), views, y
 
 

@@ -9,21 +9,19 @@ import dataclasses
 import json
 import os
 
-import numpy as np
 import pytest
 
 import mkdist
 from mkdist.errors import InputValidationError
 from mkdist.pipeline import AssignRequest, InputSource, RunConfig, RunPlan, RunRequest, check_request, plan_run
 
-from .conftest import make_blobs_views
+from .conftest import make_blobs_views, write_blobs_npz
 
 
 @pytest.fixture(scope="module")
 def npz(tmp_path_factory):
-    views, y = make_blobs_views(n_per_cluster=100, n_clusters=3, seed=3, dtype=np.float32)
     path = tmp_path_factory.mktemp("plan") / "train.npz"
-    np.savez(path, a=views[0], b=views[1], y=y)
+    write_blobs_npz(path, n_per_cluster=100, seed=3)
     return str(path)
 
 

@@ -25,7 +25,7 @@ import mkdist
 from mkdist.errors import InputValidationError, StoreLockedError
 from mkdist.storage import RunStore
 
-from .conftest import make_blobs_views
+from .conftest import make_blobs_views, write_blobs_npz
 
 pytestmark = pytest.mark.slow
 
@@ -129,9 +129,8 @@ def _cli_env(lease_ttl: str):
 
 @pytest.fixture(scope="module")
 def cli_input(tmp_path_factory):
-    views, y = make_blobs_views(n_per_cluster=10_000, n_clusters=3, seed=11, dtype=np.float32)
     path = tmp_path_factory.mktemp("cli") / "in.npz"
-    np.savez(path, a=views[0], b=views[1], y=y)
+    write_blobs_npz(path, n_per_cluster=10_000, seed=11)
     return str(path)
 
 
