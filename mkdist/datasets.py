@@ -45,8 +45,11 @@ def make_multiview_blobs(n_samples: int, *, n_clusters: int = 10, view_dims: Seq
         through a tanh (non-linear view of the same clusters).
     separation, noise : float, default=0.4, 1.0
         Standard deviation of the cluster centres and of the within-cluster noise.  At 0.4
-        with two 32-feature views clusters overlap: k-means on the raw features reaches ACC
-        0.81, mkdist 0.87, a single view 0.58 (20k points).
+        with two 32-feature views clusters overlap (20k points, seed 0): ``StandardScaler`` +
+        ``KMeans(n_init=10)`` on both views reaches ACC 0.908, mkdist's defaults 0.876,
+        k-means on the raw features 0.807, k-means on the standardised view0 alone 0.744.
+        These Gaussian clusters are k-means' own model: the workload measures speed, and it
+        is one where multiple kernels do not beat k-means.
     chunk_rows : int, default=50000
         Rows per chunk; every chunk is generated independently from ``(random_state, chunk)``.
     random_state : int, default=0
