@@ -29,6 +29,17 @@ THEOREM_NOTE = ("`theorem_condition_met` False means only that a sufficient cond
                 "apply; it is False on nearly all real data and says nothing about this clustering's quality.")
 
 
+def _structure_lines(structure: dict | None, indent: str) -> list[str]:
+    """The keep_structured test of a fit (``mkdist._core._structure``): its verdict, and per view
+    its z (alignment with the other views, in null standard deviations)."""
+    if not structure:
+        return []
+    lines = [f"{indent}views tested for structure the other views share: {structure['note']}"]
+    lines += [f"{indent}  {v:<38} z {z:8.1f}{'' if kept else '  (weight 0)'}"
+              for v, z, kept in zip(structure["views"], structure["z"], structure["kept"])]
+    return lines
+
+
 def _pep_lines(pep: dict) -> list[str]:
     t = pep.get("t") or "K"
     lines = [f"| PEP (t = {t}) of the combined kernel | {_fmt(pep.get('combined'))} |"]
@@ -114,6 +125,12 @@ def summary_markdown(summary: dict, store: str | None = None) -> str:
                   "least 4/sqrt(n) (`gap_threshold`). `min_gap_ratio` < 1 is typical of real data and means "
                   "the out-of-sample bound is loose, not that the clustering failed.",
                   "", THEOREM_NOTE]
+    if diag.get("structure"):
+        st = diag["structure"]
+        lines += ["", "## Views tested for shared structure", "", st["note"], "", "| view | z | enters the fit |",
+                  "|---|---|---|"]
+        lines += [f"| {v} | {z:.1f} | {'yes' if kept else 'no (weight 0)'} |"
+                  for v, z, kept in zip(st["views"], st["z"], st["kept"])]
     if summary.get("pep"):
         lines += ["", "## Principal eigenvalue proportion (GMLKM seed, Definition 2)", "",
                   "| quantity | value |", "|---|---|"] + _pep_lines(summary["pep"])
@@ -194,6 +211,7 @@ def inspect_markdown(info: dict) -> str:
             verdict = ("agree" if check["agree"] else
                        "DIFFER: the choice of weights matters here; compare with weights='uniform'")
             lines.append(f"  learned vs uniform weights: landmark partitions ARI {check['ari']:.2f} ({verdict})")
+        lines += _structure_lines(diag.get("structure"), "  ")
         pep = model.get("pep")
         if pep:
             t = pep.get("t") or "K"
