@@ -433,8 +433,7 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
     # Which kernels enter the weight fit (mkdist._core._structure): a view that agrees with the
     # other views no more than chance would otherwise draw the min-max objective's weight.
     t0 = time.perf_counter()
-    structure = shared_structure(stack, [f.view for f in fitted], random_state=random_state) if keep_structured \
-        else None
+    structure = shared_structure(stack, [f.view for f in fitted]) if keep_structured else None
     entering = (structure.kernel_mask([f.view for f in fitted]) if structure is not None
                 else np.ones(len(fitted), dtype=bool))
     fit_stack = stack if entering.all() else stack[entering]
