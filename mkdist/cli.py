@@ -236,6 +236,7 @@ def _load_config(path: str | None) -> dict[str, Any]:
     if not p.is_file():
         raise BadInput(f"config file {path} does not exist")
     text = p.read_text()
+    invalid: tuple[type[Exception], ...] = (ValueError,)  # tomllib's and json's errors are ValueErrors
     try:
         if p.suffix == ".toml":
             import tomllib
@@ -244,10 +245,11 @@ def _load_config(path: str | None) -> dict[str, Any]:
         elif p.suffix in (".yaml", ".yml"):
             import yaml
 
+            invalid = (ValueError, yaml.YAMLError)
             data = yaml.safe_load(text) or {}
         else:
             data = json.loads(text)
-    except Exception as exc:  # each parser has its own error class; all mean "not valid"
+    except invalid as exc:  # each parser's own "not valid"; anything else is no verdict on the file
         raise BadInput(f"config file {path} is not valid {p.suffix.lstrip('.').upper() or 'JSON'}: {exc}") from None
     if not isinstance(data, dict):
         raise BadInput(f"config file {path} must hold a table of run options, got {type(data).__name__}")

@@ -42,6 +42,7 @@ from mkdist.errors import (
 )
 
 from . import _verify
+from ._faults import reaching_storage_failed
 from ._generations import (
     Generations,
     Stage,
@@ -702,6 +703,8 @@ class RunStore:
                 group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3,
                                         **self._zarr_kw)
             except Exception as e:
+                if reaching_storage_failed(e):  # says nothing about the stage: not "damaged"
+                    raise
                 stage.problems = [f"its group cannot be opened ({type(e).__name__}: {e})"]
             else:
                 stage.problems = _verify.full_problems(group, stage.marker)
@@ -748,6 +751,8 @@ class RunStore:
                     metadata=json.loads(known[f"{n}/zarr.json"]),
                     store_path=StorePath(root, f"{stage.group}/{n}"))) for n in raw.variables}
         except Exception as e:
+            if reaching_storage_failed(e):  # the network, not the stage: raised as it is
+                raise
             raise DamagedStageError(f"{where} cannot be opened ({type(e).__name__}: {e}). "
                                     f"{_damaged_fix(stage.name)}") from e
         variables = {}

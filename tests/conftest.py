@@ -166,3 +166,61 @@ def prefect_api():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield PREFECT_API_URL.value()
+
+
+class UnreachableAfter:
+    """An fsspec file system on this process's memory (``flaky://``) whose reads of chosen
+    objects fail with a ConnectionError, as a dropped network would: ``fail(suffix, from_read=n)``
+    makes the n-th read of each object whose path ends with ``suffix``, and every later one, fail.
+
+    A real file system (fsspec's memory one) with one fault injected, not a mock: zarr, xarray and
+    pyarrow read it through their ordinary fsspec paths."""
+
+    def __init__(self):
+        import fsspec
+        from fsspec.implementations.memory import MemoryFileSystem
+
+        rules: dict[str, int] = {}
+        reads: dict[str, int] = {}
+
+        class Flaky(MemoryFileSystem):
+            protocol = ("flaky",)
+            # its own objects, not the memory:// ones of other tests
+            store: dict = {}
+            pseudo_dirs = [""]
+
+            @classmethod
+            def _strip_protocol(cls, path):
+                return MemoryFileSystem._strip_protocol("memory://" + str(path).removeprefix("flaky://"))
+
+            def _check(self, path):
+                p = self._strip_protocol(path)
+                n = reads[p] = reads.get(p, 0) + 1
+                for suffix, first in rules.items():
+                    if p.endswith(suffix) and n >= first:
+                        raise ConnectionError(f"connection reset by peer reading {p} (injected)")
+
+            def cat_file(self, path, start=None, end=None, **kwargs):
+                self._check(path)
+                return super().cat_file(path, start, end, **kwargs)
+
+            def _open(self, path, mode="rb", **kwargs):
+                if "r" in mode:
+                    self._check(path)
+                return super()._open(path, mode, **kwargs)
+
+        fsspec.register_implementation("flaky", Flaky, clobber=True)
+        self.fs, self.rules, self.reads = Flaky(), rules, reads
+
+    def fail(self, suffix: str, from_read: int = 1) -> None:
+        self.rules[suffix] = from_read
+        self.reads.clear()
+
+
+@pytest.fixture
+def unreachable():
+    """A fresh :class:`UnreachableAfter` (``flaky://``) for one test."""
+    flaky = UnreachableAfter()
+    yield flaky
+    flaky.rules.clear()
+    flaky.fs.store.clear()

@@ -15,6 +15,7 @@ never uses it, and raises instead (see ``mkdist.cli``).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -244,7 +245,8 @@ class temporary_prefect_server:
 
             try:
                 APILogWorker.drain_all(timeout=5)
-            except Exception:  # a log line lost is no reason to fail a command that succeeded
-                pass
+            except Exception as exc:  # noqa: BLE001 - a log line lost is no reason to fail a command that succeeded
+                logging.getLogger("mkdist").warning("Prefect log lines not sent before its server stopped: %s: %s",
+                                                    type(exc).__name__, exc)
             self._settings.__exit__(*exc)
             self._server.stop()
