@@ -2,8 +2,9 @@
 
 Real parts only: a moto S3 server over HTTP on 127.0.0.1 that checks keys (IAM, as AWS does), a
 `dask scheduler` and two `dask worker` processes, each worker with a working directory and a
-TMPDIR of its own and no AWS credentials in its environment -- nothing can pass through a
-shared local path, and the workers write with the credentials the run sends them.
+TMPDIR of its own -- nothing can pass through a shared local path -- and credentials of its
+own (a key of another IAM user, as a worker's role would be): a run whose driver takes its
+credentials from the environment sends none in its graphs, and the workers use theirs.
 """
 
 from __future__ import annotations
@@ -56,11 +57,20 @@ def s3(tmp_path_factory):
         options = {"key": key["AccessKeyId"], "secret": key["SecretAccessKey"], "endpoint_url": endpoint}
         import s3fs
 
+        # The later requests need a key: the "mkdist" user (allowed everything) makes the workers'.
+        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1",
+                           aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"])
+        iam.create_user(UserName="workers")
+        iam.put_user_policy(UserName="workers", PolicyName="all", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+        workers = iam.create_access_key(UserName="workers")["AccessKey"]
         fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
         fs.mkdir(BUCKET)
         yield {"options": options, "endpoint": endpoint, "fs": fs,
                "env": {"AWS_ACCESS_KEY_ID": options["key"], "AWS_SECRET_ACCESS_KEY": options["secret"],
-                       "AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": "us-east-1"}}
+                       "AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": "us-east-1"},
+               "workers_env": {"AWS_ACCESS_KEY_ID": workers["AccessKeyId"],
+                               "AWS_SECRET_ACCESS_KEY": workers["SecretAccessKey"], "AWS_DEFAULT_REGION": "us-east-1"}}
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -74,17 +84,19 @@ def worker_homes(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cluster(worker_homes):
+def cluster(s3, worker_homes):
     """`dask scheduler` + two `dask worker` processes on 127.0.0.1; each worker in its own
-    directory with its own TMPDIR, and without AWS credentials or fsspec configuration."""
+    directory with its own TMPDIR, with credentials of its own (the "workers" IAM user's key, as
+    a deployment gives its workers a role) and no fsspec configuration or endpoint."""
     from distributed import Client
 
-    env = {**_without_credentials(os.environ), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = {**_without_credentials(os.environ), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **s3["workers_env"]}
     with dask_processes(2, env, worker_home=worker_homes.__getitem__) as address:
         with Client(address) as client:
             client.wait_for_workers(2, timeout=60)
-            # The workers really have no credentials of their own.
-            assert not any(client.run(lambda: any(k.startswith("AWS_") for k in os.environ)).values())
+            # The workers have their own key, not the driver's.
+            keys = set(client.run(lambda: os.environ.get("AWS_ACCESS_KEY_ID")).values())
+            assert keys == {s3["workers_env"]["AWS_ACCESS_KEY_ID"]} != {s3["options"]["key"]}
         yield address
 
 
@@ -223,6 +235,44 @@ def test_python_api_with_storage_options_on_a_zarr_input(s3, zarr_input, api_run
     out = _labels(s3, api_run["labels"])
     assert out["row"].tolist() == list(range(450))
     assert (out["cluster"].to_numpy() == api_run["first"]).all()
+
+
+@pytest.mark.slow
+def test_no_secret_from_the_environment_travels_in_a_runs_graphs(s3, cluster, zarr_input, monkeypatch):
+    """The driver takes its credentials from its environment; every message it sends the
+    scheduler (graphs, as pickled for the wire, with their annotations) is searched for its
+    secret and its key: neither is there, the workers read and write with their own key, and the
+    run finishes.  (Before, the keys were copied into the fsspec options every task carried.)"""
+    import cloudpickle
+    from distributed import Client
+
+    import mkdist
+
+    for k in [k for k in os.environ if k.startswith(("AWS_", "FSSPEC_"))]:
+        monkeypatch.delenv(k)
+    for k, v in s3["env"].items():
+        monkeypatch.setenv(k, v)
+    sent: list[bytes] = []
+    original = Client._send_to_scheduler
+
+    def recording(self, msg):
+        if isinstance(msg, dict):
+            ser = msg.get("expr_ser")
+            sent.extend(bytes(f) for f in (ser.frames if ser is not None else []))
+            sent.append(cloudpickle.dumps({k: v for k, v in msg.items() if k != "expr_ser"}))
+        return original(self, msg)
+
+    monkeypatch.setattr(Client, "_send_to_scheduler", recording)
+    store = f"s3://{BUCKET}/runs/graphs-{uuid.uuid4().hex[:8]}.zarr"
+    with Client(cluster):
+        result = mkdist.cluster(zarr_input["url"], store, 3, random_state=0, n_landmarks=120, label_column="y",
+                                report=False)
+        labels = result.labels.compute()
+    assert clustering_accuracy(zarr_input["y"], labels) > 0.95
+    wire = b"".join(sent)
+    assert len(sent) > 10 and s3["endpoint"].encode() in wire  # the graphs were seen, their options with them
+    assert s3["options"]["secret"].encode() not in wire
+    assert s3["options"]["key"].encode() not in wire
 
 
 @pytest.mark.slow
@@ -393,15 +443,15 @@ def test_config_file_storage_options_reach_the_probe(s3, table, tmp_path):
 def test_options_come_from_the_run_then_fsspec_config_then_the_environment(monkeypatch):
     import fsspec.config
 
-    from mkdist.storage._remote import options_for, public_options, register_options
+    from mkdist.storage._remote import clear_options, options_for, public_options, register_options
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "env-key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://env:9000")
     monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": "http://conf:9000"})
     # max_concurrency=1: one request per object read (see _environment); anyone may set it back.
-    assert options_for("s3://b/x") == {"key": "env-key", "secret": "env-secret", "endpoint_url": "http://conf:9000",
-                                       "max_concurrency": 1}
+    # The keys are not copied from the environment: each process's botocore reads its own.
+    assert options_for("s3://b/x") == {"endpoint_url": "http://conf:9000", "max_concurrency": 1}
     assert options_for("s3://b/x", {"secret": "given"})["secret"] == "given"
     assert options_for("s3://b/x", {"max_concurrency": 8})["max_concurrency"] == 8
     assert options_for("runs/x.zarr", {"secret": "given"}) == {} and options_for("memory://x") == {}
@@ -409,7 +459,19 @@ def test_options_come_from_the_run_then_fsspec_config_then_the_environment(monke
     bucket = f"s3://reg-{uuid.uuid4().hex}"
     register_options({"key": "run-key", "secret": "run-secret"}, f"{bucket}/runs/a.zarr")
     assert options_for(f"{bucket}/runs/a.zarr.report.html")["secret"] == "run-secret"
-    assert options_for("s3://another-bucket/x")["secret"] == "env-secret"
+    assert "secret" not in options_for("s3://another-bucket/x")
+    register_options({"key": "run-key", "secret": "run-secret"}, f"{bucket}/runs/a.zarr")
+    # Cleared by name, or all at once.
+    clear_options(f"{bucket}/other.zarr")
+    assert "secret" not in options_for(f"{bucket}/runs/a.zarr")
+    register_options({"key": "run-key", "secret": "run-secret"}, f"{bucket}/runs/a.zarr")
+    clear_options()
+    assert "secret" not in options_for(f"{bucket}/runs/a.zarr")
+    # Not outliving a change of the environment's credentials (a rotated key, another profile).
+    register_options({"key": "run-key", "secret": "run-secret"}, f"{bucket}/runs/a.zarr")
+    assert options_for(f"{bucket}/runs/a.zarr")["secret"] == "run-secret"
+    monkeypatch.setenv("AWS_PROFILE", "another")
+    assert "secret" not in options_for(f"{bucket}/runs/a.zarr")
     assert public_options({"key": "k", "secret": "s", "endpoint_url": "e"}) == {
         "key": "<redacted>", "secret": "<redacted>", "endpoint_url": "e"}
 
