@@ -201,7 +201,7 @@ def _guard(fn, debug: bool, interrupts: bool = False) -> Any:
     (:func:`_handle_interrupts`) and the previous handler put back after.  An interrupt ends
     the console script at once; in a host process it raises SystemExit(130) once fn has
     unwound (its cluster closed), the host and its other processes untouched."""
-    from mkdist.errors import DriftDetectedError, MkdistError
+    from mkdist.errors import DriftDetectedError, LeaseLostError, MkdistError
 
     restore = _handle_interrupts() if interrupts else (lambda: None)
     try:
@@ -209,6 +209,9 @@ def _guard(fn, debug: bool, interrupts: bool = False) -> Any:
     except DriftDetectedError as exc:
         click.echo(f"mkdist: drift: {exc}", err=True)
         sys.exit(EXIT_DRIFT)
+    except LeaseLostError as exc:  # fenced off after a pause: not bad input, and nothing to retry here
+        click.echo(f"mkdist: stopped: {exc}", err=True)
+        sys.exit(EXIT_FAILURE)
     except (MkdistError, BadInput, click.BadParameter, FileNotFoundError, FileExistsError) as exc:
         if debug:
             traceback.print_exc()

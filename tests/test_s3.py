@@ -481,3 +481,70 @@ def test_local_locations_are_not_probed(tmp_path):
 
     probe_run(tmp_path / "in.parquet", tmp_path / "store.zarr", "memory://labels", {"key": "unused"})
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_paused_run_commits_nothing_after_a_takeover_on_s3(s3, tmp_path):
+    """As tests/test_fencing.py on a local directory, with the store on s3: run A (credentials from
+    its environment) stops itself at its embedding, run B takes the store over past A's TTL and
+    finishes, A continued commits nothing (its lease is gone or another's), says so in one line
+    and exits 1; B's stages stay its own and verify."""
+    from mkdist.storage import RunStore
+    from mkdist.storage._lease import LEASE_FILE, read_lease
+
+    from .conftest import write_blobs_npz
+    from .test_fencing import _check, _env, paused_run_then_takeover, stored
+
+    npz, url = tmp_path / "in.npz", f"s3://{BUCKET}/runs/fenced-{uuid.uuid4().hex[:8]}.zarr"
+    write_blobs_npz(npz, 100)
+    args = ["run", "--input", str(npz), "--store", url, "--n-clusters", "3", "--n-landmarks", "60",
+            "--random-state", "0"]
+
+    def lease_stale() -> bool:
+        s3["fs"].invalidate_cache()
+        info = read_lease(s3["fs"], f"{url.removeprefix('s3://')}/{LEASE_FILE}")
+        return info is not None and info.stale()
+
+    def open_store():
+        return RunStore.open(url, storage_options=s3["options"])
+
+    got = paused_run_then_takeover(args, lease_stale, _env(s3["env"]),
+                                   lambda: stored(open_store()))
+    _check(got, stored(open_store()))
+
+
+def test_a_stale_holders_heartbeat_and_commit_are_fenced_off_after_a_takeover_on_s3(s3):
+    """The conditional puts, in one process: holder A pauses past its TTL, B replaces its lease
+    (If-Match the ETag B read); A's next heartbeat and commit, already past any check, write
+    nothing (If-Match the ETag of A's last write fails) -- B's lease and the pointer stay."""
+    import time
+
+    from mkdist.errors import LeaseLostError
+    from mkdist.storage import RunStore
+    from mkdist.storage._lease import LEASE_FILE, StoreLease
+
+    url = f"s3://{BUCKET}/runs/fence-{uuid.uuid4().hex[:8]}.zarr"
+    store = RunStore.create(url, fingerprint="sha256:0", params={"k": 1}, storage_options=s3["options"])
+    fs, root = store._fs, store._path
+    a = StoreLease(fs, root, url, local=False, owner="run A", ttl=0.5, heartbeat=0.4).acquire()
+    pointer = f"{root}/labels.gen-current.json"
+    a.fenced_put(pointer, b'{"by": "A"}', create=True)
+    a._stop.set()
+    a._thread.join()  # paused: no more heartbeats
+    time.sleep(0.6)
+    b = StoreLease(fs, root, url, local=False, owner="run B", ttl=60).acquire()
+    try:
+        assert (a.generation, b.generation) == (1, 2)
+        b_lease = s3["fs"].cat_file(f"{root}/{LEASE_FILE}")
+        with pytest.raises(LeaseLostError, match=r"generation 1\) was taken over .*run B.*generation 2"):
+            a.fenced_put(pointer, b'{"by": "A, stale"}')
+        with pytest.raises(LeaseLostError):
+            a._write()
+        s3["fs"].invalidate_cache()
+        assert s3["fs"].cat_file(pointer) == b'{"by": "A"}'
+        assert s3["fs"].cat_file(f"{root}/{LEASE_FILE}") == b_lease
+        b.fenced_put(pointer, b'{"by": "B"}')
+        assert s3["fs"].cat_file(pointer) == b'{"by": "B"}'
+    finally:
+        b.release()
+        a.release()
