@@ -48,6 +48,8 @@ from typing import Any
 
 from mkdist.errors import LeaseLostError, StoreLockedError
 
+from ._faults import reaching_storage_failed
+
 __all__ = ["LEASE_FILE", "FENCE_DIR", "DEFAULT_TTL", "LeaseInfo", "StoreLease", "read_lease", "check_writer",
            "held_here", "held_lease", "host_id", "process_start"]
 
@@ -659,8 +661,12 @@ class StoreLease:
                 self._write()
             except LeaseLostError:
                 return  # _lose logged it
-            except OSError as e:  # transient: the next beat retries before the TTL runs out
-                logger.warning("%s: lease heartbeat failed (%s)", self._url, e)
+            except Exception as e:
+                # The storage out of reach (a partition; botocore's connection errors are no
+                # OSErrors): the next beat retries, fenced -- after a takeover it fails.
+                if not (isinstance(e, OSError) or reaching_storage_failed(e)):
+                    raise
+                logger.warning("%s: lease heartbeat failed (%s: %s)", self._url, type(e).__name__, e)
 
     def _write(self) -> None:
         """One heartbeat, fenced: a holder whose lease was taken over never writes it back

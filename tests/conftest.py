@@ -224,3 +224,86 @@ def unreachable():
     yield flaky
     flaky.rules.clear()
     flaky.fs.store.clear()
+
+
+class TcpProxy:
+    """A TCP proxy on 127.0.0.1 in front of a local server (a moto S3 server): what a process
+    that reaches its storage through it sees of the network.  ``close()`` cuts it -- the
+    listening socket closed (new connections refused) and every open connection reset --
+    ``open()`` puts it back on the same port.  ``fail_every``: one new connection in that many
+    is reset as soon as its request arrives (a flaky network; the client retries)."""
+
+    def __init__(self, target_port: int, fail_every: int = 0):
+        import threading
+
+        self.port, self.target, self.fail_every = _free_port(), target_port, fail_every
+        self.connections, self.failed = 0, 0
+        self._lock = threading.Lock()
+        self._open: set = set()
+        self._server = None
+        self.open()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def open(self) -> None:
+        import threading
+
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(128)
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def close(self) -> None:
+        self._server.close()
+        with self._lock:
+            conns, self._open = list(self._open), set()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+    def _accept(self, server) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                self.connections += 1
+                fail = self.fail_every and self.connections % self.fail_every == 0
+            if fail:
+                with contextlib.suppress(OSError):
+                    client.recv(65536)  # the request arrives, then the connection is reset
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                client.close()
+                with self._lock:
+                    self.failed += 1
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, a, b) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                self._open -= {a, b}

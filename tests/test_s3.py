@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import uuid
 
 import numpy as np
@@ -548,3 +549,78 @@ def test_a_stale_holders_heartbeat_and_commit_are_fenced_off_after_a_takeover_on
     finally:
         b.release()
         a.release()
+
+
+_CUT_OFF_AT_EMBEDDING = """
+    import os, sys, time
+
+    import mkdist._run._driver as driver
+    from mkdist import cli
+
+    real, here, go = driver.run_stage, sys.argv[1], sys.argv[2]
+
+    def run_stage(name, *args, **kwargs):
+        if name == "embedding":  # the test cuts the network now, and says when it is back
+            open(here, "w").close()
+            while not os.path.exists(go):
+                time.sleep(0.05)
+        return real(name, *args, **kwargs)
+
+    driver.run_stage = run_stage
+    sys.argv = ["mkdist", *sys.argv[3:]]
+    cli.console_main()
+"""
+
+
+@pytest.mark.slow
+def test_a_run_cut_off_from_s3_commits_nothing_after_a_takeover(s3, tmp_path):
+    """Run A reaches s3 through a proxy, which is closed as A's embedding starts (A's heartbeats
+    fail meanwhile, it is not paused) and reopened once run B, reaching s3 directly, has taken the
+    store over past A's TTL and finished: A commits nothing, says so in one line, exits 1; B's
+    stages stay its own."""
+
+    from mkdist.storage import RunStore
+    from mkdist.storage._lease import LEASE_FILE, read_lease
+
+    from .conftest import TcpProxy, write_blobs_npz
+    from .test_fencing import ROOT, _env, _wait, stored
+
+    npz, url = tmp_path / "in.npz", f"s3://{BUCKET}/runs/cut-{uuid.uuid4().hex[:8]}.zarr"
+    write_blobs_npz(npz, 100)
+    args = ["run", "--input", str(npz), "--store", url, "--n-clusters", "3", "--n-landmarks", "60",
+            "--random-state", "0"]
+    proxy = TcpProxy(int(s3["endpoint"].rsplit(":", 1)[1]))
+    here, go = tmp_path / "at-embedding", tmp_path / "go"
+    a = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_CUT_OFF_AT_EMBEDDING), str(here), str(go), *args],
+                         cwd=ROOT, env=_env({**s3["env"], "AWS_ENDPOINT_URL": proxy.endpoint}),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait(lambda: here.exists() or a.poll() is not None, "run A to reach its embedding")
+        assert a.poll() is None, a.stderr.read()
+        proxy.close()
+
+        def lease_stale() -> bool:
+            s3["fs"].invalidate_cache()
+            info = read_lease(s3["fs"], f"{url.removeprefix('s3://')}/{LEASE_FILE}")
+            return info is not None and info.stale()
+
+        _wait(lease_stale, "run A's lease to go stale")
+        b = subprocess.run([sys.executable, "-m", "mkdist.cli", *args, "--quiet"], cwd=ROOT, env=_env(s3["env"]),
+                           capture_output=True, text=True, timeout=300)
+        assert b.returncode == 0, b.stderr
+        before = stored(RunStore.open(url, storage_options=s3["options"]))
+        proxy.open()
+        go.touch()
+        _, a_err = a.communicate(timeout=300)
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+        proxy.close()
+    assert a.returncode == 1, a_err
+    said = [line for line in a_err.splitlines() if line.startswith("mkdist:")]
+    assert len(said) == 1 and said[0].startswith("mkdist: stopped: ") and "committed nothing" in said[0], a_err
+    assert "Traceback" not in a_err
+    after = stored(RunStore.open(url, storage_options=s3["options"]))
+    assert after["tokens"] == before["tokens"] and after["finished"] == before["finished"] is not None
+    np.testing.assert_array_equal(after["labels"], before["labels"])
