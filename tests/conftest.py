@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -226,18 +227,23 @@ def unreachable():
     flaky.fs.store.clear()
 
 
+_HTTP_METHODS = {b"GET", b"PUT", b"POST", b"HEAD", b"DELETE"}
+
+
 class TcpProxy:
     """A TCP proxy on 127.0.0.1 in front of a local server (a moto S3 server): what a process
     that reaches its storage through it sees of the network.  ``close()`` cuts it -- the
     listening socket closed (new connections refused) and every open connection reset --
-    ``open()`` puts it back on the same port.  ``fail_every``: one new connection in that many
-    is reset as soon as its request arrives (a flaky network; the client retries)."""
+    ``open()`` puts it back on the same port.  ``fail_every``: one HTTP request in that many is
+    not forwarded and its connection reset instead (a flaky network; the client retries it);
+    ``requests`` and ``failed`` count them.  A request is a read from the client that starts
+    with an HTTP method (a client sends its next request once the previous answer is in)."""
 
     def __init__(self, target_port: int, fail_every: int = 0):
         import threading
 
         self.port, self.target, self.fail_every = _free_port(), target_port, fail_every
-        self.connections, self.failed = 0, 0
+        self.connections, self.requests, self.failed = 0, 0, 0
         self._lock = threading.Lock()
         self._open: set = set()
         self._server = None
@@ -276,15 +282,6 @@ class TcpProxy:
                 return  # closed
             with self._lock:
                 self.connections += 1
-                fail = self.fail_every and self.connections % self.fail_every == 0
-            if fail:
-                with contextlib.suppress(OSError):
-                    client.recv(65536)  # the request arrives, then the connection is reset
-                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                client.close()
-                with self._lock:
-                    self.failed += 1
-                continue
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.target))
             except OSError:
@@ -292,12 +289,22 @@ class TcpProxy:
                 continue
             with self._lock:
                 self._open |= {client, upstream}
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            for a, b, requests in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pipe, args=(a, b, requests), daemon=True).start()
 
-    def _pipe(self, a, b) -> None:
+    def _pipe(self, a, b, requests: bool = False) -> None:
         try:
             while data := a.recv(65536):
+                if requests and data.split(b" ", 1)[0] in _HTTP_METHODS:
+                    with self._lock:
+                        self.requests += 1
+                        fail = self.fail_every and self.requests % self.fail_every == 0
+                        self.failed += bool(fail)
+                    if fail:  # reset, not forwarded: the server never sees this request
+                        for s in (a, b):
+                            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                            s.close()
+                        return
                 b.sendall(data)
         except OSError:
             pass
