@@ -591,6 +591,12 @@ class StoreLease:
         """Object stores: rewrite the lease (a heartbeat) on the condition that it is still the
         object this holder last wrote; on any other outcome the lease is lost."""
         self.info = replace(self.info, heartbeat=time.time())
+        if self._etag is None:
+            # The put that created it answered without one: ask, and take it only for this
+            # lease's own object (read after the ETag: a change in between fails the put below).
+            etag = self._lease_etag()
+            self._check_token()
+            self._etag = etag
         try:
             out = self._fs.pipe_file(self._path, self._payload(), IfMatch=self._etag)
         except FileNotFoundError:
