@@ -95,16 +95,24 @@ def worker_kills(rows: int, kill_every: float, workdir: Path) -> dict:
 
             thread = threading.Thread(target=killer, daemon=True)
             thread.start()
+            t0 = time.perf_counter()
             try:
                 labels, disturbed_s = _cluster_run(source, str(workdir / "disturbed.zarr"), client)
+                error = None
+            except Exception as exc:  # noqa: BLE001 - what ended the disturbed run is the measurement
+                labels, disturbed_s, error = None, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
             finally:
                 done.set()
                 thread.join()
     finally:
         _stop(procs.procs)
-    return {"rows": rows, "workers": 2, "kill_every_s": kill_every, "kills": len(kills), "killed_at_s": kills,
-            "undisturbed_s": round(undisturbed_s, 1), "disturbed_s": round(disturbed_s, 1),
-            "overhead": round(disturbed_s / undisturbed_s, 3),
+    out = {"rows": rows, "workers": 2, "kill_every_s": kill_every, "kills": len(kills), "killed_at_s": kills,
+           "undisturbed_s": round(undisturbed_s, 1), "disturbed_s": round(disturbed_s, 1),
+           "finished": error is None}
+    if error is not None:
+        out["error"] = error[:400]
+        return out
+    return {**out, "overhead": round(disturbed_s / undisturbed_s, 3),
             "labels_identical": bool(np.array_equal(labels, reference))}
 
 
