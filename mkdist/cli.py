@@ -24,6 +24,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -159,28 +160,58 @@ def _quiet_prefect_tracebacks() -> None:
         handler.addFilter(_OneLineForKnownErrors())
 
 
+#: Whether this process is the ``mkdist`` command (:func:`console_main`), not a host that called
+#: :func:`main` (a notebook, a test runner, an orchestrator): only then may an interrupt end the
+#: process and kill its descendants, which are then all the command's.
+_OWNS_PROCESS = False
+
+
+def console_main() -> None:
+    """The ``mkdist`` console script (and ``python -m mkdist.cli``): :func:`main`, in a process
+    that is the command's own, so that Ctrl-C ends it within seconds (exit 130)."""
+    global _OWNS_PROCESS
+    _OWNS_PROCESS = True
+    main(prog_name="mkdist")
+
+
 def _stop_now() -> None:
-    """End this command at once: its child processes (cluster workers, the report drawer, a
-    temporary Prefect server) first, then itself, with the interrupted exit code."""
-    stop_now(f"\n{INTERRUPTED}\n", EXIT_INTERRUPTED)
+    """In the console script, end this command at once: its child processes (cluster workers,
+    the report drawer, a temporary Prefect server) first, then itself, with the interrupted exit
+    code.  Called in a host process it returns: the caller re-raises, and the run's context
+    managers stop what mkdist started (its cluster, its server) in order."""
+    if _OWNS_PROCESS:
+        stop_now(f"\n{INTERRUPTED}\n", EXIT_INTERRUPTED)
 
 
-def _handle_interrupts() -> None:
-    """Ctrl-C: the first stops the run in order (its lease released, its cluster closed) within
-    INTERRUPT_GRACE_S, or cuts it short then; a second cuts it short at once.  The store is
-    resumable either way: stages are committed atomically."""
-    handle_interrupts(_stop_now, INTERRUPT_GRACE_S)
+def _handle_interrupts() -> Callable[[], None]:
+    """Ctrl-C in the console script: the first stops the run in order (its lease released, its
+    cluster closed) within INTERRUPT_GRACE_S, or cuts it short then; a second cuts it short at
+    once.  The store is resumable either way: stages are committed atomically.  In a host
+    process nothing is installed: its own handler (Python's raises KeyboardInterrupt) stays.
+    Returns what puts the previous handler back."""
+    if not _OWNS_PROCESS:
+        return lambda: None
+    return handle_interrupts(_stop_now, INTERRUPT_GRACE_S)
 
 
-def _guard(fn, debug: bool) -> Any:
-    """Call fn; map failures to the documented exit codes with a one-line message."""
-    from mkdist.errors import DriftDetectedError, MkdistError
+def _guard(fn, debug: bool, interrupts: bool = False) -> Any:
+    """Call fn; map failures to the documented exit codes with a one-line message.
 
+    ``interrupts``: fn runs the command's work, with its Ctrl-C handling installed
+    (:func:`_handle_interrupts`) and the previous handler put back after.  An interrupt ends
+    the console script at once; in a host process it raises SystemExit(130) once fn has
+    unwound (its cluster closed), the host and its other processes untouched."""
+    from mkdist.errors import DriftDetectedError, LeaseLostError, MkdistError
+
+    restore = _handle_interrupts() if interrupts else (lambda: None)
     try:
         return fn()
     except DriftDetectedError as exc:
         click.echo(f"mkdist: drift: {exc}", err=True)
         sys.exit(EXIT_DRIFT)
+    except LeaseLostError as exc:  # fenced off after a pause: not bad input, and nothing to retry here
+        click.echo(f"mkdist: stopped: {exc}", err=True)
+        sys.exit(EXIT_FAILURE)
     except (MkdistError, BadInput, click.BadParameter, FileNotFoundError, FileExistsError) as exc:
         if debug:
             traceback.print_exc()
@@ -189,11 +220,15 @@ def _guard(fn, debug: bool) -> Any:
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         _stop_now()  # any process this command started (a cluster starting, a server) goes with it
+        click.echo(INTERRUPTED, err=True)  # a host process: fn has unwound, its processes stopped
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
         if debug:
             traceback.print_exc()
         click.echo(f"mkdist: failed: {type(exc).__name__}: {exc} (--debug shows the traceback)", err=True)
         sys.exit(EXIT_FAILURE)
+    finally:
+        restore()
 
 
 def _load_config(path: str | None) -> dict[str, Any]:
@@ -204,6 +239,7 @@ def _load_config(path: str | None) -> dict[str, Any]:
     if not p.is_file():
         raise BadInput(f"config file {path} does not exist")
     text = p.read_text()
+    invalid: tuple[type[Exception], ...] = (ValueError,)  # tomllib's and json's errors are ValueErrors
     try:
         if p.suffix == ".toml":
             import tomllib
@@ -212,10 +248,11 @@ def _load_config(path: str | None) -> dict[str, Any]:
         elif p.suffix in (".yaml", ".yml"):
             import yaml
 
+            invalid = (ValueError, yaml.YAMLError)
             data = yaml.safe_load(text) or {}
         else:
             data = json.loads(text)
-    except Exception as exc:  # each parser has its own error class; all mean "not valid"
+    except invalid as exc:  # each parser's own "not valid"; anything else is no verdict on the file
         raise BadInput(f"config file {path} is not valid {p.suffix.lstrip('.').upper() or 'JSON'}: {exc}") from None
     if not isinstance(data, dict):
         raise BadInput(f"config file {path} must hold a table of run options, got {type(data).__name__}")
@@ -450,7 +487,6 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
     flow = use_prefect if use_prefect is not None else prefect_api_configured()
 
     def go():
-        _handle_interrupts()
         if flow:
             return _run_flow(plan, merged, connect_timeout, quiet, debug)
         from mkdist.pipeline import drive_run, in_process, run_scheduler
@@ -469,11 +505,13 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
                 result = drive_run(plan, progress=not quiet, owner="mkdist run", echo=None if quiet else _note)
             except KeyboardInterrupt:
                 # The run has stopped in order (lease released; stages commit atomically): the
-                # workers of our own cluster need no graceful close, which takes seconds.
+                # workers of our own cluster need no graceful close, which takes seconds (the
+                # console script's; in a host process the cluster closes as the block unwinds).
                 _stop_now()
+                raise
         return result.metrics
 
-    summary = _guard(go, debug)
+    summary = _guard(go, debug, interrupts=True)
     _print_result(summary, store, as_json, quiet, time.perf_counter() - t0)
 
 
@@ -603,7 +641,6 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
     flow = use_prefect if use_prefect is not None else prefect_api_configured()
 
     def go():
-        _handle_interrupts()
         if flow:
             with temporary_prefect_server():
                 from mkdist.flows import assign_flow
@@ -629,8 +666,9 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
                                     drift_thresholds=thresholds or None)  # checked above: not again
             except KeyboardInterrupt:
                 _stop_now()  # as in `run`: stopped in order, our workers need no graceful close
+                raise
 
-    summary = _guard(go, debug)
+    summary = _guard(go, debug, interrupts=True)
     drifted = bool(summary.get("drifted"))
     if as_json:
         click.echo(json.dumps({k: v for k, v in summary.items() if k != "markdown"}, indent=2, default=float))
@@ -708,14 +746,13 @@ def demo(workdir, n_samples, n_workers, quiet, debug):
     _environment(quiet, debug)
 
     def go():
-        _handle_interrupts()
         from mkdist._run._demo import run_demo
 
         return run_demo(workdir, n_samples=n_samples, n_workers=n_workers, progress=not quiet,
                         echo=None if quiet else _note)
 
     t0 = time.perf_counter()
-    summary = _guard(go, debug)
+    summary = _guard(go, debug, interrupts=True)
     _print_result(summary, summary["store"], False, quiet, time.perf_counter() - t0)
     if not quiet:
         click.echo(f"inspect it with: mkdist inspect {summary['store']}")
@@ -724,4 +761,4 @@ def demo(workdir, n_samples, n_workers, quiet, debug):
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    console_main()

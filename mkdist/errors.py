@@ -18,6 +18,7 @@ __all__ = [
     "DamagedStoreError",
     "DamagedStageError",
     "StoreLockedError",
+    "LeaseLostError",
     "StorageAccessError",
     "SchedulerUnreachableError",
     "DriftDetectedError",
@@ -120,6 +121,12 @@ class DamagedStageError(DamagedStoreError):
 
 class StoreLockedError(StoreError):
     """Another live run holds the store's writer lease; the message says who and since when."""
+
+
+class LeaseLostError(StoreLockedError):
+    """This run's writer lease was taken over while it was stopped past its TTL (a paused VM, a
+    long GC, SIGSTOP, a network partition): its commits are fenced off, so it commits nothing more,
+    and the store holds the other run's work."""
 
 
 class StorageAccessError(StoreError):

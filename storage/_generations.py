@@ -51,7 +51,7 @@ from mkdist.errors import DamagedStageError, StoreError, StoreExistsError
 
 from . import _verify
 from ._layout import POINTER
-from ._lease import LEASE_FILE
+from ._lease import FENCE_DIR, LEASE_FILE, held_lease
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -207,6 +207,8 @@ class Generations:
                     else:
                         strays.append(child)
                     continue
+                if not rel and base == FENCE_DIR:
+                    continue  # the lease's fence directories (storage._lease)
                 if stage := _stage_of(child):
                     writes.setdefault(stage, []).append(child)
                     keep = True
@@ -424,6 +426,12 @@ class Generations:
         tell: a conditional put; on local disk a hard link, which fails if the name exists).
         """
         path = self._abs(rel)
+        lease = held_lease(self._fs, self._abs(LEASE_FILE))
+        if lease is not None:
+            # This process took the store's lease: the write is fenced by it (it fails, writing
+            # nothing, if the lease was taken over while this run was paused).
+            lease.fenced_put(path, body, create=create)
+            return
         if not self._local:
             self._fs.pipe_file(path, body, mode="create" if create else "overwrite")
             return

@@ -8,18 +8,25 @@ Where credentials come from, first match per option:
    of the run -- input, store, labels output -- and are registered in this process (by location)
    so that a store reopened from its URL later in the run gets them too;
 2. the fsspec configuration (``FSSPEC_S3_<OPTION>`` variables, ``FSSPEC_CONFIG_DIR`` files);
-3. for ``s3://``: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN`` and
-   ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` from the environment.
+3. for ``s3://``: the endpoint, ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``, from the
+   environment -- not the keys: each process's own botocore finds those (the standard provider
+   chain: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, a profile,
+   an instance or pod role).
 
-The options are resolved once, in the process that drives the run, and passed explicitly to
-every filesystem it opens.  Dask ships a task's filesystem (or Zarr array) pickled with its
-options, so worker processes read and write with the driver's credentials and need no
-environment of their own (a worker on another host has none of the driver's variables).  The
-cost: credentials travel inside the task graph, from the client through the scheduler to the
-workers -- use TLS between them (``deploy/dask-tls.yaml``) off a trusted network.  They are never
-written anywhere by mkdist: not in a store's attributes (the input is recorded by location),
-not in a report, not in the lease (the CLI takes no credential on its command line, which the
-lease records), not in a Prefect flow's parameters (:func:`public_options`).
+Dask ships a task's filesystem (or Zarr array) pickled with its options, through the scheduler
+to the workers.  So the driver's environment stays in the driver: credentials taken from it
+were copied into those options, and travelled in every graph; now a worker reads the storage
+with its own credentials (its environment, its role), as any AWS client does, and a graph holds
+no secret taken from the environment.  Credentials given explicitly in ``storage_options`` are
+the caller's choice to send: they go where the options go, graphs included (use TLS between
+client, scheduler and workers, ``deploy/dask-tls.yaml``, off a trusted network).  None is
+ever written anywhere by mkdist: not in a store's attributes (the input is recorded by
+location), not in a report, not in the lease (the CLI takes no credential on its command line,
+which the lease records), not in a Prefect flow's parameters (:func:`public_options`).
+
+Options registered for a bucket hold until :func:`clear_options`, or until the credentials
+in the environment change (a rotated key, another profile): then they are dropped, and so
+are the s3fs instances cached with the old credentials.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from mkdist.errors import StorageAccessError
 
 __all__ = [
     "PROBE_TIMEOUT_S",
+    "clear_options",
     "close_sessions",
     "is_remote",
     "options_for",
@@ -59,8 +67,13 @@ _S3 = frozenset({"s3", "s3a"})
 _SECRET = frozenset({"key", "secret", "token", "password", "aws_access_key_id", "aws_secret_access_key",
                      "aws_session_token", "account_key", "sas_token", "client_secret"})
 
-_REGISTERED: dict[str, dict[str, Any]] = {}
+# bucket -> (options, the environment's credentials digest when they were registered)
+_REGISTERED: dict[str, tuple[dict[str, Any], str]] = {}
 _LOCK = threading.Lock()
+# The credentials digest options_for last saw (None: not asked yet).
+_SEEN_ENVIRONMENT: list[str | None] = [None]
+# Variables that choose credentials or an endpoint: a change in any of them is another identity.
+_CREDENTIAL_PREFIXES = ("AWS_", "FSSPEC_")
 
 
 def protocol(url: Any) -> str | None:
@@ -92,16 +105,57 @@ def register_options(options: Mapping[str, Any] | None, *urls: Any) -> None:
     store reopened from its URL later in the run, the report next to it, are opened with them."""
     if not options:
         return
+    digest = _credentials_digest()
     with _LOCK:
         for url in urls:
             if is_remote(url):
-                _REGISTERED[_key(os.fspath(url.url if hasattr(url, "url") else url))] = dict(options)
+                _REGISTERED[_key(os.fspath(url.url if hasattr(url, "url") else url))] = (dict(options), digest)
+
+
+def clear_options(*urls: Any) -> None:
+    """Forget the options registered for the buckets of ``urls`` (all of them when none is
+    given): later locations there are opened with the fsspec configuration and the environment."""
+    with _LOCK:
+        if not urls:
+            _REGISTERED.clear()
+        for url in urls:
+            if is_remote(url):
+                _REGISTERED.pop(_key(os.fspath(url.url if hasattr(url, "url") else url)), None)
 
 
 def _registered(url: str) -> dict[str, Any] | None:
+    digest = _credentials_digest()
     with _LOCK:
         found = _REGISTERED.get(_key(url))
-    return None if found is None else dict(found)
+        if found is not None and found[1] != digest:
+            # The environment's credentials changed since: these options were another identity's.
+            logger.info("%s: the credentials in the environment changed; options registered before are dropped",
+                        _key(url))
+            del _REGISTERED[_key(url)]
+            found = None
+    return None if found is None else dict(found[0])
+
+
+def _credentials_digest() -> str:
+    """A digest of the variables that choose credentials (never the values themselves: it is
+    compared, not stored or sent)."""
+    import hashlib
+
+    relevant = sorted((k, v) for k, v in os.environ.items() if k.startswith(_CREDENTIAL_PREFIXES))
+    return hashlib.sha256(repr(relevant).encode()).hexdigest()
+
+
+def _drop_stale_instances() -> None:
+    """s3fs caches a filesystem per set of options: with the keys no longer among them, an
+    instance made under the previous environment's credentials would be reused after they
+    changed.  Closed and dropped from the cache (:func:`close_sessions`) when the environment's
+    credentials digest changes."""
+    digest = _credentials_digest()
+    with _LOCK:
+        changed = _SEEN_ENVIRONMENT[0] is not None and _SEEN_ENVIRONMENT[0] != digest
+        _SEEN_ENVIRONMENT[0] = digest
+    if changed and "s3fs" in sys.modules:
+        close_sessions()
 
 
 def _environment(proto: str) -> dict[str, Any]:
@@ -115,13 +169,12 @@ def _environment(proto: str) -> dict[str, Any]:
         # ranges (fsspec/s3fs#1027, whose workaround this is); a run reads many small
         # metadata documents and chunks, and the extra round trip doubled their cost.
         out["max_concurrency"] = 1
+        # The endpoint only: botocore reads the keys from each process's own environment (or
+        # profile, or role); copied here they travelled in every task graph (module docstring).
         env = os.environ
-        for option, names in (("key", ("AWS_ACCESS_KEY_ID",)), ("secret", ("AWS_SECRET_ACCESS_KEY",)),
-                              ("token", ("AWS_SESSION_TOKEN",)),
-                              ("endpoint_url", ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"))):
-            value = next((env[n] for n in names if env.get(n)), None)
-            if value:
-                out[option] = value
+        endpoint_url = next((env[n] for n in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if env.get(n)), None)
+        if endpoint_url:
+            out["endpoint_url"] = endpoint_url
     # fsspec's own configuration wins over the AWS variables, as it does in fsspec itself
     # (it is applied to the keyword arguments of every filesystem it creates).
     for name in {proto, "s3"} if proto in _S3 else {proto}:
@@ -136,6 +189,8 @@ def options_for(url: Any, given: Mapping[str, Any] | None = None) -> dict[str, A
         return {}
     raw = os.fspath(url.url if hasattr(url, "url") else url)
     proto = protocol(raw)
+    if proto in _S3:
+        _drop_stale_instances()
     explicit = dict(given) if given else _registered(raw) or {}
     return {**_environment(proto), **explicit}
 

@@ -42,6 +42,7 @@ from mkdist.errors import (
 )
 
 from . import _verify
+from ._faults import reaching_storage_failed
 from ._generations import (
     Generations,
     Stage,
@@ -125,7 +126,9 @@ class RunStore:
                                          (+ update_attrs keys)
         <url>/.mkdist-lease.json         the writer lease while a run holds it: host, host_id,
                                          pid, pid_start, owner, command, token, started,
-                                         heartbeat, ttl_s
+                                         heartbeat, ttl_s, generation
+        <url>/.mkdist-lease.json.fence/  local disk: the holders' fence directories
+                                         (<generation>.<token>; storage._lease)
         <url>/<stage>.gen-<uuid>/        one write of the stage: xarray Dataset (dimension
                                          names set), attrs incl. the completion marker
                                          mkdist_stage (below); never changed once marked
@@ -352,7 +355,13 @@ class RunStore:
             raise ValueError(f"update_attrs cannot change the run's provenance {fixed}; a "
                              "different run needs its own store (or RunStore.create(..., "
                              "overwrite=True)).")
-        zarr.open_group(self.url, mode="r+", zarr_format=3, **self._zarr_kw).attrs.update(_to_json(attrs, "attrs"))
+        # Read, merged and put back as one whole object, through the lease's fence when this
+        # process holds it (zarr's attrs.update wrote it in place, unfenced).
+        root = read_json(self._fs, self._abs("zarr.json"))
+        if root is None:
+            raise StoreNotFoundError(f"no mkdist run store at {self.url}; create one with RunStore.create(...).")
+        root.setdefault("attributes", {}).update(_to_json(attrs, "attrs"))
+        self._generations._put("zarr.json", json.dumps(root, indent=2).encode(), create=False)
 
     # -------------------------------------------------------------------- lease
     def lease(self, owner: str | None = None, *, ttl: float = DEFAULT_TTL,
@@ -702,6 +711,8 @@ class RunStore:
                 group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3,
                                         **self._zarr_kw)
             except Exception as e:
+                if reaching_storage_failed(e):  # says nothing about the stage: not "damaged"
+                    raise
                 stage.problems = [f"its group cannot be opened ({type(e).__name__}: {e})"]
             else:
                 stage.problems = _verify.full_problems(group, stage.marker)
@@ -748,6 +759,8 @@ class RunStore:
                     metadata=json.loads(known[f"{n}/zarr.json"]),
                     store_path=StorePath(root, f"{stage.group}/{n}"))) for n in raw.variables}
         except Exception as e:
+            if reaching_storage_failed(e):  # the network, not the stage: raised as it is
+                raise
             raise DamagedStageError(f"{where} cannot be opened ({type(e).__name__}: {e}). "
                                     f"{_damaged_fix(stage.name)}") from e
         variables = {}
@@ -820,7 +833,8 @@ class RunStore:
             fs.rm(path, recursive=True)
             return
         for child in fs.ls(path, detail=False):
-            if child.rstrip("/") != self._lease_path:
+            # the lease, and its fence directories (storage._lease), stay
+            if not child.rstrip("/").startswith(self._lease_path):
                 fs.rm(child, recursive=True)
 
     def _check_writable(self) -> None:

@@ -27,6 +27,8 @@ from dask.base import tokenize
 
 from mkdist.errors import DamagedStageError, StoreNotFoundError
 
+from ._faults import reaching_storage_failed
+
 __all__ = ["CHECKSUM", "MARKER", "array_spec", "chunk_crc", "numpy_crcs", "store_with_crcs",
            "manifest", "is_marked", "StageListing", "list_stage", "quick_problems", "full_problems", "verified_dask"]
 
@@ -343,6 +345,8 @@ def full_problems(group: Any, marker: Mapping[str, Any]) -> list[str]:
         try:
             array = group[name]
         except Exception as e:  # the codec configuration itself is unusable
+            if reaching_storage_failed(e):  # not the array's fault: no verdict on it
+                raise
             problems.append(f"array {name!r}: cannot be opened ({type(e).__name__}: {e})")
             continue
 
@@ -350,6 +354,8 @@ def full_problems(group: Any, marker: Mapping[str, Any]) -> list[str]:
             try:
                 crc = chunk_crc(array[chunk_slices(idx, spec["shape"], spec["chunk_shape"])])
             except Exception as e:
+                if reaching_storage_failed(e):
+                    raise
                 return f"cannot be decoded ({type(e).__name__}: {e})"
             return "checksum mismatch" if crc != expected else None
 
@@ -375,6 +381,8 @@ def _read_chunk(expected: np.ndarray, *, array: Any, shape: tuple[int, ...],
     try:
         block = np.asarray(array[chunk_slices(block_id, shape, chunk_shape)])
     except Exception as e:
+        if reaching_storage_failed(e):  # a chunk not reached is not a chunk damaged
+            raise
         failed = e
     else:
         failed = None

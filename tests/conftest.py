@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -166,3 +167,150 @@ def prefect_api():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield PREFECT_API_URL.value()
+
+
+class UnreachableAfter:
+    """An fsspec file system on this process's memory (``flaky://``) whose reads of chosen
+    objects fail with a ConnectionError, as a dropped network would: ``fail(suffix, from_read=n)``
+    makes the n-th read of each object whose path ends with ``suffix``, and every later one, fail.
+
+    A real file system (fsspec's memory one) with one fault injected, not a mock: zarr, xarray and
+    pyarrow read it through their ordinary fsspec paths."""
+
+    def __init__(self):
+        import fsspec
+        from fsspec.implementations.memory import MemoryFileSystem
+
+        rules: dict[str, int] = {}
+        reads: dict[str, int] = {}
+
+        class Flaky(MemoryFileSystem):
+            protocol = ("flaky",)
+            # its own objects, not the memory:// ones of other tests
+            store: dict = {}
+            pseudo_dirs = [""]
+
+            @classmethod
+            def _strip_protocol(cls, path):
+                return MemoryFileSystem._strip_protocol("memory://" + str(path).removeprefix("flaky://"))
+
+            def _check(self, path):
+                p = self._strip_protocol(path)
+                n = reads[p] = reads.get(p, 0) + 1
+                for suffix, first in rules.items():
+                    if p.endswith(suffix) and n >= first:
+                        raise ConnectionError(f"connection reset by peer reading {p} (injected)")
+
+            def cat_file(self, path, start=None, end=None, **kwargs):
+                self._check(path)
+                return super().cat_file(path, start, end, **kwargs)
+
+            def _open(self, path, mode="rb", **kwargs):
+                if "r" in mode:
+                    self._check(path)
+                return super()._open(path, mode, **kwargs)
+
+        fsspec.register_implementation("flaky", Flaky, clobber=True)
+        self.fs, self.rules, self.reads = Flaky(), rules, reads
+
+    def fail(self, suffix: str, from_read: int = 1) -> None:
+        self.rules[suffix] = from_read
+        self.reads.clear()
+
+
+@pytest.fixture
+def unreachable():
+    """A fresh :class:`UnreachableAfter` (``flaky://``) for one test."""
+    flaky = UnreachableAfter()
+    yield flaky
+    flaky.rules.clear()
+    flaky.fs.store.clear()
+
+
+_HTTP_METHODS = {b"GET", b"PUT", b"POST", b"HEAD", b"DELETE"}
+
+
+class TcpProxy:
+    """A TCP proxy on 127.0.0.1 in front of a local server (a moto S3 server): what a process
+    that reaches its storage through it sees of the network.  ``close()`` cuts it -- the
+    listening socket closed (new connections refused) and every open connection reset --
+    ``open()`` puts it back on the same port.  ``fail_every``: one HTTP request in that many is
+    not forwarded and its connection reset instead (a flaky network; the client retries it);
+    ``requests`` and ``failed`` count them.  A request is a read from the client that starts
+    with an HTTP method (a client sends its next request once the previous answer is in)."""
+
+    def __init__(self, target_port: int, fail_every: int = 0):
+        import threading
+
+        self.port, self.target, self.fail_every = _free_port(), target_port, fail_every
+        self.connections, self.requests, self.failed = 0, 0, 0
+        self._lock = threading.Lock()
+        self._open: set = set()
+        self._server = None
+        self.open()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def open(self) -> None:
+        import threading
+
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(128)
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def close(self) -> None:
+        self._server.close()
+        with self._lock:
+            conns, self._open = list(self._open), set()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+    def _accept(self, server) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                self.connections += 1
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open |= {client, upstream}
+            for a, b, requests in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pipe, args=(a, b, requests), daemon=True).start()
+
+    def _pipe(self, a, b, requests: bool = False) -> None:
+        try:
+            while data := a.recv(65536):
+                if requests and data.split(b" ", 1)[0] in _HTTP_METHODS:
+                    with self._lock:
+                        self.requests += 1
+                        fail = self.fail_every and self.requests % self.fail_every == 0
+                        self.failed += bool(fail)
+                    if fail:  # reset, not forwarded: the server never sees this request
+                        for s in (a, b):
+                            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                            s.close()
+                        return
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                self._open -= {a, b}

@@ -149,3 +149,61 @@ def test_scan_moments_equal_the_whole_chunk_sums_with_and_without_nan():
         np.testing.assert_allclose(_io._moments(blocks, shifts), definition(blocks, shifts), rtol=1e-12, atol=1e-9)
     got = _io._moments(dirty, [np.zeros(3), np.zeros(2)])
     assert got[-1] == 1 and got[3 * 3:4 * 3].tolist() == [2, 3, 2]  # rows 9 and 11, and (5, 1): NaN per column
+
+
+def _plain_zarr(url: str) -> None:
+    """A Zarr group of plain 2-D arrays (no dimension names): the plain-array reading."""
+    import zarr
+
+    group = zarr.open_group(url, mode="w")
+    group.create_array("a", data=np.ones((10, 3), np.float32))
+    group.create_array("b", data=np.zeros((10, 2), np.float32))
+
+
+def test_a_zarr_input_the_network_fails_for_raises_that_error_not_another_formats(unreachable):
+    """A connection error while a Zarr input is opened is that error: not "not a Zarr group"
+    (opening the group, reading its metadata before work) and not the plain-array reading
+    (xarray's open, which took any error for "no dimension names")."""
+    from mkdist._pipeline._io import InputSource
+
+    _plain_zarr("flaky://plain")
+    assert list(load_views("flaky://plain")) == ["a", "b"]  # readable, as plain arrays
+    assert InputSource("flaky://plain").open().shapes == {"a": 3, "b": 2}
+    for first in (1, 2):  # the group's open; xarray's, after the group opened
+        unreachable.fail("plain/zarr.json", from_read=first)
+        with pytest.raises(ConnectionError, match="connection reset by peer"):
+            load_views("flaky://plain")
+    unreachable.fail("plain/zarr.json", from_read=1)
+    with pytest.raises(ConnectionError, match="connection reset by peer"):
+        InputSource("flaky://plain").open()
+
+
+def test_what_is_not_a_zarr_group_is_still_refused_as_one(tmp_path):
+    from mkdist._pipeline._io import InputSource
+
+    (tmp_path / "notes.zarr").mkdir()
+    (tmp_path / "notes.zarr" / "zarr.json").write_text("{not json")
+    for path in (tmp_path / "empty.zarr", tmp_path / "notes.zarr"):
+        path.mkdir(exist_ok=True)
+        with pytest.raises(InputValidationError, match="Zarr group"):
+            load_views(str(path))
+        with pytest.raises(InputValidationError, match="Zarr group"):
+            InputSource(str(path)).open()
+
+
+def test_a_labels_output_the_network_fails_for_is_not_taken_for_another_file(unreachable):
+    """Which run wrote a labels output: a read that fails is raised (it was "a file mkdist did
+    not write", which --overwrite replaces); a file that is not Parquet is still nobody's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mkdist._pipeline._io import labels_out_owner
+
+    with unreachable.fs.open("/out/labels.parquet", "wb") as f:
+        pq.write_table(pa.table({"id": [1]}).replace_schema_metadata({"mkdist": "{\"store\": \"s\"}"}), f)
+    unreachable.fs.pipe("/out/notes.parquet", b"not parquet")
+    assert labels_out_owner("flaky://out/notes.parquet") == {}
+    assert labels_out_owner("flaky://out/labels.parquet") == {"store": "s"}
+    unreachable.fail("labels.parquet")
+    with pytest.raises(ConnectionError, match="connection reset by peer"):
+        labels_out_owner("flaky://out/labels.parquet")

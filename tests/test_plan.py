@@ -110,12 +110,11 @@ def test_a_run_validates_its_input_once(npz, tmp_path, counted, monkeypatch):
     assert again.skipped == ["landmarks", "model", "embedding", "labels"]
     assert counted == {"validate": 1, "open": 1}
 
-    # The command line, in this process (its Ctrl-C handler would replace pytest's).
+    # The command line, in this process (it installs no Ctrl-C handler here: pytest's stays).
     from click.testing import CliRunner
 
     from mkdist import cli
 
-    monkeypatch.setattr(cli, "_handle_interrupts", lambda: None)
     for key in ("PREFECT_API_URL", "MKDIST_DASK_ADDRESS"):
         monkeypatch.delenv(key, raising=False)
     saved = dict(os.environ)

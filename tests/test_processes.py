@@ -137,3 +137,83 @@ def test_the_temporary_prefect_server_answers_and_is_stopped_at_the_end(tmp_path
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["url"].startswith("http://127.0.0.1:") and got["health"] == "true"
     assert _state(got["pid"]) in ("gone", "Z", "X")
+
+
+_IN_A_HOST = """
+    import json, os, signal, subprocess, sys, time
+
+    import psutil
+    from click.testing import CliRunner
+
+    import mkdist._run._driver as driver
+    from mkdist import cli
+
+    npz, store, workers, inject = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+
+    def host_handler(signum, frame):  # the host's own: a notebook's, an orchestrator's
+        raise KeyboardInterrupt("host")
+
+    signal.signal(signal.SIGINT, host_handler)
+    # A process the host started, not mkdist: it must outlive whatever mkdist does.
+    sentinel = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    real = driver.run_stage
+
+    def run_stage(name, *args, **kwargs):  # Ctrl-C (or a failure) as the embedding starts
+        if name == "embedding" and inject == "ctrl-c":
+            signal.raise_signal(signal.SIGINT)
+        if name == "embedding" and inject == "error":
+            raise RuntimeError("injected failure")
+        return real(name, *args, **kwargs)
+
+    driver.run_stage = run_stage
+    args = ["run", "--input", npz, "--store", store, "--n-clusters", "3", "--n-landmarks", "60",
+            "--random-state", "0", "--quiet", "--no-prefect", *(["--n-workers", workers] if workers != "0" else [])]
+    r = CliRunner().invoke(cli.main, args)
+    def mkdists(p):  # a process mkdist started, still running
+        try:
+            return (p.pid != sentinel.pid and p.status() != psutil.STATUS_ZOMBIE
+                    and "resource_tracker" not in " ".join(p.cmdline()))
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + 20  # the cluster mkdist started closes in order
+    while time.monotonic() < deadline:
+        left = [p for p in psutil.Process().children(recursive=True) if mkdists(p)]
+        if not left:
+            break
+        time.sleep(0.2)
+    driver.run_stage = real
+    again = CliRunner().invoke(cli.main, args)
+    print(json.dumps({"exit": r.exit_code, "output": r.output, "handler_restored":
+                      signal.getsignal(signal.SIGINT) is host_handler, "sentinel_alive": sentinel.poll() is None,
+                      "left": [p.pid for p in left], "again": again.exit_code, "again_output": again.output}))
+    sentinel.kill()
+"""
+
+
+@pytest.mark.parametrize("workers, inject, code, said", [
+    ("0", "ctrl-c", 130, "mkdist: interrupted; re-run the same command to resume."),
+    ("1", "ctrl-c", 130, "mkdist: interrupted; re-run the same command to resume."),
+    ("0", "error", 1, "mkdist: failed: RuntimeError: injected failure"),
+], ids=["ctrl-c-in-process", "ctrl-c-local-cluster", "error-in-process"])
+def test_main_called_in_a_host_process_returns_and_leaves_the_host_and_its_processes(tmp_path, workers, inject,
+                                                                                    code, said):
+    """``mkdist.cli.main()`` in a host process (CliRunner here; a notebook, an orchestrator):
+    Ctrl-C or a failure as the embedding starts ends the command with its exit code and one line,
+    never the host: its SIGINT handler is its own again, a process it started still runs, the
+    processes mkdist started (its LocalCluster's workers) are stopped, and the same command then
+    resumes to the end."""
+    from tests.conftest import write_blobs_npz
+
+    npz = tmp_path / "in.npz"
+    write_blobs_npz(npz, 100)
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MKDIST_DASK_ADDRESS")}
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(_IN_A_HOST), str(npz), str(tmp_path / "run.zarr"),
+                        workers, inject], capture_output=True, text=True, timeout=300, env=env,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["exit"] == code, got
+    assert said in got["output"], got
+    assert got["handler_restored"] and got["sentinel_alive"] and got["left"] == [], got
+    assert got["again"] == 0, got["again_output"]

@@ -2,8 +2,9 @@
 
 Real parts only: a moto S3 server over HTTP on 127.0.0.1 that checks keys (IAM, as AWS does), a
 `dask scheduler` and two `dask worker` processes, each worker with a working directory and a
-TMPDIR of its own and no AWS credentials in its environment -- nothing can pass through a
-shared local path, and the workers write with the credentials the run sends them.
+TMPDIR of its own -- nothing can pass through a shared local path -- and credentials of its
+own (a key of another IAM user, as a worker's role would be): a run whose driver takes its
+credentials from the environment sends none in its graphs, and the workers use theirs.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import uuid
 
 import numpy as np
@@ -56,11 +58,20 @@ def s3(tmp_path_factory):
         options = {"key": key["AccessKeyId"], "secret": key["SecretAccessKey"], "endpoint_url": endpoint}
         import s3fs
 
+        # The later requests need a key: the "mkdist" user (allowed everything) makes the workers'.
+        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1",
+                           aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"])
+        iam.create_user(UserName="workers")
+        iam.put_user_policy(UserName="workers", PolicyName="all", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+        workers = iam.create_access_key(UserName="workers")["AccessKey"]
         fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
         fs.mkdir(BUCKET)
         yield {"options": options, "endpoint": endpoint, "fs": fs,
                "env": {"AWS_ACCESS_KEY_ID": options["key"], "AWS_SECRET_ACCESS_KEY": options["secret"],
-                       "AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": "us-east-1"}}
+                       "AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": "us-east-1"},
+               "workers_env": {"AWS_ACCESS_KEY_ID": workers["AccessKeyId"],
+                               "AWS_SECRET_ACCESS_KEY": workers["SecretAccessKey"], "AWS_DEFAULT_REGION": "us-east-1"}}
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -74,17 +85,19 @@ def worker_homes(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cluster(worker_homes):
+def cluster(s3, worker_homes):
     """`dask scheduler` + two `dask worker` processes on 127.0.0.1; each worker in its own
-    directory with its own TMPDIR, and without AWS credentials or fsspec configuration."""
+    directory with its own TMPDIR, with credentials of its own (the "workers" IAM user's key, as
+    a deployment gives its workers a role) and no fsspec configuration or endpoint."""
     from distributed import Client
 
-    env = {**_without_credentials(os.environ), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = {**_without_credentials(os.environ), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **s3["workers_env"]}
     with dask_processes(2, env, worker_home=worker_homes.__getitem__) as address:
         with Client(address) as client:
             client.wait_for_workers(2, timeout=60)
-            # The workers really have no credentials of their own.
-            assert not any(client.run(lambda: any(k.startswith("AWS_") for k in os.environ)).values())
+            # The workers have their own key, not the driver's.
+            keys = set(client.run(lambda: os.environ.get("AWS_ACCESS_KEY_ID")).values())
+            assert keys == {s3["workers_env"]["AWS_ACCESS_KEY_ID"]} != {s3["options"]["key"]}
         yield address
 
 
@@ -223,6 +236,44 @@ def test_python_api_with_storage_options_on_a_zarr_input(s3, zarr_input, api_run
     out = _labels(s3, api_run["labels"])
     assert out["row"].tolist() == list(range(450))
     assert (out["cluster"].to_numpy() == api_run["first"]).all()
+
+
+@pytest.mark.slow
+def test_no_secret_from_the_environment_travels_in_a_runs_graphs(s3, cluster, zarr_input, monkeypatch):
+    """The driver takes its credentials from its environment; every message it sends the
+    scheduler (graphs, as pickled for the wire, with their annotations) is searched for its
+    secret and its key: neither is there, the workers read and write with their own key, and the
+    run finishes.  (Before, the keys were copied into the fsspec options every task carried.)"""
+    import cloudpickle
+    from distributed import Client
+
+    import mkdist
+
+    for k in [k for k in os.environ if k.startswith(("AWS_", "FSSPEC_"))]:
+        monkeypatch.delenv(k)
+    for k, v in s3["env"].items():
+        monkeypatch.setenv(k, v)
+    sent: list[bytes] = []
+    original = Client._send_to_scheduler
+
+    def recording(self, msg):
+        if isinstance(msg, dict):
+            ser = msg.get("expr_ser")
+            sent.extend(bytes(f) for f in (ser.frames if ser is not None else []))
+            sent.append(cloudpickle.dumps({k: v for k, v in msg.items() if k != "expr_ser"}))
+        return original(self, msg)
+
+    monkeypatch.setattr(Client, "_send_to_scheduler", recording)
+    store = f"s3://{BUCKET}/runs/graphs-{uuid.uuid4().hex[:8]}.zarr"
+    with Client(cluster):
+        result = mkdist.cluster(zarr_input["url"], store, 3, random_state=0, n_landmarks=120, label_column="y",
+                                report=False)
+        labels = result.labels.compute()
+    assert clustering_accuracy(zarr_input["y"], labels) > 0.95
+    wire = b"".join(sent)
+    assert len(sent) > 10 and s3["endpoint"].encode() in wire  # the graphs were seen, their options with them
+    assert s3["options"]["secret"].encode() not in wire
+    assert s3["options"]["key"].encode() not in wire
 
 
 @pytest.mark.slow
@@ -393,15 +444,15 @@ def test_config_file_storage_options_reach_the_probe(s3, table, tmp_path):
 def test_options_come_from_the_run_then_fsspec_config_then_the_environment(monkeypatch):
     import fsspec.config
 
-    from mkdist.storage._remote import options_for, public_options, register_options
+    from mkdist.storage._remote import clear_options, options_for, public_options, register_options
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "env-key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://env:9000")
     monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": "http://conf:9000"})
     # max_concurrency=1: one request per object read (see _environment); anyone may set it back.
-    assert options_for("s3://b/x") == {"key": "env-key", "secret": "env-secret", "endpoint_url": "http://conf:9000",
-                                       "max_concurrency": 1}
+    # The keys are not copied from the environment: each process's botocore reads its own.
+    assert options_for("s3://b/x") == {"endpoint_url": "http://conf:9000", "max_concurrency": 1}
     assert options_for("s3://b/x", {"secret": "given"})["secret"] == "given"
     assert options_for("s3://b/x", {"max_concurrency": 8})["max_concurrency"] == 8
     assert options_for("runs/x.zarr", {"secret": "given"}) == {} and options_for("memory://x") == {}
@@ -409,7 +460,19 @@ def test_options_come_from_the_run_then_fsspec_config_then_the_environment(monke
     bucket = f"s3://reg-{uuid.uuid4().hex}"
     register_options({"key": "run-key", "secret": "run-secret"}, f"{bucket}/runs/a.zarr")
     assert options_for(f"{bucket}/runs/a.zarr.report.html")["secret"] == "run-secret"
-    assert options_for("s3://another-bucket/x")["secret"] == "env-secret"
+    assert "secret" not in options_for("s3://another-bucket/x")
+    register_options({"key": "run-key", "secret": "run-secret"}, f"{bucket}/runs/a.zarr")
+    # Cleared by name, or all at once.
+    clear_options(f"{bucket}/other.zarr")
+    assert "secret" not in options_for(f"{bucket}/runs/a.zarr")
+    register_options({"key": "run-key", "secret": "run-secret"}, f"{bucket}/runs/a.zarr")
+    clear_options()
+    assert "secret" not in options_for(f"{bucket}/runs/a.zarr")
+    # Not outliving a change of the environment's credentials (a rotated key, another profile).
+    register_options({"key": "run-key", "secret": "run-secret"}, f"{bucket}/runs/a.zarr")
+    assert options_for(f"{bucket}/runs/a.zarr")["secret"] == "run-secret"
+    monkeypatch.setenv("AWS_PROFILE", "another")
+    assert "secret" not in options_for(f"{bucket}/runs/a.zarr")
     assert public_options({"key": "k", "secret": "s", "endpoint_url": "e"}) == {
         "key": "<redacted>", "secret": "<redacted>", "endpoint_url": "e"}
 
@@ -419,3 +482,145 @@ def test_local_locations_are_not_probed(tmp_path):
 
     probe_run(tmp_path / "in.parquet", tmp_path / "store.zarr", "memory://labels", {"key": "unused"})
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_paused_run_commits_nothing_after_a_takeover_on_s3(s3, tmp_path):
+    """As tests/test_fencing.py on a local directory, with the store on s3: run A (credentials from
+    its environment) stops itself at its embedding, run B takes the store over past A's TTL and
+    finishes, A continued commits nothing (its lease is gone or another's), says so in one line
+    and exits 1; B's stages stay its own and verify."""
+    from mkdist.storage import RunStore
+    from mkdist.storage._lease import LEASE_FILE, read_lease
+
+    from .conftest import write_blobs_npz
+    from .test_fencing import _check, _env, paused_run_then_takeover, stored
+
+    npz, url = tmp_path / "in.npz", f"s3://{BUCKET}/runs/fenced-{uuid.uuid4().hex[:8]}.zarr"
+    write_blobs_npz(npz, 100)
+    args = ["run", "--input", str(npz), "--store", url, "--n-clusters", "3", "--n-landmarks", "60",
+            "--random-state", "0"]
+
+    def lease_stale() -> bool:
+        s3["fs"].invalidate_cache()
+        info = read_lease(s3["fs"], f"{url.removeprefix('s3://')}/{LEASE_FILE}")
+        return info is not None and info.stale()
+
+    def open_store():
+        return RunStore.open(url, storage_options=s3["options"])
+
+    got = paused_run_then_takeover(args, lease_stale, _env(s3["env"]),
+                                   lambda: stored(open_store()))
+    _check(got, stored(open_store()))
+
+
+def test_a_stale_holders_heartbeat_and_commit_are_fenced_off_after_a_takeover_on_s3(s3):
+    """The conditional puts, in one process: holder A pauses past its TTL, B replaces its lease
+    (If-Match the ETag B read); A's next heartbeat and commit, already past any check, write
+    nothing (If-Match the ETag of A's last write fails) -- B's lease and the pointer stay."""
+    import time
+
+    from mkdist.errors import LeaseLostError
+    from mkdist.storage import RunStore
+    from mkdist.storage._lease import LEASE_FILE, StoreLease
+
+    url = f"s3://{BUCKET}/runs/fence-{uuid.uuid4().hex[:8]}.zarr"
+    store = RunStore.create(url, fingerprint="sha256:0", params={"k": 1}, storage_options=s3["options"])
+    fs, root = store._fs, store._path
+    a = StoreLease(fs, root, url, local=False, owner="run A", ttl=0.5, heartbeat=0.4).acquire()
+    pointer = f"{root}/labels.gen-current.json"
+    a.fenced_put(pointer, b'{"by": "A"}', create=True)
+    a._stop.set()
+    a._thread.join()  # paused: no more heartbeats
+    time.sleep(0.6)
+    b = StoreLease(fs, root, url, local=False, owner="run B", ttl=60).acquire()
+    try:
+        assert (a.generation, b.generation) == (1, 2)
+        b_lease = s3["fs"].cat_file(f"{root}/{LEASE_FILE}")
+        with pytest.raises(LeaseLostError, match=r"generation 1\) was taken over .*run B.*generation 2"):
+            a.fenced_put(pointer, b'{"by": "A, stale"}')
+        with pytest.raises(LeaseLostError):
+            a._write()
+        s3["fs"].invalidate_cache()
+        assert s3["fs"].cat_file(pointer) == b'{"by": "A"}'
+        assert s3["fs"].cat_file(f"{root}/{LEASE_FILE}") == b_lease
+        b.fenced_put(pointer, b'{"by": "B"}')
+        assert s3["fs"].cat_file(pointer) == b'{"by": "B"}'
+    finally:
+        b.release()
+        a.release()
+
+
+_CUT_OFF_AT_EMBEDDING = """
+    import os, sys, time
+
+    import mkdist._run._driver as driver
+    from mkdist import cli
+
+    real, here, go = driver.run_stage, sys.argv[1], sys.argv[2]
+
+    def run_stage(name, *args, **kwargs):
+        if name == "embedding":  # the test cuts the network now, and says when it is back
+            open(here, "w").close()
+            while not os.path.exists(go):
+                time.sleep(0.05)
+        return real(name, *args, **kwargs)
+
+    driver.run_stage = run_stage
+    sys.argv = ["mkdist", *sys.argv[3:]]
+    cli.console_main()
+"""
+
+
+@pytest.mark.slow
+def test_a_run_cut_off_from_s3_commits_nothing_after_a_takeover(s3, tmp_path):
+    """Run A reaches s3 through a proxy, which is closed as A's embedding starts (A's heartbeats
+    fail meanwhile, it is not paused) and reopened once run B, reaching s3 directly, has taken the
+    store over past A's TTL and finished: A commits nothing, says so in one line, exits 1; B's
+    stages stay its own."""
+
+    from mkdist.storage import RunStore
+    from mkdist.storage._lease import LEASE_FILE, read_lease
+
+    from .conftest import TcpProxy, write_blobs_npz
+    from .test_fencing import ROOT, _env, _wait, stored
+
+    npz, url = tmp_path / "in.npz", f"s3://{BUCKET}/runs/cut-{uuid.uuid4().hex[:8]}.zarr"
+    write_blobs_npz(npz, 100)
+    args = ["run", "--input", str(npz), "--store", url, "--n-clusters", "3", "--n-landmarks", "60",
+            "--random-state", "0"]
+    proxy = TcpProxy(int(s3["endpoint"].rsplit(":", 1)[1]))
+    here, go = tmp_path / "at-embedding", tmp_path / "go"
+    a = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_CUT_OFF_AT_EMBEDDING), str(here), str(go), *args],
+                         cwd=ROOT, env=_env({**s3["env"], "AWS_ENDPOINT_URL": proxy.endpoint}),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait(lambda: here.exists() or a.poll() is not None, "run A to reach its embedding")
+        assert a.poll() is None, a.stderr.read()
+        proxy.close()
+
+        def lease_stale() -> bool:
+            s3["fs"].invalidate_cache()
+            info = read_lease(s3["fs"], f"{url.removeprefix('s3://')}/{LEASE_FILE}")
+            return info is not None and info.stale()
+
+        _wait(lease_stale, "run A's lease to go stale")
+        b = subprocess.run([sys.executable, "-m", "mkdist.cli", *args, "--quiet"], cwd=ROOT, env=_env(s3["env"]),
+                           capture_output=True, text=True, timeout=300)
+        assert b.returncode == 0, b.stderr
+        before = stored(RunStore.open(url, storage_options=s3["options"]))
+        proxy.open()
+        go.touch()
+        _, a_err = a.communicate(timeout=300)
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+        proxy.close()
+    assert a.returncode == 1, a_err
+    said = [line for line in a_err.splitlines() if line.startswith("mkdist:")]
+    assert len(said) == 1 and said[0].startswith("mkdist: stopped: ") and "committed nothing" in said[0], a_err
+    assert "Traceback" not in a_err
+    after = stored(RunStore.open(url, storage_options=s3["options"]))
+    assert after["tokens"] == before["tokens"] and after["finished"] == before["finished"] is not None
+    np.testing.assert_array_equal(after["labels"], before["labels"])

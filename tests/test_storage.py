@@ -963,3 +963,36 @@ class _FlakyMemoryFileSystem(MemoryFileSystem):
     def rm(self, path, recursive=False, maxdepth=None):
         self._check(False)
         return super().rm(path, recursive, maxdepth)
+
+
+def test_a_stage_the_network_fails_for_is_not_called_damaged(unreachable):
+    """A chunk read that fails to reach the storage raises that error: the stage is not
+    reported damaged (a run would drop and recompute it, a person would delete it), neither by
+    a verified read nor by a full verification."""
+    with dask.config.set(scheduler="synchronous"):  # this process's memory: no worker process reaches it
+        store = RunStore.create("flaky://s/run.zarr", fingerprint=FP, params=PARAMS)
+        store.write_stage("labels", xr.Dataset({"labels": ("sample", da.arange(30, chunks=10))}))
+        assert RunStore.open("flaky://s/run.zarr").stage_status(verify="full")["labels"] == "complete"
+        unreachable.fail("/labels/c/1")
+        with pytest.raises(ConnectionError, match="connection reset by peer"):
+            RunStore.open("flaky://s/run.zarr").read_stage("labels")["labels"].load()
+        with pytest.raises(ConnectionError, match="connection reset by peer"):
+            RunStore.open("flaky://s/run.zarr").stage_status(verify="full")
+        unreachable.rules.clear()  # the network back: the stage was never damaged
+        got = RunStore.open("flaky://s/run.zarr").read_stage("labels")["labels"].values
+    np.testing.assert_array_equal(got, np.arange(30))
+
+
+def test_reaching_the_storage_failed_is_told_through_the_causes():
+    from mkdist.storage._faults import reaching_storage_failed
+
+    try:
+        try:
+            raise TimeoutError("read timed out")
+        except TimeoutError as e:
+            raise RuntimeError("zarr could not get the chunk") from e
+    except RuntimeError as wrapped:
+        assert reaching_storage_failed(wrapped)
+    assert reaching_storage_failed(PermissionError("denied"))
+    assert not reaching_storage_failed(ValueError("not a codec"))
+    assert not reaching_storage_failed(FileNotFoundError("gone"))

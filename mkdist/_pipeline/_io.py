@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -34,6 +35,11 @@ LABEL_NAMES = ("y", "labels", "y5", "cat")
 #: What a run does with missing cells (nulls, NaN): refuse the input (the default), or
 #: cluster every row with its missing cells imputed (:mod:`mkdist._core._missing`).
 MISSING_OPTIONS = ("refuse", "impute")
+#: What ``zarr.open_group`` raises for a location that holds no Zarr group: nothing there
+#: (GroupNotFoundError is a FileNotFoundError), a file, or metadata that is not Zarr's (zarr's
+#: errors and JSONDecodeError are ValueErrors).  Any other error -- the network, a permission --
+#: is not "not a Zarr group" and is raised as it is.
+NOT_A_ZARR_GROUP = (ValueError, FileNotFoundError, NotADirectoryError)
 
 
 def check_missing(value: Any, default: str = "refuse") -> str:
@@ -121,7 +127,7 @@ def _from_path(path: str, names, storage_options=None):
 
     try:
         group = zarr.open_group(path, mode="r", storage_options=options or None)
-    except Exception as exc:
+    except NOT_A_ZARR_GROUP as exc:  # any other error (the network, a permission) is raised as it is
         raise InputValidationError(
             f"cannot read input {path!r}: not .npy/.npz/Parquet and not a Zarr group ({exc}).") from exc
     arrays = {k: a for k, a in group.arrays()}
@@ -129,7 +135,9 @@ def _from_path(path: str, names, storage_options=None):
         raise InputValidationError(f"Zarr group {path!r} holds no arrays.")
     try:
         ds = xr.open_zarr(path, consolidated=False, storage_options=options or None)
-    except Exception:  # not an xarray-style group (no dimension names): plain 2-D arrays
+    except KeyError:  # not an xarray-style group (no dimension names): plain 2-D arrays
+        # Only that: a network error here took the plain-array path, which orders and filters
+        # the views differently, and the run went on with another reading of the same input.
         ds = None
     if ds is not None:
         if names is None:
@@ -422,7 +430,7 @@ def _array_shapes(location: str, kind: str, names, storage_options) -> dict[str,
 
         try:
             group = zarr.open_group(location, mode="r", storage_options=options or None)
-        except Exception as exc:
+        except NOT_A_ZARR_GROUP as exc:  # any other error (the network, a permission) is raised as it is
             raise InputValidationError(f"cannot read input {location!r} as a Zarr group ({exc})") from None
         arrays = {k: a.shape for k, a in group.arrays()}
         if not arrays:
@@ -959,7 +967,9 @@ def labels_out_owner(path: Any, storage_options: Mapping[str, Any] | None = None
         with fs.open(files[0], "rb") as f:
             meta = pq.ParquetFile(f).schema_arrow.metadata or {}
         return json.loads(meta.get(LABELS_MARK, b"{}"))
-    except Exception:  # noqa: BLE001 - not our Parquet, or not Parquet: nobody's labels
+    except ValueError:  # not Parquet (pyarrow's ArrowInvalid), or a mark that is not JSON: nobody's labels
+        # Only that: an error reading the file (the network, a permission) is raised, not
+        # taken for "a file mkdist did not write", which --overwrite would then replace.
         return {}
 
 
@@ -1060,8 +1070,10 @@ def write_labels_parquet(path: Any, labels, distance, ids, *, id_name: str = "id
             fs.rm(tmp, recursive=True)
             fs.invalidate_cache(p)
     except BaseException:
-        if fs.exists(tmp):
-            fs.rm(tmp, recursive=True)
+        # Best effort: the error that failed the write is the one raised, not the cleanup's.
+        with contextlib.suppress(OSError):
+            if fs.exists(tmp):
+                fs.rm(tmp, recursive=True)
         raise
     return str(path)
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import posixpath
 import time
 from collections.abc import Callable
 from typing import Any
 
+from mkdist.storage._lease import LEASE_FILE
 from mkdist.storage._remote import register_options
 
 from .._core._columns import is_frame
@@ -87,7 +89,10 @@ def _remove_if_unused(store: Any):
         if not existed:
             with contextlib.suppress(OSError):
                 # Refused input: what the run stored came from it (the lease is released by now).
-                if fs.isdir(path) and (not fs.ls(path) or isinstance(e, InputValidationError)):
+                # (what the lease leaves, its fence directory, is not a use)
+                if fs.isdir(path) and (isinstance(e, InputValidationError) or not [
+                        p for p in fs.ls(path, detail=False) if not posixpath.basename(p.rstrip("/")).startswith(
+                            LEASE_FILE)]):
                     fs.rm(path, recursive=True)
         raise
 

@@ -6,10 +6,16 @@ workers, the report's drawing process, a temporary Prefect server
 seconds and leave no zombie behind (:func:`stop_now`).  The CLI decides what is printed and with which exit code;
 this module only handles the processes.  Standard library only at import: the CLI refuses a
 bad argument before anything heavy loads.
+
+Stopping at once (:func:`stop_now`: every descendant killed, then ``os._exit``) is for the
+``mkdist`` console script alone, whose process and descendants are all the command's: called in
+a host process (``mkdist.cli.main()`` in a notebook, a test runner, an orchestrator), the CLI
+never uses it, and raises instead (see ``mkdist.cli``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -25,34 +31,32 @@ __all__ = ["descendants", "handle_interrupts", "kill_descendants", "prefect_api_
 def descendants() -> list[int]:
     """Process ids of this process's descendants, parents before their children.
 
-    Read from Linux's ``/proc``; elsewhere none are found (and none are killed).
+    Read with psutil, which knows each platform's process table (this module walked Linux's
+    ``/proc`` by hand before, and found none elsewhere).
 
     Returns
     -------
     list of int
     """
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [os.getpid()]
+    import psutil
+
+    out, todo = [], [psutil.Process()]
     while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
+        try:
+            children = todo.pop(0).children()
+        except psutil.Error:  # ended meanwhile: its children, if any, were adopted elsewhere
+            continue
+        out += [c.pid for c in children]
+        todo += children
     return out
 
 
 def _is_resource_tracker(pid: int) -> bool:
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"resource_tracker" in f.read()
-    except OSError:
+        return any("resource_tracker" in part for part in psutil.Process(pid).cmdline())
+    except psutil.Error:
         return False
 
 
@@ -110,7 +114,7 @@ def stop_now(message: str, exit_code: int) -> None:
     os._exit(exit_code)
 
 
-def handle_interrupts(stop: Callable[[], None], grace_s: float) -> None:
+def handle_interrupts(stop: Callable[[], None], grace_s: float) -> Callable[[], None]:
     """Install this process's Ctrl-C handling (from the main thread only; elsewhere nothing).
 
     The first Ctrl-C raises KeyboardInterrupt, so that the run stops in order (its lease
@@ -118,15 +122,23 @@ def handle_interrupts(stop: Callable[[], None], grace_s: float) -> None:
     going; a second Ctrl-C calls ``stop`` at once.  Also starts multiprocessing's resource
     tracker quietly (:func:`_start_quiet_resource_tracker`) before any worker process shares it.
 
+    Only for a process that is the command (the ``mkdist`` console script): ``stop`` ends it.
+    Called in a host process (a notebook, a test runner), the CLI installs nothing.
+
     Parameters
     ----------
     stop : callable
         Ends the process (e.g. :func:`stop_now` with the command's message and exit code).
     grace_s : float
         Seconds an interrupted command may spend stopping in order.
+
+    Returns
+    -------
+    callable
+        Puts back the SIGINT handler this replaced (a timer already started still runs).
     """
     if threading.current_thread() is not threading.main_thread():
-        return
+        return lambda: None
     seen = []
 
     def on_interrupt(signum, frame) -> None:
@@ -138,8 +150,14 @@ def handle_interrupts(stop: Callable[[], None], grace_s: float) -> None:
         timer.start()
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGINT, on_interrupt)
+    previous = signal.signal(signal.SIGINT, on_interrupt)
     _start_quiet_resource_tracker()
+
+    def restore() -> None:
+        if signal.getsignal(signal.SIGINT) is on_interrupt:
+            signal.signal(signal.SIGINT, previous)
+
+    return restore
 
 
 def _start_quiet_resource_tracker() -> None:
@@ -227,7 +245,8 @@ class temporary_prefect_server:
 
             try:
                 APILogWorker.drain_all(timeout=5)
-            except Exception:  # a log line lost is no reason to fail a command that succeeded
-                pass
+            except Exception as exc:  # noqa: BLE001 - a log line lost is no reason to fail a command that succeeded
+                logging.getLogger("mkdist").warning("Prefect log lines not sent before its server stopped: %s: %s",
+                                                    type(exc).__name__, exc)
             self._settings.__exit__(*exc)
             self._server.stop()
