@@ -22,8 +22,9 @@ top 16 bits of its float32), so a bin spans at most ``2**-MANTISSA_BITS`` of its
 and the bin's midpoint is within ``RELATIVE_ERROR`` (0.39%) of any value in it.  A quantile
 read from it (:meth:`ProfileSums.quantiles`, pandas' linear interpolation between the two
 order statistics around the rank) is within ``RELATIVE_ERROR`` of the exact one, relative
-to the larger of those two order statistics' magnitudes; values smaller than 2**-16 of a
-chunk's largest magnitude in that column share one bin (absolute error below 2**-15 of it).
+to the larger of those two order statistics' magnitudes.  A chunk counts its values in one
+bincount over a dense window of bins (the 16 exponents below its largest in the column) and
+the few values below it one by one, so the histograms do not depend on the chunking.
 Written here because no library keeps such histograms per group in one vectorised pass
 (DDSketch's and KLL's Python packages add values one call at a time).
 """
@@ -45,7 +46,7 @@ QUANTILES = (0.01, 0.05, 0.10, 0.25, 0.50, 0.75, 0.90, 0.95, 0.99)
 MANTISSA_BITS = 7
 #: Bound on a quantile's relative error (half a bin's relative width).
 RELATIVE_ERROR = 2.0 ** -(MANTISSA_BITS + 1)
-#: Exponents below a chunk's largest one per column kept apart (smaller magnitudes share a bin).
+#: Exponents below a chunk's largest one per column counted densely (smaller ones sparsely).
 _EXPONENT_WINDOW = 16
 _MAG_BINS = (_EXPONENT_WINDOW + 1) << MANTISSA_BITS  # magnitude bins of one sign, per chunk and column
 
@@ -258,11 +259,15 @@ def _histograms(Xs: np.ndarray, cluster: np.ndarray, k: int) -> tuple[np.ndarray
     lowest = np.maximum(np.where(finite, exponent, 0).max(axis=0) - _EXPONENT_WINDOW, 0)  # (m,)
     shifted = exponent - lowest
     small = shifted < 0
-    magnitude = np.where(small, 0, (shifted << MANTISSA_BITS) | ((bits >> (23 - MANTISSA_BITS)) & 0x7F))
-    local = np.where(bits >> 31 == 1, _MAG_BINS - 1 - magnitude, _MAG_BINS + magnitude)  # (n, m), < 2 * _MAG_BINS
+    mantissa = (bits >> (23 - MANTISSA_BITS)) & 0x7F
+    sign = bits >> 31 == 1
+    magnitude = np.where(small, 0, (shifted << MANTISSA_BITS) | mantissa)
+    local = np.where(sign, _MAG_BINS - 1 - magnitude, _MAG_BINS + magnitude)  # (n, m), < 2 * _MAG_BINS
     width = 2 * _MAG_BINS
     group = np.arange(m, dtype=np.int64)[None, :] * k + cluster[:, None]
-    flat = (group * width + local)[finite]
+    tiny = small & finite
+    dense = finite & ~small
+    flat = (group * width + local)[dense]
     hist = np.bincount(flat, minlength=m * k * width)
     nz = np.flatnonzero(hist)
     g, loc = nz // width, nz % width
@@ -270,7 +275,13 @@ def _histograms(Xs: np.ndarray, cluster: np.ndarray, k: int) -> tuple[np.ndarray
     mag = np.where(negative, _MAG_BINS - 1 - loc, loc - _MAG_BINS)
     exp = lowest[g // k] + (mag >> MANTISSA_BITS)
     keys = bucket_keys(negative, exp, mag & 0x7F)
-    return (g << 16) | keys, hist[nz].astype(np.int64)
+    codes, counts = (g << 16) | keys, hist[nz].astype(np.int64)
+    if tiny.any():
+        # Magnitudes far below the chunk's largest (values near 0): few, counted by their own bins.
+        sparse = (group[tiny] << 16) | bucket_keys(sign[tiny], exponent[tiny], mantissa[tiny])
+        extra, n_extra = np.unique(sparse, return_counts=True)
+        codes, counts = _add_sparse([codes, extra], [counts, n_extra.astype(np.int64)])
+    return codes, counts
 
 
 def profile_partial(labels: np.ndarray, blocks: Sequence[np.ndarray], layout: ProfileLayout,
