@@ -165,17 +165,23 @@ def _sidecar(path: str) -> str:
     return f"{path}.mkdist.json"
 
 
-def check_profiles_out(path: Any, overwrite: bool, mark: Mapping[str, Any] | None = None) -> str:
+def check_profiles_out(path: Any, overwrite: bool, mark: Mapping[str, Any] | None = None, *,
+                       store: Any = None) -> str:
     """What to do with a profiles output before any work: "write", "skip" (this run's
     profiles are there already) or "replace"; a file of another run or one mkdist did not
-    write is refused unless ``overwrite`` (as a labels output is)."""
+    write is refused unless ``overwrite`` (as a labels output is).  ``store``: the run's
+    store before it has profiles (its own older table is replaced once it has)."""
     fmt = _format(path)
     owner = _owner(path, fmt)
     if owner is None:
         return "write"
     if owner and mark is not None and all(owner.get(k) == v for k, v in mark.items()):
         return "skip"
-    if overwrite or (owner and mark is not None and owner.get("store") == mark.get("store")):
+    ours = {str(mark.get("store"))} if mark is not None else set()
+    if store is not None:
+        raw = str(getattr(store, "url", store)).rstrip("/")
+        ours |= {raw, raw if "://" in raw else os.path.abspath(raw)}
+    if overwrite or (owner and str(owner.get("store")).rstrip("/") in ours):
         return "replace"
     who = f"the profiles of the run in {owner['store']}" if owner else "a file mkdist did not write"
     raise StoreExistsError(f"{os.fspath(path)} exists and holds {who}; pass --overwrite (overwrite=True) to replace "
