@@ -4,6 +4,8 @@ table out refuses what mkdist did not write."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -176,3 +178,55 @@ def test_profiles_out_writes_the_long_table_and_refuses_a_foreign_file(customer_
     with pytest.raises(StoreExistsError, match="mkdist did not write"):
         write_profiles_out(foreign, result.store)
     assert foreign.read_text() == "a,b\n1,2\n"
+
+
+def test_the_report_opens_with_the_clusters_at_a_glance(customer_run, tmp_path):
+    from mkdist.pipeline import write_report
+
+    _, _, result = customer_run
+    page = open(write_report(result.store, tmp_path / "r.html")).read()
+    headings = [page.index(h) for h in ("<h2>Clusters at a glance</h2>", "<h2>Run summary</h2>", "<h2>Model</h2>")]
+    assert headings == sorted(headings)  # the model diagnostics come below it
+    assert 'id="fig-profile-heatmap"' in page
+    for c, label in result.profiles.clusters["label"].items():
+        assert f"Cluster {c}:" in page and label.replace("&", "&amp;") in page
+
+
+def test_an_assignment_profiles_its_batch_beside_the_fit(customer_run, tmp_path):
+    from mkdist.pipeline import write_report
+
+    _, _, result = customer_run
+    batch, _ = customer_table(900, seed=5)
+    out = mkdist.assign(result.store.url, batch, tmp_path / "batch.zarr")
+    profiles = out.read_stage("profiles")
+    assert int(profiles["rows"].sum()) == 900
+    labels = np.asarray(out.read_stage("labels")["labels"].values)
+    from mkdist._pipeline._profiles import read_profiles
+
+    batch_profiles = read_profiles(out)
+    means = batch.assign(cluster=labels).groupby("cluster")["spend"].mean()
+    got = batch_profiles.numeric.xs("spend", level="column")["mean"]
+    np.testing.assert_allclose(got.loc[means.index], means, rtol=1e-6)
+    page = open(write_report(out, tmp_path / "a.html")).read()
+    assert "The batch's clusters beside the fit's" in page
+
+
+def test_the_profile_command_prints_the_table_and_refuses_a_foreign_out(customer_run, tmp_path):
+    from click.testing import CliRunner
+
+    from mkdist.cli import main
+
+    _, _, result = customer_run
+    store = str(result.store.url)
+    shown = CliRunner().invoke(main, ["profile", store])
+    assert shown.exit_code == 0, shown.output
+    assert "columns that separate the clusters" in shown.output
+    for label in result.profiles.clusters["label"]:
+        assert label in shown.output
+    as_json = CliRunner().invoke(main, ["profile", store, "--json"])
+    assert json.loads(as_json.output)["n_clusters"] == 3
+    foreign = tmp_path / "p.parquet"
+    pd.DataFrame({"a": [1]}).to_parquet(foreign)
+    refused = CliRunner().invoke(main, ["profile", store, "--out", str(foreign)])
+    assert refused.exit_code != 0 and "mkdist did not write" in refused.output
+    assert pd.read_parquet(foreign).columns.tolist() == ["a"]
