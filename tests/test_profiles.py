@@ -71,7 +71,7 @@ def test_partials_of_any_chunking_merge_to_the_profile_of_all_rows():
         np.testing.assert_array_equal(merged.counts, whole.counts)
         np.testing.assert_array_equal(merged.categories, whole.categories)
         np.testing.assert_array_equal(merged.vmin, whole.vmin)
-        np.testing.assert_allclose(merged.mean, whole.mean, rtol=1e-12)
+        np.testing.assert_allclose(merged.mean, whole.mean, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(merged.m2, whole.m2, rtol=1e-9)
     frame = pd.DataFrame(X.astype(np.float64), columns=["a:0", "a:1", "a:2"]).assign(cluster=labels)
     profiles = ClusterProfiles(whole, layout)

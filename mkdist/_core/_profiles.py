@@ -22,9 +22,8 @@ top 16 bits of its float32), so a bin spans at most ``2**-MANTISSA_BITS`` of its
 and the bin's midpoint is within ``RELATIVE_ERROR`` (0.39%) of any value in it.  A quantile
 read from it (:meth:`ProfileSums.quantiles`, pandas' linear interpolation between the two
 order statistics around the rank) is within ``RELATIVE_ERROR`` of the exact one, relative
-to the larger of those two order statistics' magnitudes.  A chunk counts its values in one
-bincount over a dense window of bins (the 16 exponents below its largest in the column) and
-the few values below it one by one, so the histograms do not depend on the chunking.
+to the larger of those two order statistics' magnitudes.  A chunk counts its values by one
+sort of (column, cluster, bin) codes, so the histograms do not depend on the chunking.
 Written here because no library keeps such histograms per group in one vectorised pass
 (DDSketch's and KLL's Python packages add values one call at a time).
 """
@@ -32,6 +31,7 @@ Written here because no library keeps such histograms per group in one vectorise
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,13 +42,10 @@ __all__ = ["ProfileColumn", "ProfileLayout", "ProfileSums", "profile_partial", "
 
 #: The quantiles every profile reports.
 QUANTILES = (0.01, 0.05, 0.10, 0.25, 0.50, 0.75, 0.90, 0.95, 0.99)
-#: Mantissa bits of a histogram bin (float32 has 23).
+#: Mantissa bits of a histogram bin: the 7 of the float32's high half (of its 23).
 MANTISSA_BITS = 7
 #: Bound on a quantile's relative error (half a bin's relative width).
 RELATIVE_ERROR = 2.0 ** -(MANTISSA_BITS + 1)
-#: Exponents below a chunk's largest one per column counted densely (smaller ones sparsely).
-_EXPONENT_WINDOW = 16
-_MAG_BINS = (_EXPONENT_WINDOW + 1) << MANTISSA_BITS  # magnitude bins of one sign, per chunk and column
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,8 +122,8 @@ class ProfileSums:
     mean, m2, vmin, vmax : ndarray of shape (k, m), float64
         Over the values present (NaN where a cluster has none).
     codes, counts : ndarray of shape (h,), int64
-        The histograms, sparse and sorted: ``codes = (column * k + cluster) << 16 | key``
-        (:func:`bucket_keys`), ``counts`` the values in that bin.
+        The histograms, sparse and sorted: ``codes = (column * k + cluster) << 16 | bin``
+        (a bin: the top 16 bits of the value's float32), ``counts`` the values in that bin.
     categories : ndarray of shape (k, c + q), int64
         Per categorical column in layout order: its vocabulary's counts, then the unseen ones.
     cat_missing : ndarray of shape (k, q), int64
@@ -206,11 +203,12 @@ class ProfileSums:
         for a, b in zip(starts, stops):
             g = int(group[a])
             j, c = divmod(g, k)
-            cum = np.cumsum(self.counts[a:b])
+            order = np.argsort(mid[a:b], kind="stable")  # bins by value (negative ones run backwards)
+            values, cum = mid[a:b][order], np.cumsum(self.counts[a:b][order])
             rank = q * (cum[-1] - 1)
             lo, hi = np.floor(rank), np.ceil(rank)
-            v_lo = mid[a:b][np.searchsorted(cum, lo, side="right")]
-            v_hi = mid[a:b][np.searchsorted(cum, hi, side="right")]
+            v_lo = values[np.searchsorted(cum, lo, side="right")]
+            v_hi = values[np.searchsorted(cum, hi, side="right")]
             est = v_lo + (rank - lo) * (v_hi - v_lo)
             out[c, j] = np.clip(est, self.vmin[c, j], self.vmax[c, j])  # the exact extremes bound it
         return out
@@ -229,59 +227,34 @@ def _add_sparse(codes: Sequence[np.ndarray], counts: Sequence[np.ndarray]) -> tu
     return code[first], np.add.reduceat(count, first)
 
 
-def bucket_keys(sign: np.ndarray, exponent: np.ndarray, mantissa: np.ndarray) -> np.ndarray:
-    """The 16-bit bin key of float32 values given as sign bit, exponent field and the top
-    ``MANTISSA_BITS`` of the mantissa, ordered as the values are (negative values first)."""
-    top = (exponent.astype(np.int64) << MANTISSA_BITS) | mantissa
-    return np.where(sign.astype(bool), 0x7FFF - top, 0x8000 + top)
-
-
-def _bin_midpoints(keys: np.ndarray) -> np.ndarray:
-    """The midpoint of each bin (float64), from its 16-bit key."""
-    keys = np.asarray(keys, dtype=np.int64)
-    negative = keys < 0x8000
-    top = np.where(negative, 0x7FFF - keys, keys - 0x8000)
-    low = (top << (23 - MANTISSA_BITS)).astype(np.uint32).view(np.float32).astype(np.float64)
-    high = ((top + 1) << (23 - MANTISSA_BITS)).astype(np.uint32).view(np.float32).astype(np.float64)
+def _bin_midpoints(bins: np.ndarray) -> np.ndarray:
+    """The midpoint of each bin (float64), from its 16 bits (a float32's high half)."""
+    bins = np.asarray(bins, dtype=np.int64)
+    magnitude = bins & 0x7FFF
+    low = (magnitude << 16).astype(np.uint32).view(np.float32).astype(np.float64)
+    high = ((magnitude + 1) << 16).astype(np.uint32).view(np.float32).astype(np.float64)
     mid = np.where(np.isfinite(high), (low + high) / 2, low)
-    return np.where(negative, -mid, mid)
+    return np.where(bins >> 15 == 1, -mid, mid)
 
 
 def _histograms(Xs: np.ndarray, cluster: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The sparse histograms of a block sorted by cluster (rows of ``Xs``, cluster ``cluster``),
-    NaN left out: one bincount over the chunk's dense bin window of every column."""
+    """The sparse histograms of a block (rows of ``Xs`` in clusters ``cluster``), NaN left out:
+    one sort of the (column, cluster, bin) codes of every value, then run lengths."""
     n, m = Xs.shape
     if n == 0 or m == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    bits = np.ascontiguousarray(Xs, dtype=np.float32).view(np.uint32)
-    exponent = ((bits >> 23) & 0xFF).astype(np.int32)
-    finite = exponent < 0xFF
-    lowest = np.maximum(np.where(finite, exponent, 0).max(axis=0) - _EXPONENT_WINDOW, 0)  # (m,)
-    shifted = exponent - lowest
-    small = shifted < 0
-    mantissa = (bits >> (23 - MANTISSA_BITS)) & 0x7F
-    sign = bits >> 31 == 1
-    magnitude = np.where(small, 0, (shifted << MANTISSA_BITS) | mantissa)
-    local = np.where(sign, _MAG_BINS - 1 - magnitude, _MAG_BINS + magnitude)  # (n, m), < 2 * _MAG_BINS
-    width = 2 * _MAG_BINS
-    group = np.arange(m, dtype=np.int64)[None, :] * k + cluster[:, None]
-    tiny = small & finite
-    dense = finite & ~small
-    flat = (group * width + local)[dense]
-    hist = np.bincount(flat, minlength=m * k * width)
-    nz = np.flatnonzero(hist)
-    g, loc = nz // width, nz % width
-    negative = loc < _MAG_BINS
-    mag = np.where(negative, _MAG_BINS - 1 - loc, loc - _MAG_BINS)
-    exp = lowest[g // k] + (mag >> MANTISSA_BITS)
-    keys = bucket_keys(negative, exp, mag & 0x7F)
-    codes, counts = (g << 16) | keys, hist[nz].astype(np.int64)
-    if tiny.any():
-        # Magnitudes far below the chunk's largest (values near 0): few, counted by their own bins.
-        sparse = (group[tiny] << 16) | bucket_keys(sign[tiny], exponent[tiny], mantissa[tiny])
-        extra, n_extra = np.unique(sparse, return_counts=True)
-        codes, counts = _add_sparse([codes, extra], [counts, n_extra.astype(np.int64)])
-    return codes, counts
+    X32 = np.ascontiguousarray(Xs, dtype=np.float32)
+    high = X32.view(np.uint16)[:, 1::2] if np.little_endian else X32.view(np.uint16)[:, 0::2]
+    # uint32 codes while they fit (a 32-bit sort is the fastest NumPy has), else 64-bit.
+    dtype = np.uint32 if m * k < 2**16 else np.uint64
+    group = np.arange(m, dtype=dtype)[None, :] * dtype(k) + cluster[:, None].astype(dtype)
+    codes = ((group << dtype(16)) | high).ravel()
+    codes.sort()
+    starts = np.r_[0, np.flatnonzero(codes[1:] != codes[:-1]) + 1]
+    counts = np.diff(np.r_[starts, codes.size]).astype(np.int64)
+    codes = codes[starts].astype(np.int64)
+    keep = (codes & 0x7F80) != 0x7F80  # exponent all ones: NaN (infinity is refused by the scan)
+    return codes[keep], counts[keep]
 
 
 def profile_partial(labels: np.ndarray, blocks: Sequence[np.ndarray], layout: ProfileLayout,
@@ -304,10 +277,9 @@ def profile_partial(labels: np.ndarray, blocks: Sequence[np.ndarray], layout: Pr
     k = int(n_clusters)
     lab = np.asarray(labels).astype(np.int64, copy=False)
     n = lab.size
-    # The rows sorted by cluster once (a radix sort on 16-bit labels): every statistic is then
-    # a reduction over contiguous row ranges.
+    # The rows sorted by cluster (a radix sort on 16-bit labels): the NumPy routes reduce over
+    # contiguous row ranges.
     order = np.argsort(lab.astype(np.int16) if k < 2**15 else lab, kind="stable")
-    cluster = lab[order]
     rows = np.bincount(lab, minlength=k).astype(np.int64)
     present = np.flatnonzero(rows)
     starts = (np.cumsum(rows) - rows)[present]
@@ -323,37 +295,21 @@ def profile_partial(labels: np.ndarray, blocks: Sequence[np.ndarray], layout: Pr
     codes = np.zeros(0, np.int64)
     counts = np.zeros(0, np.int64)
     if m and n:
-        Xs = np.empty((n, m), dtype=np.float32)
-        at = 0
-        for view in layout.views:
-            idx = [c.start for c in numeric if c.view == view]
-            if idx:
-                block = by_view[view]
-                whole = len(idx) == block.shape[1] and idx == list(range(block.shape[1]))
-                Xs[:, at:at + len(idx)] = block[order] if whole else block[order][:, idx]
-                at += len(idx)
-        nan = np.isnan(Xs)
-        has_nan = bool(nan.any())
-        X64 = Xs.astype(np.float64)
-        if has_nan:
-            X64[nan] = 0.0
-            miss = np.add.reduceat(nan, starts, axis=0, dtype=np.int64)
-            missing[present] = miss
-        cnt = rows[present][:, None] - missing[present]
-        sums = np.add.reduceat(X64, starts, axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mu = sums / cnt
-        dev = X64 - np.repeat(np.nan_to_num(mu), rows[present], axis=0)
-        if has_nan:
-            dev[nan] = 0.0
-        np.multiply(dev, dev, out=dev)
-        count[present] = cnt
-        mean[present] = np.where(cnt > 0, mu, np.nan)
-        m2[present] = np.where(cnt > 0, np.add.reduceat(dev, starts, axis=0), np.nan)
-        with np.errstate(invalid="ignore"):
-            vmin[present] = np.fmin.reduceat(Xs, starts, axis=0)
-            vmax[present] = np.fmax.reduceat(Xs, starts, axis=0)
-        codes, counts = _histograms(Xs, cluster, k)
+        X = _numeric_block(by_view, layout)
+        loops = _compiled_moments()
+        if loops is not None:
+            # One pass in compiled code (numba, when installed): about 1 ns a value.
+            # Deviations from each cluster's first value in the column keep the sums accurate.
+            shift, s1, s2 = np.zeros((k, m)), np.zeros((k, m)), np.zeros((k, m))
+            vmin[:], vmax[:] = np.inf, -np.inf
+            loops(X, lab, shift, count, missing, s1, s2, vmin, vmax)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean[:] = np.where(count > 0, shift + s1 / count, np.nan)
+                m2[:] = np.where(count > 0, np.maximum(s2 - s1 * s1 / count, 0.0), np.nan)
+            vmin[count == 0], vmax[count == 0] = np.nan, np.nan
+        else:
+            _sorted_moments(X[order], rows, present, starts, count, missing, mean, m2, vmin, vmax)
+        codes, counts = _histograms(X, lab, k)
     categorical = layout.categorical
     width = sum(len(c.categories) + 1 for c in categorical)
     cats = np.zeros((k, width), np.int64)
@@ -370,6 +326,82 @@ def profile_partial(labels: np.ndarray, blocks: Sequence[np.ndarray], layout: Pr
             cats[:, at + c] = rows - cats[:, at:at + c].sum(axis=1) - cat_missing[:, i]
         at += c + 1
     return ProfileSums(rows, count, missing, mean, m2, vmin, vmax, codes, counts, cats, cat_missing)
+
+
+def _numeric_block(by_view: dict, layout: ProfileLayout) -> np.ndarray:
+    """The numeric columns of a chunk as one (n, m) array (a whole view as it is, no copy)."""
+    numeric = layout.numeric
+    per_view = {v: [c.start for c in numeric if c.view == v] for v in layout.views}
+    per_view = {v: idx for v, idx in per_view.items() if idx}
+    if len(per_view) == 1:
+        (view, idx), = per_view.items()
+        block = by_view[view]
+        if idx == list(range(block.shape[1])):
+            return block
+    return np.concatenate([np.asarray(by_view[v])[:, idx] for v, idx in per_view.items()], axis=1)
+
+
+def _sorted_moments(Xs, rows, present, starts, count, missing, mean, m2, vmin, vmax) -> None:
+    """The moments, min and max of rows sorted by cluster, NumPy reductions over their ranges
+    (the route without numba; written into the (k, m) arrays given)."""
+    nan = np.isnan(Xs)
+    has_nan = bool(nan.any())
+    X64 = Xs.astype(np.float64)
+    if has_nan:
+        X64[nan] = 0.0
+        missing[present] = np.add.reduceat(nan, starts, axis=0, dtype=np.int64)
+    cnt = rows[present][:, None] - missing[present]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mu = np.add.reduceat(X64, starts, axis=0) / cnt
+    dev = X64 - np.repeat(np.nan_to_num(mu), rows[present], axis=0)
+    if has_nan:
+        dev[nan] = 0.0
+    np.multiply(dev, dev, out=dev)
+    count[present] = cnt
+    mean[present] = np.where(cnt > 0, mu, np.nan)
+    m2[present] = np.where(cnt > 0, np.add.reduceat(dev, starts, axis=0), np.nan)
+    with np.errstate(invalid="ignore"):
+        vmin[present] = np.fmin.reduceat(Xs, starts, axis=0)
+        vmax[present] = np.fmax.reduceat(Xs, starts, axis=0)
+
+
+def _moment_loops(X, labels, shift, count, missing, s1, s2, vmin, vmax):  # pragma: no cover - compiled
+    n, m = X.shape
+    for i in range(n):
+        c = labels[i]
+        for j in range(m):
+            x = X[i, j]
+            if x != x:
+                missing[c, j] += 1
+            else:
+                if count[c, j] == 0:
+                    shift[c, j] = x
+                d = x - shift[c, j]
+                count[c, j] += 1
+                s1[c, j] += d
+                s2[c, j] += d * d
+                if x < vmin[c, j]:
+                    vmin[c, j] = x
+                if x > vmax[c, j]:
+                    vmax[c, j] = x
+
+
+_COMPILED: list = []
+
+
+def _compiled_moments():
+    """The compiled moment loop (numba, cached on disk), or None without numba or with
+    ``MKDIST_NUMBA=0`` (then the NumPy route: the same numbers up to float rounding)."""
+    if os.environ.get("MKDIST_NUMBA", "1") == "0":
+        return None
+    if not _COMPILED:
+        try:
+            import numba
+        except ImportError:
+            _COMPILED.append(None)
+        else:
+            _COMPILED.append(numba.njit(cache=True, nogil=True)(_moment_loops))
+    return _COMPILED[0]
 
 
 def merge_partials(parts: Sequence[ProfileSums], split_every: int = 16) -> ProfileSums:

@@ -9,6 +9,7 @@ imputation: a missing cell is counted, not filled), merged by a tree of ``SPLIT_
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -22,8 +23,9 @@ from .._core._profile_tables import ClusterProfiles, profiles_from_dataset, prof
 from .._core._profiles import ProfileLayout, ProfileSums, profile_partial
 from ..errors import InputValidationError, StoreExistsError
 
-__all__ = ["PROFILES_STAGE", "profile_layout", "profile_blocks", "merge_blocks", "write_profiles", "read_profiles",
-           "stage_profiles", "check_profiles_out", "write_profiles_out", "profiles_mark"]
+__all__ = ["PROFILES_STAGE", "profile_layout", "profile_accumulator", "profile_blocks", "merge_blocks",
+           "write_profiles", "read_profiles", "stage_profiles", "check_profiles_out", "write_profiles_out",
+           "profiles_mark", "profiles_enabled"]
 
 #: The stage that holds a run's (or an assignment's) profiles.
 PROFILES_STAGE = "profiles"
@@ -45,8 +47,15 @@ def _chunk(labels, *blocks, layout=None, n_clusters=0):
     return out
 
 
+def profiles_enabled() -> bool:
+    """Whether runs compute profiles: ``MKDIST_PROFILES=0`` turns them off (the labels pass
+    without them, for A/B measurements of their cost, ``bench/bench_profiles.py``)."""
+    return os.environ.get("MKDIST_PROFILES", "1").strip() != "0"
+
+
 def profile_blocks(labels, views: Mapping[str, Any], layout: ProfileLayout, n_clusters: int):
-    """One profile partial per row chunk of ``labels`` (lazy, shape (n_chunks, 1), objects).
+    """One profile partial per row chunk of ``labels`` (lazy, shape (n_chunks, 1), objects);
+    None when profiles are off (:func:`profiles_enabled`).
 
     Parameters
     ----------
@@ -56,27 +65,41 @@ def profile_blocks(labels, views: Mapping[str, Any], layout: ProfileLayout, n_cl
     """
     import dask.array as da
 
+    if not profiles_enabled():
+        return None
     chunks = labels.chunks[0]
-    arrays = []
-    for name in layout.views:
-        v = views[name]
-        v = v if v.chunks[0] == chunks and v.numblocks[1] == 1 else v.rechunk((chunks, -1))
-        arrays.append(v)
+    arrays = [_aligned(views[name], chunks) for name in layout.views]
     nb = len(chunks)
     return da.map_blocks(_chunk, labels[:, None], *arrays, layout=layout, n_clusters=int(n_clusters),
                          chunks=((1,) * nb, (1,)), dtype=object, meta=np.empty((0, 0), dtype=object),
                          name="mkdist-profile-partials")
 
 
+def _aligned(view, chunks):
+    """A view with these row chunks and one column chunk (rechunked only when it differs)."""
+    return view if view.chunks[0] == chunks and view.numblocks[1] == 1 else view.rechunk((chunks, -1))
+
+
+def profile_accumulator(views: Mapping[str, Any], layout: ProfileLayout, n_clusters: int, chunks: tuple):
+    """What the labels pass (``_core._kmeans.labels_pass``) accumulates for the profiles: the
+    views as read (in ``chunks`` of rows), a chunk's partial, their merge; None when off."""
+    if not profiles_enabled():
+        return None
+    arrays = [_aligned(views[name], chunks) for name in layout.views]
+    return arrays, functools.partial(profile_partial, layout=layout, n_clusters=int(n_clusters)), ProfileSums.merge
+
+
 def _merge_objects(*parts):
     return ProfileSums.merge([p[0, 0] if isinstance(p, np.ndarray) else p for p in parts])
 
 
-def merge_blocks(blocks) -> ProfileSums:
+def merge_blocks(blocks) -> ProfileSums | None:
     """The profile of every row from the partials of :func:`profile_blocks` (persisted or lazy):
     a tree merge on the workers, ``SPLIT_EVERY`` partials a node; one total reaches here."""
     import dask
 
+    if blocks is None:
+        return None
     level = list(blocks.to_delayed().ravel())
     merge = dask.delayed(_merge_objects, pure=True)
     while len(level) > 1:
@@ -85,8 +108,10 @@ def merge_blocks(blocks) -> ProfileSums:
     return total[0, 0] if isinstance(total, np.ndarray) else total
 
 
-def write_profiles(store, sums: ProfileSums, layout: ProfileLayout) -> None:
-    """The ``profiles`` stage of ``store`` (replacing an older one)."""
+def write_profiles(store, sums: ProfileSums | None, layout: ProfileLayout) -> None:
+    """The ``profiles`` stage of ``store`` (replacing an older one); nothing when ``sums`` is None."""
+    if sums is None:
+        return
     store.write_stage(PROFILES_STAGE, profiles_to_dataset(sums, layout), overwrite=True, compute=compute)
 
 
@@ -101,7 +126,7 @@ def stage_profiles(store, views: Mapping[str, Any], n_clusters: int, *, persist=
     """Profiles from the stored labels, when the labels stage is complete and the profiles are
     not (a store written before profiles existed, or whose profiles stage was damaged): one
     pass over the input.  Returns whether it computed them."""
-    if not store.is_complete("labels") or store.is_complete(PROFILES_STAGE):
+    if not profiles_enabled() or not store.is_complete("labels") or store.is_complete(PROFILES_STAGE):
         return False
     labels = store.read_stage("labels")["labels"].data
     first = next(iter(views.values()))

@@ -58,7 +58,15 @@ from ._io import (
     views_fingerprint,
     write_labels_parquet,
 )
-from ._profiles import PROFILES_STAGE, merge_blocks, profile_blocks, profile_layout, stage_profiles, write_profiles
+from ._profiles import (
+    PROFILES_STAGE,
+    merge_blocks,
+    profile_accumulator,
+    profile_blocks,
+    profile_layout,
+    stage_profiles,
+    write_profiles,
+)
 
 __all__ = [
     "check_assign", "AssignPlan", "open_run", "run_context", "RunContext", "write_stored_labels",
@@ -184,6 +192,16 @@ def stage_plan(run: Any) -> tuple[str, ...]:
     if not isinstance(config, RunConfig):
         config = RunConfig.from_json(as_store(run, "r").params)
     return tuple(config.estimator_class.stage_plan)
+
+
+def _listed(profiles) -> list:
+    """The profiles' partials as a list to persist with the labels: empty when they are off."""
+    return [] if profiles is None else [profiles]
+
+
+def _unlisted(profiles, persisted: list):
+    """(persisted partials or None, the rest) of a persist that took ``_listed(profiles)`` first."""
+    return (None, persisted) if profiles is None else (persisted[0], persisted[1:])
 
 
 def _int32(labels):
@@ -805,22 +823,25 @@ def stage_labels(ctx: RunContext, *, progress: bool = False) -> dict[str, float]
         # One pass over the stored embedding: per chunk one task computes the labels, the
         # distances, the cluster sizes and the report rows (they were 4 passes and 16 tasks
         # per chunk: the report rows' read, the labels, the sizes and sample over them).
-        labels, distance, sizes, (sample, sample_labels, sample_distance) = labels_pass(
+        # The same task accumulates the chunk's profile from its labels and its rows as read
+        # (not filled); the partials merge by a tree on the workers (issue 42).
+        accumulate = profile_accumulator(ctx.views, layout, int(est.n_clusters_), H.chunks[0])
+        labels, distance, sizes, (sample, sample_labels, sample_distance), *profiles = labels_pass(
             H, est.cluster_centers_, idx, n_clusters=int(est.n_clusters_),
-            persist=lambda parts: _persist(parts, progress, "labels", n_rows))
-        # The profiles from the labels in the workers' memory and the rows as read (not filled).
-        profiles = profile_blocks(labels, ctx.views, layout, int(est.n_clusters_))
-        profiles, *extra = _persist([profiles, *extra], False)
+            persist=lambda parts: _persist(parts, progress, "labels", n_rows), accumulate=accumulate)
+        profiles = profiles[0] if profiles else None
+        extra = _persist(list(extra), False) if extra else []
         missing = compute(*[x for c in extra for x in ((c > 0).sum(), c.sum())])
     else:
         # One persist: the report sample (and the missing cells) share the pass and the input
         # reads with the labels.
         labels = _int32(labels)
         # The profiles' partials share the pass (and the input's reads) with the labels.
-        labels, distance, sample, profiles, *extra = _persist(
-            (labels, distance.astype(np.float32), shown[idx], profile_blocks(labels, ctx.views, layout,
-                                                                             int(est.n_clusters_)), *extra),
-            progress, "labels", n_rows)
+        profiles = profile_blocks(labels, ctx.views, layout, int(est.n_clusters_))
+        labels, distance, sample, *extra = _persist((labels, distance.astype(np.float32), shown[idx],
+                                                     *_listed(profiles), *extra), progress, "labels", n_rows)
+        profiles, extra = _unlisted(profiles, extra)
+        profiles = merge_blocks(profiles)
         # The sizes too: the labels are in memory now, and the metrics and the report need them.
         sample, sample_distance, sample_labels, sizes, *missing = compute(
             sample, distance[idx], labels[idx], da.bincount(labels, minlength=int(est.n_clusters_)),
@@ -836,7 +857,6 @@ def stage_labels(ctx: RunContext, *, progress: bool = False) -> dict[str, float]
                       "report_labels": (("report_row",), np.asarray(sample_labels)),
                       "report_embedding": (("report_row", "report_component"), principal_components(sample))})
     attrs["distance_p99"] = float(np.quantile(np.asarray(sample_distance, dtype=np.float64), 0.99))
-    profiles = merge_blocks(profiles)
     store.write_stage("labels", xr.Dataset(variables, attrs={**attrs, "elapsed_s": t_labels}), compute=compute)
     write_profiles(store, profiles, layout)
     return {"kmeans_s": t_labels, "write_s": time.perf_counter() - t0}
@@ -991,9 +1011,10 @@ def assign(model_store: Any, source: Any = None, output: Any = None, *, overwrit
             labels, distance = est.assign_with_distance(views)
             labels, layout = _int32(labels), profile_layout(src, vs)
             # The batch's profiles (in the fit's columns) share the pass and the reads with its labels.
-            labels, distance, profiles, *extra = _persist(
-                (labels, distance.astype(np.float32), profile_blocks(labels, vs, layout, int(est.n_clusters_)),
-                 *extra), progress, "assign", int(labels.shape[0]))
+            profiles = profile_blocks(labels, vs, layout, int(est.n_clusters_))
+            labels, distance, *extra = _persist((labels, distance.astype(np.float32), *_listed(profiles), *extra),
+                                                progress, "assign", int(labels.shape[0]))
+            profiles, extra = _unlisted(profiles, extra)
             sizes, beyond, *missing_sums = compute(da.bincount(labels, minlength=int(est.n_clusters_)),
                                                    (distance > fit_p99).mean(),
                                                    *[x for c in extra for x in ((c > 0).sum(), c.sum())])
