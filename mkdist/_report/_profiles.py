@@ -71,7 +71,7 @@ def profile_text(profiles: ClusterProfiles, store: str = "") -> str:
 
 
 # ----------------------------------------------------------------------------- the report
-def _heatmap_png(profiles: ClusterProfiles) -> bytes | None:
+def _heatmap_png(profiles: ClusterProfiles) -> tuple[bytes, int, int] | None:
     """Clusters x the top numeric columns, coloured by the standardised mean difference."""
     numeric = [c for c in _top_columns(profiles, 100) if c in {x.name for x in profiles.layout.numeric}]
     numeric = numeric[:TOP_COLUMNS]
@@ -98,8 +98,9 @@ def _heatmap_png(profiles: ClusterProfiles) -> bytes | None:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
+    width, height = (round(v * fig.dpi) for v in fig.get_size_inches())
     plt.close(fig)
-    return buf.getvalue()
+    return buf.getvalue(), width, height
 
 
 def _card(profiles: ClusterProfiles, c: int) -> str:
@@ -132,13 +133,15 @@ def glance_html(profiles: ClusterProfiles | None) -> list[str]:
     parts = [_CARD_CSS, "<h2>Clusters at a glance</h2>",
              f'<p class="note">{profiles.n_clusters} clusters of {profiles.n_rows:,} rows, described in the input\'s '
              "own columns (as given: before scaling, encoding and imputation; missing cells counted apart).</p>"]
-    png = _heatmap_png(profiles)
-    if png is not None:
+    drawn = _heatmap_png(profiles)
+    if drawn is not None:
+        png, width, height = drawn
         data = base64.b64encode(png).decode("ascii")
-        parts.append('<figure id="fig-profile-heatmap"><img src="data:image/png;base64,' + data
-                     + '" alt="standardised means"><figcaption><b>Standardised means.</b> Each cluster\'s mean '
-                     "minus the mean of all rows, in standard deviations of all rows, for the columns that "
-                     "separate the clusters most (strongest left).</figcaption></figure>")
+        parts.append(f'<figure id="fig-profile-heatmap"><img src="data:image/png;base64,{data}" '
+                     f'alt="standardised means" width="{width}" height="{height}"><figcaption>'
+                     "<b>Standardised means.</b> Each cluster's mean minus the mean of all rows, in standard "
+                     "deviations of all rows, for the columns that separate the clusters most (strongest left)."
+                     "</figcaption></figure>")
     rows = "".join(f"<tr><th>{html.escape(r['column'])}</th><td>{r['kind']}</td><td class=\"num\">{r['score']:.3f}"
                    f"</td></tr>" for _, r in profiles.separation.head(TOP_COLUMNS).iterrows())
     parts.append("<details><summary>Which columns separate the clusters</summary><table><thead><tr><th>column</th>"
