@@ -230,3 +230,14 @@ def test_the_profile_command_prints_the_table_and_refuses_a_foreign_out(customer
     refused = CliRunner().invoke(main, ["profile", store, "--out", str(foreign)])
     assert refused.exit_code != 0 and "mkdist did not write" in refused.output
     assert pd.read_parquet(foreign).columns.tolist() == ["a"]
+
+
+def test_an_in_memory_fit_has_profiles_in_its_own_columns():
+    frame, segment = customer_table(600, seed=3)
+    numbers = frame[["spend", "visits", "tenure"]].dropna()
+    model = mkdist.MultipleKernelClustering(3, random_state=0).fit(numbers)
+    got = model.profiles_.numeric.xs("spend", level="column").loc[[0, 1, 2], "mean"]
+    expected = numbers.assign(cluster=model.labels_).groupby("cluster")["spend"].mean()
+    np.testing.assert_allclose(got.to_numpy(), expected.to_numpy(), rtol=1e-6)
+    arrays = mkdist.MultipleKernelClustering(2, random_state=0).fit([numbers.to_numpy(), numbers.to_numpy()[:, :1]])
+    assert [c.name for c in arrays.profiles_.layout.columns] == ["view0:0", "view0:1", "view0:2", "view1:0"]
