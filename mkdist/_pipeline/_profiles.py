@@ -77,6 +77,10 @@ def profile_blocks(labels, views: Mapping[str, Any], layout: ProfileLayout, n_cl
 
 def _aligned(view, chunks):
     """A view with these row chunks and one column chunk (rechunked only when it differs)."""
+    import dask.array as da
+
+    if not hasattr(view, "dask"):  # an in-memory view
+        return da.from_array(np.asarray(view), chunks=(chunks, -1))
     return view if view.chunks[0] == chunks and view.numblocks[1] == 1 else view.rechunk((chunks, -1))
 
 
