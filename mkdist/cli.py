@@ -435,6 +435,8 @@ def _cluster_options(fn):
 @click.option("--id-column", default=None,
               help="Column / coordinate with the row ids: never a feature; keys --labels-out (default: position).")
 @click.option("--labels-out", default=None, help="Also write id, cluster, distance per row as Parquet here.")
+@click.option("--profiles-out", default=None, help="Also write the clusters' profiles as a long table here "
+                                                   "(.parquet or .csv; see `mkdist profile`).")
 @click.option("--label-key", default=None, help="Column / variable holding true labels (never a feature): adds "
                                                 "ACC/NMI to the metrics.")
 @click.option("--config", "config_path", default=None,
@@ -454,9 +456,9 @@ def _cluster_options(fn):
               help="Replace what is in the way: a store holding a different run (recomputed from scratch) and a "
                    "--labels-out of another run.  A store of this same run is resumed, never recomputed.")
 @_cluster_options
-def run(source, store, n_clusters, view_items, id_column, labels_out, label_key, config_path, missing, n_landmarks,
-        kernels, method, random_state, overwrite, dask_address, n_workers, connect_timeout, use_prefect, as_json, quiet,
-        debug):
+def run(source, store, n_clusters, view_items, id_column, labels_out, profiles_out, label_key, config_path, missing,
+        n_landmarks, kernels, method, random_state, overwrite, dask_address, n_workers, connect_timeout, use_prefect,
+        as_json, quiet, debug):
     """Cluster INPUT; results and model go to STORE.  The same command again resumes it."""
     _environment(quiet, debug)
     t0 = time.perf_counter()
@@ -466,11 +468,13 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
 
     def request():
         merged = _run_options(config_path, given, view_items)
+        _check_profiles_out(profiles_out, store, overwrite)
         return merged, _request(source, store, merged, overwrite)
 
     merged, asked = _guard(request, debug)
     done = _nothing_to_do(store, asked.key, merged, overwrite)
     if done is not None:
+        _write_profiles_out(done, profiles_out, store, debug)
         _print_result(done, store, as_json, quiet, time.perf_counter() - t0, nothing_to_do=True)
         return
     if not quiet and asked.opened.message():
@@ -512,7 +516,27 @@ def run(source, store, n_clusters, view_items, id_column, labels_out, label_key,
         return result.metrics
 
     summary = _guard(go, debug, interrupts=True)
+    _write_profiles_out(summary, profiles_out, store, debug)
     _print_result(summary, store, as_json, quiet, time.perf_counter() - t0)
+
+
+def _check_profiles_out(path: str | None, store: str, overwrite: bool) -> None:
+    """A --profiles-out that holds a file mkdist did not write (or another run's) is refused
+    before any work, as --labels-out is."""
+    if path is not None:
+        from mkdist._pipeline._profiles import check_profiles_out
+
+        check_profiles_out(path, overwrite, store=store)
+
+
+def _write_profiles_out(summary: dict, path: str | None, store: str, debug: bool) -> None:
+    """The stored profiles as the long table at ``path`` (left as it is when already this run's)."""
+    if path is not None:
+        from mkdist._pipeline._profiles import write_profiles_out
+        from mkdist.storage import RunStore
+
+        summary["profiles_out"] = _guard(lambda: write_profiles_out(path, RunStore.open(store, mode="r"),
+                                                                    overwrite=True), debug)
 
 
 def _where_line(scheduler, n_rows: int) -> str:
@@ -575,6 +599,8 @@ def _result_line(summary: dict, store: str, seconds: float, nothing_to_do: bool)
         what += f"; ACC {scores['acc']:.4f}"
     if summary.get("labels_out"):
         what += f"; labels {summary['labels_out']}"
+    if summary.get("profiles_out"):
+        what += f"; profiles {summary['profiles_out']}"
     if summary.get("report"):
         what += f"; report {summary['report']}"
     return what
@@ -599,6 +625,8 @@ def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
               help="New points: a table (read with the model's views unless --view is given), Zarr or .npy/.npz.")
 @click.option("--output", required=True, help="Store for the labels of the new points.")
 @click.option("--labels-out", default=None, help="Also write id, cluster, distance per row as Parquet here.")
+@click.option("--profiles-out", default=None, help="Also write the batch's cluster profiles as a long table here "
+                                                   "(.parquet or .csv).")
 @click.option("--id-column", default=None,
               help="Column / coordinate of INPUT with the row ids (default: the model's id column when INPUT has it, "
                    "else the position).")
@@ -614,8 +642,8 @@ def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--overwrite", is_flag=True,
               help="Replace what is in the way: an output store of another batch, a --labels-out of another run.")
 @_cluster_options
-def assign(model_store, source, output, labels_out, id_column, view_items, missing, fail_on_drift, drift_threshold,
-           overwrite, dask_address, n_workers, connect_timeout, use_prefect, as_json, quiet, debug):
+def assign(model_store, source, output, labels_out, profiles_out, id_column, view_items, missing, fail_on_drift,
+           drift_threshold, overwrite, dask_address, n_workers, connect_timeout, use_prefect, as_json, quiet, debug):
     """Label new data with a stored model (no refit) and report its drift from the fit.
 
     Always prints the result: points, drift verdict and the report's path (exit 3 with
@@ -629,6 +657,7 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
 
         thresholds = _thresholds(drift_threshold)  # before mkdist.pipeline loads (2-3 s)
         _refuse_missing_store(model_store)
+        _check_profiles_out(profiles_out, output, overwrite)
         views = parse_view_option(view_items) if view_items else None
         batch = InputSource(source, views=views, id_column=id_column, missing=missing)
         _check_scheduler(dask_address, connect_timeout)
@@ -669,6 +698,7 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
                 raise
 
     summary = _guard(go, debug, interrupts=True)
+    _write_profiles_out(summary, profiles_out, output, debug)
     drifted = bool(summary.get("drifted"))
     if as_json:
         click.echo(json.dumps({k: v for k, v in summary.items() if k != "markdown"}, indent=2, default=float))
@@ -683,6 +713,8 @@ def assign(model_store, source, output, labels_out, id_column, view_items, missi
             line += f"; {imputed['rows']:,} rows with missing cells ({imputed['cells']:,} cells imputed)"
         if summary.get("labels_out"):
             line += f"; labels {summary['labels_out']}"
+        if summary.get("profiles_out"):
+            line += f"; profiles {summary['profiles_out']}"
         if summary.get("report"):
             line += f"; report {summary['report']}"
         click.echo(line)
@@ -720,6 +752,22 @@ def inspect(store, as_json, verify, clean, debug):
     click.echo(json.dumps(info, default=float, indent=2) if as_json else inspect_markdown(info))
     if info.get("problems"):
         sys.exit(EXIT_BAD_INPUT)
+
+
+@main.command()
+@click.argument("store")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--out", default=None, help="Also write the long table (cluster, column, statistic, category, value) "
+                                          "here: .parquet or .csv.")
+@click.option("--overwrite", is_flag=True, help="Replace an --out file that mkdist did not write.")
+@click.option("--debug", is_flag=True, help="Print tracebacks of failures.")
+def profile(store, as_json, out, overwrite, debug):
+    """What each cluster of STORE is, in the input's own columns: size, label, the columns that
+    separate the clusters, each column per cluster."""
+    _guard(lambda: _refuse_missing_store(store), debug)
+    from mkdist._report._profiles import show_profile
+
+    click.echo(_guard(lambda: show_profile(store, as_json=as_json, out=out, overwrite=overwrite), debug))
 
 
 @main.command()

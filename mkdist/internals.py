@@ -37,6 +37,9 @@ methods
 ``fit_late_fusion_from_base``           an estimator fitted on given base partitions
 ``fit_fusion``, ``partition_copies``    late fusion's Algorithm 1 on base partitions
 ``default_n_components``                power k-means' random frequencies per view for K
+cluster profiles
+-------------------------------------------------------------------------------------------
+``ProfileLayout``, ``profile_partial``  the profile's columns; one row chunk's partial sums
 the K rule (``n_clusters="auto"``)
 -------------------------------------------------------------------------------------------
 ``choose_n_clusters``, ``default_k_max``, ``default_n_neighbors``, ``default_search``
@@ -102,6 +105,7 @@ from ._core._nclusters import (
     default_k_max,
     default_n_neighbors,
 )
+from ._core._profiles import ProfileLayout, profile_partial
 from ._core._sampling import sample_landmark_indices
 from ._core._validation import is_dask_array
 from ._core._worker_env import _worker_malloc_state as worker_malloc_state, worker_malloc_settings
@@ -128,6 +132,8 @@ __all__ = [
     "TRUSTED_CONFIDENCE", "EVIDENCE_CONFIDENCE", "CLEAR_GAP_COVERAGE", "MIN_VOTES", "k_rule_constants",
     # missing cells
     "Imputer", "donor_indices", "missing_per_row", "IMPUTATION_NEIGHBORS", "imputation_neighbors",
+    # cluster profiles
+    "ProfileLayout", "profile_partial",
     # runs and workers
     "worker_malloc_settings", "worker_malloc_state", "kmeans_failing_once",
 ]

@@ -29,6 +29,7 @@ from ._pipeline._dask_runtime import (
 from ._pipeline._drift import DEFAULT_THRESHOLDS as DEFAULT_DRIFT_THRESHOLDS
 from ._pipeline._io import InputSource, as_input, load_views
 from ._pipeline._plan import AssignRequest, RunPlan, RunRequest, check_request, plan_run
+from ._pipeline._profiles import read_profiles, write_profiles_out
 from ._pipeline._stages import (
     AssignPlan,
     assign,
@@ -62,6 +63,8 @@ __all__ = [
     "stage_landmarks", "stage_model", "stage_embedding", "stage_labels", "stage_metrics",
     # input and output
     "InputSource", "as_input", "load_views", "write_labels_out", "DEFAULT_DRIFT_THRESHOLDS",
+    # cluster profiles (docs/profiles.md)
+    "read_profiles", "write_profiles_out",
     # the registry
     "available_methods", "get_method",
     # the Dask cluster of a run

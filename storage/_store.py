@@ -65,7 +65,7 @@ logger = logging.getLogger("mkdist.storage")
 
 
 #: Stages every run may hold; ``stage_status`` always reports these.
-STANDARD_STAGES = ("landmarks", "model", "embedding", "labels", "kernel_blocks", "metrics")
+STANDARD_STAGES = ("landmarks", "model", "embedding", "labels", "profiles", "kernel_blocks", "metrics")
 
 Verify = Literal["quick", "full"] | None
 

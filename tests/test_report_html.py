@@ -452,7 +452,9 @@ def test_report_drawn_during_the_run_is_the_report_drawn_after_it(drafted_run, t
     again = mkdist.pipeline.write_report(str(store), tmp_path / "again.html")
     assert _without_time_stamp(page) == _without_time_stamp(open(again).read())
     parser = parse_page(page)
-    check_figures(parser, expected_run_figures(result.metrics))
+    # The run's figures, and first the clusters' profiles at a glance (issue 42).
+    check_figures(parser, expected_run_figures(result.metrics) | {"profile-heatmap"})
+    assert page.index('id="fig-profile-heatmap"') < page.index("<h2>Model</h2>")
 
     draft = mkdist.pipeline.ReportDraft(str(store))
     draft.stage_complete("model")

@@ -94,10 +94,11 @@ def assign_with_distance(H, centers: np.ndarray):
     return both[:, 0].astype(np.int64), both[:, 1]
 
 
-def _labels_chunk(block, centers, report_index, n_clusters, block_rows, block_info=None):
+def _labels_chunk(block, centers, report_index, n_clusters, block_rows, *extra, accumulate=None, block_info=None):
     """Everything the labels stage keeps of one embedding chunk, as a (1, 1) object block:
-    labels (int32), squared distances (float32), the cluster sizes and the chunk's rows among
-    ``report_index`` (embedding rows, labels, distances)."""
+    labels (int32), squared distances (float32), the cluster sizes, the chunk's rows among
+    ``report_index`` (embedding rows, labels, distances) and ``accumulate(labels, extra)``
+    (None without it)."""
     from ._blocks import _map_rows
 
     start, stop = block_info[0]["array-location"][0]
@@ -106,8 +107,9 @@ def _labels_chunk(block, centers, report_index, n_clusters, block_rows, block_in
     labels, distance = both[:, 0].astype(np.int64).astype(np.int32), both[:, 1].astype(np.float32)
     local = report_index[np.searchsorted(report_index, start):np.searchsorted(report_index, stop)] - start
     out = np.empty((1, 1), dtype=object)
+    partial = accumulate(labels, [np.asarray(b) for b in extra]) if accumulate is not None else None
     out[0, 0] = (labels, distance, np.bincount(labels, minlength=n_clusters),
-                 (np.asarray(block[local]), labels[local], distance[local]))
+                 (np.asarray(block[local]), labels[local], distance[local]), partial)
     return out
 
 
@@ -116,9 +118,10 @@ def _part(block, i):
 
 
 def labels_pass(H, centers: np.ndarray, report_index: np.ndarray, *, persist: Callable[[Any], Any],
-                n_clusters: int):
+                n_clusters: int, accumulate: tuple | None = None):
     """The labels of every row of a Dask H in ONE pass: one task per chunk computes the labels,
-    the distances, the chunk's cluster sizes and its report rows.
+    the distances, the chunk's cluster sizes and its report rows (and whatever ``accumulate``
+    sums over the rows' labels).
 
     Parameters
     ----------
@@ -129,6 +132,10 @@ def labels_pass(H, centers: np.ndarray, report_index: np.ndarray, *, persist: Ca
     persist : callable
         Persists the per-chunk results (e.g. with a progress line); they stay on the workers.
     n_clusters : int
+    accumulate : (arrays, chunk_fn, merge_fn), optional
+        More row-chunked arrays (H's row chunks, one column chunk each) that the same task
+        reads, ``chunk_fn(labels, blocks)`` giving a chunk's partial, and ``merge_fn(partials)``
+        merging them (on the workers, a tree of ``SPLIT_EVERY``; the cluster profiles).
 
     Returns
     -------
@@ -138,6 +145,7 @@ def labels_pass(H, centers: np.ndarray, report_index: np.ndarray, *, persist: Ca
     distance : dask.array.Array of shape (N,), float32
     sizes : ndarray of shape (k,), int64
     report : tuple of ndarrays (rows (n, K), labels (n,), distances (n,))
+    total : the merged partials of ``accumulate`` (only with it)
     """
     import dask.array as da
     from dask.base import tokenize
@@ -145,20 +153,46 @@ def labels_pass(H, centers: np.ndarray, report_index: np.ndarray, *, persist: Ca
     rows = RowBlocks({"embedding": H})
     centers = np.asarray(centers, dtype=np.float64)
     report_index = np.asarray(report_index, dtype=np.int64)
-    name = f"mkdist-labels-{tokenize(H, centers, report_index, n_clusters, rows.block_rows)}"
+    extra, chunk_fn, merge_fn = accumulate if accumulate is not None else ((), None, None)
+    name = f"mkdist-labels-{tokenize(H, centers, report_index, n_clusters, rows.block_rows, *extra, chunk_fn)}"
     nb = len(rows.row_chunks)
-    parts = da.map_blocks(_labels_chunk, rows.arrays[0], centers, report_index, n_clusters, rows.block_rows,
-                          chunks=((1,) * nb, (1,)), dtype=object, meta=np.empty((0, 0), dtype=object), name=name)
+    parts = da.map_blocks(_labels_chunk, rows.arrays[0], centers, report_index, n_clusters, rows.block_rows, *extra,
+                          accumulate=chunk_fn, chunks=((1,) * nb, (1,)), dtype=object,
+                          meta=np.empty((0, 0), dtype=object), name=name)
     parts = persist(parts)
     kw = dict(chunks=(rows.row_chunks,), drop_axis=1)
     labels = parts.map_blocks(_part, 0, dtype=np.int32, meta=np.empty((0,), np.int32), name=f"{name}-labels", **kw)
     distance = parts.map_blocks(_part, 1, dtype=np.float32, meta=np.empty((0,), np.float32),
                                 name=f"{name}-distance", **kw)
     small = parts.map_blocks(_small_parts, dtype=object, meta=np.empty((0, 0), dtype=object), name=f"{name}-small")
-    small = np.asarray(compute(small)[0]).ravel()
+    if accumulate is None:
+        small = np.asarray(compute(small)[0]).ravel()
+    else:
+        small, total = compute(small, _merge_tree(parts, merge_fn))
+        small = np.asarray(small).ravel()
     sizes = np.sum([s[0] for s in small], axis=0).astype(np.int64)
     report = tuple(np.concatenate([s[1][j] for s in small]) for j in range(3))
-    return labels, distance, sizes, report
+    if accumulate is None:
+        return labels, distance, sizes, report
+    return labels, distance, sizes, report, total
+
+
+def _merge_tree(parts, merge_fn):
+    """The partials of every chunk's task merged by a tree on the workers (Delayed)."""
+    import dask
+
+    from ._blocks import SPLIT_EVERY
+
+    level = list(parts.to_delayed().ravel())
+    merge = dask.delayed(_merge_level, pure=True)
+    while True:
+        level = [merge(merge_fn, *level[i:i + SPLIT_EVERY]) for i in range(0, len(level), SPLIT_EVERY)]
+        if len(level) == 1:
+            return level[0]
+
+
+def _merge_level(merge_fn, *items):
+    return merge_fn([item[0, 0][4] if isinstance(item, np.ndarray) else item for item in items])
 
 
 def _small_parts(block):

@@ -137,13 +137,42 @@ def _fit_context(method):
         views, self._fit_checks = self._checked_input(X)
         try:
             if args:
-                return method(self, views, *args[1:], **kwargs)
-            return method(self, *args, **{**kwargs, input_name: views})
+                out = method(self, views, *args[1:], **kwargs)
+            else:
+                out = method(self, *args, **{**kwargs, input_name: views})
         finally:
             del self._fit_checks
+        if method.__name__ == "fit":
+            self.profiles_ = _fit_profiles(self, X, views)
+        return out
 
     checked._checks_parameters = True
     return checked
+
+
+def _fit_profiles(est, X, views: dict):
+    """The profiles of an in-memory fit's clusters in its input's own columns (a DataFrame's
+    column names, else ``view:index``), from the rows as given (issue 42); None for Dask input,
+    whose labels are lazy (a pipeline run computes them in its labels pass: ``result.profiles``)."""
+    from .._core._profiles import ProfileLayout, profile_partial
+    from .._core._validation import is_dask_array
+
+    labels = getattr(est, "labels_", None)
+    if labels is None or is_dask_array(labels) or any(is_dask_array(v) for v in views.values()):
+        return None
+    from .._core._columns import ArrowTable, frame_to_arrow, is_frame, plan_views
+    from .._core._profile_tables import ClusterProfiles
+
+    widths = {name: int(np.shape(v)[1]) for name, v in views.items()}
+    columns, categories = None, None
+    if is_frame(X):
+        plan = plan_views(ArrowTable(frame_to_arrow(X)), categories=getattr(est, "categories_", None))
+        columns, categories = plan.views, plan.categories
+    layout = ProfileLayout.of_views(widths, columns, categories)
+    blocks = [np.asarray(views[name].toarray() if hasattr(views[name], "toarray") else views[name])
+              for name in layout.views]
+    k = int(getattr(est, "n_clusters_", 0) or int(np.max(labels)) + 1)
+    return ClusterProfiles(profile_partial(np.asarray(labels), blocks, layout, k), layout)
 
 
 def resolve_seed(random_state: Any) -> int:

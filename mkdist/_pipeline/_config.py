@@ -269,3 +269,13 @@ class ClusterResult:
     metrics: dict[str, Any]
     report: str | None = None
     report_timings: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def profiles(self):
+        """The profile of every cluster in the input's own columns (the run's ``profiles``
+        stage, :class:`mkdist._core._profile_tables.ClusterProfiles`: ``.clusters``,
+        ``.numeric``, ``.categories``, ``.separation``, ... as pandas DataFrames), or None for a
+        store without one."""
+        from ._profiles import read_profiles
+
+        return read_profiles(self.store)

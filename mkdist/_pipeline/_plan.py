@@ -433,7 +433,8 @@ def plan_run(source: Any, store: Any = None, config: RunConfig | None = None, *,
     if existing is not None and not overwrite:
         existing.check_same_run(fingerprint, config.to_json())
     # A store of another run was refused above: with the same input it is this run.
-    complete = same_input and all(existing.is_complete(s) for s in [*config.estimator_class.stage_plan, "metrics"])
+    complete = same_input and all(existing.is_complete(s) for s in [*config.estimator_class.stage_plan, "profiles",
+                                                                    "metrics"])
     action = None
     if request.labels_out is not None:
         action = check_labels_out(request.labels_out, overwrite, labels_mark(existing) if complete else None,

@@ -58,6 +58,15 @@ from ._io import (
     views_fingerprint,
     write_labels_parquet,
 )
+from ._profiles import (
+    PROFILES_STAGE,
+    merge_blocks,
+    profile_accumulator,
+    profile_blocks,
+    profile_layout,
+    stage_profiles,
+    write_profiles,
+)
 
 __all__ = [
     "check_assign", "AssignPlan", "open_run", "run_context", "RunContext", "write_stored_labels",
@@ -159,7 +168,7 @@ def prepare_resume(store, stages: list[str] | None = None) -> dict[str, Any]:
     """
     store = as_store(store)
     cleaned = store.clean_partials()
-    order = list(stages) if stages is not None else list(stage_plan(store)) + ["kernel_blocks", "metrics"]
+    order = list(stages) if stages is not None else [*stage_plan(store), "kernel_blocks", PROFILES_STAGE, "metrics"]
     status = store.stage_status(verify="full")
     damaged = [s for s in order if status.get(s) == "damaged"]
     problems, dropped = [], []
@@ -183,6 +192,16 @@ def stage_plan(run: Any) -> tuple[str, ...]:
     if not isinstance(config, RunConfig):
         config = RunConfig.from_json(as_store(run, "r").params)
     return tuple(config.estimator_class.stage_plan)
+
+
+def _listed(profiles) -> list:
+    """The profiles' partials as a list to persist with the labels: empty when they are off."""
+    return [] if profiles is None else [profiles]
+
+
+def _unlisted(profiles, persisted: list):
+    """(persisted partials or None, the rest) of a persist that took ``_listed(profiles)`` first."""
+    return (None, persisted) if profiles is None else (persisted[0], persisted[1:])
 
 
 def _int32(labels):
@@ -769,9 +788,15 @@ def stage_labels(ctx: RunContext, *, progress: bool = False) -> dict[str, float]
 
     store = ctx.store
     if store.is_complete("labels"):
-        return {"kmeans_s": 0.0, "write_s": 0.0}
+        # A store written before profiles existed, or whose profiles were damaged: one pass.
+        t0 = time.perf_counter()
+        done = stage_profiles(store, ctx.views, int(ctx.estimator().n_clusters_),
+                              persist=lambda b: _persist(b, progress, "profiles", int(store.read_stage("labels")
+                                                                                       ["labels"].shape[0])))
+        return {"kmeans_s": 0.0, "write_s": time.perf_counter() - t0 if done else 0.0}
     config = ctx.config
     est = ctx.estimator()
+    layout = profile_layout(store, ctx.views)
     t0 = time.perf_counter()
     attrs: dict[str, Any] = {}
     variables: dict[str, Any] = {}
@@ -798,16 +823,25 @@ def stage_labels(ctx: RunContext, *, progress: bool = False) -> dict[str, float]
         # One pass over the stored embedding: per chunk one task computes the labels, the
         # distances, the cluster sizes and the report rows (they were 4 passes and 16 tasks
         # per chunk: the report rows' read, the labels, the sizes and sample over them).
-        labels, distance, sizes, (sample, sample_labels, sample_distance) = labels_pass(
+        # The same task accumulates the chunk's profile from its labels and its rows as read
+        # (not filled); the partials merge by a tree on the workers (issue 42).
+        accumulate = profile_accumulator(ctx.views, layout, int(est.n_clusters_), H.chunks[0])
+        labels, distance, sizes, (sample, sample_labels, sample_distance), *profiles = labels_pass(
             H, est.cluster_centers_, idx, n_clusters=int(est.n_clusters_),
-            persist=lambda parts: _persist(parts, progress, "labels", n_rows))
+            persist=lambda parts: _persist(parts, progress, "labels", n_rows), accumulate=accumulate)
+        profiles = profiles[0] if profiles else None
         extra = _persist(list(extra), False) if extra else []
         missing = compute(*[x for c in extra for x in ((c > 0).sum(), c.sum())])
     else:
         # One persist: the report sample (and the missing cells) share the pass and the input
         # reads with the labels.
-        labels, distance, sample, *extra = _persist((_int32(labels), distance.astype(np.float32), shown[idx],
-                                                     *extra), progress, "labels", n_rows)
+        labels = _int32(labels)
+        # The profiles' partials share the pass (and the input's reads) with the labels.
+        profiles = profile_blocks(labels, ctx.views, layout, int(est.n_clusters_))
+        labels, distance, sample, *extra = _persist((labels, distance.astype(np.float32), shown[idx],
+                                                     *_listed(profiles), *extra), progress, "labels", n_rows)
+        profiles, extra = _unlisted(profiles, extra)
+        profiles = merge_blocks(profiles)
         # The sizes too: the labels are in memory now, and the metrics and the report need them.
         sample, sample_distance, sample_labels, sizes, *missing = compute(
             sample, distance[idx], labels[idx], da.bincount(labels, minlength=int(est.n_clusters_)),
@@ -824,6 +858,7 @@ def stage_labels(ctx: RunContext, *, progress: bool = False) -> dict[str, float]
                       "report_embedding": (("report_row", "report_component"), principal_components(sample))})
     attrs["distance_p99"] = float(np.quantile(np.asarray(sample_distance, dtype=np.float64), 0.99))
     store.write_stage("labels", xr.Dataset(variables, attrs={**attrs, "elapsed_s": t_labels}), compute=compute)
+    write_profiles(store, profiles, layout)
     return {"kmeans_s": t_labels, "write_s": time.perf_counter() - t0}
 
 
@@ -966,7 +1001,7 @@ def assign(model_store: Any, source: Any = None, output: Any = None, *, overwrit
     described = {} if opened is None else {"feature_names": opened.feature_names, "describe_row": opened.describe_row}
     with writer_lease(output, owner="mkdist.assign"):
         out = RunStore.create(output, fingerprint=fingerprint, params=_assign_params(src), overwrite=overwrite)
-        if prepare_resume(out, ["labels"])["status"].get("labels") != "complete":
+        if prepare_resume(out, ["labels", PROFILES_STAGE])["status"].get("labels") != "complete":
             n_rows = int(next(iter(vs.values())).shape[0])
             with _pass_progress("scan input", progress, n_rows):
                 # Refuses NaN (unless imputed) / overflow / constant views before any write.
@@ -974,8 +1009,12 @@ def assign(model_store: Any, source: Any = None, output: Any = None, *, overwrit
             views = vs if imputer is None else fill_views(vs, imputer)
             extra = () if imputer is None else (count_missing(vs, table_cells(src)),)
             labels, distance = est.assign_with_distance(views)
-            labels, distance, *extra = _persist((_int32(labels), distance.astype(np.float32), *extra), progress,
-                                                "assign", int(labels.shape[0]))
+            labels, layout = _int32(labels), profile_layout(src, vs)
+            # The batch's profiles (in the fit's columns) share the pass and the reads with its labels.
+            profiles = profile_blocks(labels, vs, layout, int(est.n_clusters_))
+            labels, distance, *extra = _persist((labels, distance.astype(np.float32), *_listed(profiles), *extra),
+                                                progress, "assign", int(labels.shape[0]))
+            profiles, extra = _unlisted(profiles, extra)
             sizes, beyond, *missing_sums = compute(da.bincount(labels, minlength=int(est.n_clusters_)),
                                                    (distance > fit_p99).mean(),
                                                    *[x for c in extra for x in ((c > 0).sum(), c.sum())])
@@ -991,7 +1030,9 @@ def assign(model_store: Any, source: Any = None, output: Any = None, *, overwrit
                 attrs.update(missing_rows=int(missing_sums[0]), missing_cells=int(missing_sums[1]))
                 record = {"missing": {"mode": "impute", "rows": int(missing_sums[0]), "cells": int(missing_sums[1]),
                                       "fill": f"the model's, from {src.url}"}}
+            profiles = merge_blocks(profiles)
             out.write_stage("labels", xr.Dataset(variables, attrs=attrs), compute=compute)
+            write_profiles(out, profiles, layout)
             out.update_attrs(drift=drift, input_stats=batch_stats, **record)
         if labels_out is not None:
             write_stored_labels(out, labels_out, source, vs, id_column=id_column, overwrite=overwrite,

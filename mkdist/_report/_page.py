@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._figures import DPI, ReportFigure, ReportFigures, _mapping, build_figures
+from ._profiles import batch_beside_fit_html, glance_html
 from ._tables import _diagnostics_table, _drift_section, _fmt, _overview_rows, _params_table, _table, _timings_table
 
 __all__ = ["render_html"]
@@ -87,8 +88,12 @@ def render_html(data: Mapping[str, Any], figures: ReportFigures | None = None) -
     assignment = _mapping(data.get("assignment"))
     assignment_part = (_assignment_html(assignment, by_section.get("assignment", []))
                        if assignment or is_assignment else [])
-    # An assignment report is read for its drift verdict: that comes first.
-    body = assignment_part + run_part if is_assignment else run_part + assignment_part
+    # An assignment report is read for its drift verdict: that comes first, then the batch's
+    # clusters beside the fit's.  A run's report opens with its clusters in the input's columns.
+    if is_assignment:
+        body = assignment_part + batch_beside_fit_html(data.get("profiles"), data.get("fit_profiles")) + run_part
+    else:
+        body = glance_html(data.get("profiles")) + run_part + assignment_part
     for section, heading in (("model", "Model"), ("clusters", "Clusters")):
         if by_section.get(section):
             body.append(f"<h2>{'Fitted ' + heading.lower() if is_assignment else heading}</h2>")

@@ -377,12 +377,25 @@ def write_report(url: Any, output: Any = None, *, format: str = "html", draft: R
     refuse_overlap(target, store=store)
     data = report_data(store)
     figures = build_figures(data, drawn=draft.figures() if draft is not None else None)
+    if format == "html":
+        # The profiles (pandas frames) go to the page only: the report data stays JSON.
+        data = {**data, **_profiles_of(store)}
     # Both write atomically (temporary name, then rename; one put on an object store).
     if format == "png":
         render_png(data, target, figures)
     else:
         write_html(data, target, figures)
     return target
+
+
+def _profiles_of(store) -> dict[str, Any]:
+    """The store's profiles (and an assignment's model's, as ``fit_profiles``) for the page."""
+    from .._pipeline._profiles import read_profiles
+
+    out: dict[str, Any] = {"profiles": read_profiles(store)}
+    if "model_store" in store.params:
+        out["fit_profiles"] = read_profiles(as_store(store.params["model_store"], mode="r"))
+    return out
 
 
 class ReportDraft:

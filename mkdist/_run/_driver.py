@@ -33,6 +33,7 @@ from .._pipeline._config import ClusterResult, RunConfig
 from .._pipeline._dask_runtime import current_scheduler, in_process
 from .._pipeline._io import InputSource, as_input, check_labels_out, frame_input, labels_mark
 from .._pipeline._plan import RunPlan, RunRequest, check_request, plan_run
+from .._pipeline._profiles import read_profiles
 from .._pipeline._progress import stage_line
 from .._pipeline._rerun import FINISHED
 from .._pipeline._stages import (
@@ -190,7 +191,10 @@ def drive_run(plan: RunPlan, *, progress: bool = False, y_true: Any = None, labe
         metrics["labels_out"] = labels_out
     if written is not None:
         metrics["report"] = written
-    return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=ctx.estimator(), store=run,
+    model = ctx.estimator()
+    # The profiles of the clusters the model found, as a fitted attribute (sklearn style).
+    model.profiles_ = read_profiles(run)
+    return ClusterResult(labels=run.read_stage("labels")["labels"].data, model=model, store=run,
                          timings=timings, skipped=done, metrics=metrics, report=written,
                          report_timings=report_timings)
 
