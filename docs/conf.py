@@ -55,6 +55,9 @@ sphinx_gallery_conf = {
     "filename_pattern": r"/plot_",
     # Each example runs in seconds on small data; a failing one fails the build.
     "abort_on_example_error": True,
+    # Run every example on every build: an example is stale when the library changed too, which
+    # its file's checksum (sphinx-gallery's default test) does not see.
+    "run_stale_examples": True,
     "download_all_examples": False,
     "remove_config_comments": True,
     "within_subsection_order": "FileNameSortKey",
