@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -43,6 +44,7 @@ def test_the_readme_is_short():
     assert len(TEXT.splitlines()) <= 150, "the manual lives in docs/; the README: what, install, first steps"
 
 
+@pytest.mark.slow  # two whole runs in a fresh interpreter
 def test_readme_python_examples_run_from_an_empty_directory(tmp_path):
     blocks = fenced_blocks(TEXT, "python")
     script = tmp_path / "readme_examples.py"
