@@ -314,3 +314,14 @@ class TcpProxy:
                     s.shutdown(socket.SHUT_RDWR)
             with self._lock:
                 self._open -= {a, b}
+
+
+#: Session fixtures that start processes (a Dask cluster, a Prefect server): a test that uses one
+#: is a slow test whatever its own marks say, so `make test-fast` (-m "not slow") starts none.
+PROCESS_FIXTURES = {"dask_client", "dask_address", "prefect_api"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -4,7 +4,6 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.exceptions import NotFittedError
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from mkdist._core._distances import nearest_center
 from mkdist._core._graph import apply_filter, build_graph
@@ -541,17 +540,6 @@ def test_model_is_a_plain_dataclass(fitted):
     np.testing.assert_array_equal(restored.embedding, fitted.model_.embedding)
 
 
-# ----------------------------------------------------------------------------- scikit-learn
-N_CLUSTERS_1_CHECKS = {
-    name: "sets n_clusters=1, which mkdist rejects by design (n_clusters must be >= 2)"
-    for name in ("check_dont_overwrite_parameters", "check_methods_subset_invariance",
-                 "check_fit2d_predict1d", "check_fit2d_1feature")
-}
-
-
-@parametrize_with_checks([LateFusionClustering(n_clusters=2, kernels="rbf-grid", n_init=2, random_state=0)],
-                         expected_failed_checks=lambda est: N_CLUSTERS_1_CHECKS)
-def test_sklearn_compatible(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DegenerateKernelWarning)
-        check(estimator)
+# scikit-learn's estimator checks run once per registered method, in
+# tests/test_common.py::test_sklearn_compatible (LateFusionClustering(n_clusters=2, n_init=2,
+# random_state=0): its default kernels are rbf-grid on dense views, cosine on sparse ones).

@@ -169,6 +169,7 @@ def two_groups_of_four(group_distance: float, sub_separation: float, seed: int) 
     return np.vstack([c + rng.normal(size=(60, 5)) for c in centres])
 
 
+@pytest.mark.slow
 def test_a_coarse_gap_whose_groups_divide_further_is_over_ruled_by_modularity(monkeypatch):
     # Touching groups of touching blobs: the kNN graph's largest gap is the coarse one (k = 2, 10
     # of 11 spectra agree), but the partition into the 8 blobs is far more modular: K = 8, the
@@ -291,6 +292,7 @@ def test_bad_kernels_are_refused(kernel):
 
 
 # ----------------------------------------------------------------------------- the result
+@pytest.mark.slow
 def test_deterministic_given_a_seed():
     K = rbf_kernel(np.random.default_rng(10).normal(size=(400, 3)))  # no structure: resamples disagree
     a, b = choose_n_clusters(K, random_state=3), choose_n_clusters(K, random_state=3)
@@ -325,6 +327,7 @@ def test_votes_without_resamples_are_all_or_nothing():
 
 
 # ----------------------------------------------------------------------------- trust (issue 36)
+@pytest.mark.slow
 def test_only_a_clear_gap_is_trusted():
     # The calibrated confidences: only a clear gap reaches the default threshold.
     assert [e for e, c in EVIDENCE_CONFIDENCE.items() if c >= TRUSTED_CONFIDENCE] == ["clear gap"]

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
 from sklearn.exceptions import NotFittedError
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from mkdist._methods._nystrom import NystromSpectralClustering, default_n_anchors
 from mkdist.errors import EmbeddingStabilityWarning, InputValidationError
@@ -291,15 +290,5 @@ def test_no_warning_on_clean_data(data):
         NystromSpectralClustering(3, random_state=0).fit(X)
 
 
-# n_clusters=1 is rejected by design (a one-cluster spectral embedding is a constant).
-N_CLUSTERS_1_CHECKS = {
-    name: "sets n_clusters=1, which mkdist rejects by design (n_clusters must be >= 2)"
-    for name in ("check_dont_overwrite_parameters", "check_methods_subset_invariance",
-                 "check_fit2d_predict1d", "check_fit2d_1feature")
-}
-
-
-@parametrize_with_checks([NystromSpectralClustering(n_clusters=2, n_init=2, random_state=0)],
-                         expected_failed_checks=lambda est: N_CLUSTERS_1_CHECKS)
-def test_sklearn_compatible(estimator, check):
-    check(estimator)
+# scikit-learn's estimator checks run once per registered method, with the same instance
+# (n_clusters=2, n_init=2, random_state=0), in tests/test_common.py::test_sklearn_compatible.

@@ -99,6 +99,7 @@ def test_the_assign_request_json_round_trips_and_names_what_is_wrong(tmp_path):
                                  "drift_thresholds": 0.5})
 
 
+@pytest.mark.slow
 def test_a_run_validates_its_input_once(npz, tmp_path, counted, monkeypatch):
     # mkdist.cluster: planned once, driven; the stages check nothing again.
     result = mkdist.cluster(npz, str(tmp_path / "py.zarr"), 3, n_landmarks=60, random_state=0, label_column="y")

@@ -766,6 +766,7 @@ def test_predict_checks_fitted_and_feature_counts(views):
 
 
 # ----------------------------------------------------------------------------- real data
+@pytest.mark.slow
 def test_mfeat_pix_fac(mfeat):
     """One seed on the paper's HW2 pair (pix + fac): far above the k-means start's ~0.75."""
     views_, y = mfeat

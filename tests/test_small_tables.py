@@ -76,6 +76,7 @@ def small_table(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_the_cli_says_where_it_computes_and_both_ways_agree(small_table, tmp_path):
     args = ["run", "--input", str(small_table), "--n-clusters", "3", *VIEWS, "--random-state", "0",
             "--n-landmarks", "200", "--json"]

@@ -80,6 +80,7 @@ def _fresh_workers(kind: str, request):
 
 
 @pytest.mark.parametrize("cluster", ["dask_address", "local"])
+@pytest.mark.slow
 def test_row_tasks_keep_temporaries_on_a_default_cluster(cluster, request, fitted):
     # `dask scheduler` + `dask worker` processes, and a plain LocalCluster from Python: both
     # start their workers with the nanny's MALLOC_TRIM_THRESHOLD_ and nothing else.
@@ -106,6 +107,7 @@ def test_no_advice_on_a_default_cluster(dask_client):
     assert {s["status"] for s in dask_client.run(_worker_malloc_state).values()} == {"set"}
 
 
+@pytest.mark.slow
 def test_an_explicit_mmap_threshold_is_left_alone_and_named(fitted):
     # An operator's MALLOC_MMAP_THRESHOLD_ is kept; at the glibc default of 128 KiB (with the
     # nanny's trim threshold) the workers stay slow, which only their environment can change.

@@ -44,56 +44,8 @@ min(50, n // 10) when the spectrum demands it (a clear gap there); the graph's n
 the searched range (:func:`default_n_neighbors`).  Only below 750 landmarks (small tables) does
 this differ from min(50, n // 10), the range before the fifth round.
 
-Step 6 and the range (fifth round, issue 36; bench/bench_auto_k_trust.py, bench/RESULTS.md): over
-235 cells (the 28 shared sets, W1 at two separations, small tables such as iris and wine, 5 seeds)
-the fourth round left 76 choices unflagged, 59 of them exact (78%) and 4 more than twice the labels'
-K (iris: 9 for 3).  No label-free score separates the confident wrong choices on the shared sets from
-the right ones (bbcsport's stable 7 for 5 looks like ngs's 5), so trust is given only where the
-graph's groups are nearly apart: 48 clear gaps, 47 exact, none over twice K (W1 separated: 24 of 25,
-the 25th the two touching clusters of K = 50 seed 1, which the votes see).
-
-What this rests on (bench/bench_auto_k.py; bench/RESULTS.md, "Choosing K (issue 25)"):
-the eigengap of the combined kernel itself, or of a dense Gaussian affinity on the kernel
-distances (global or self-tuning bandwidth), puts the largest gap after the first eigenvalue
-or at k = 2-3 on most of the 28 shared sets, because their spectra decay smoothly; a kNN
-graph keeps only local neighbourhoods, so separated groups are (nearly) disconnected and the
-gap at K stands out: exact on every separated synthetic set, K = 3..50.  A single
-Gaussian blob in d dimensions has its in-range gap at k = d + 1 (its first d eigenvectors
-are the coordinates), consistently over resamples, so agreement alone would be confidently
-wrong there; counting the k = 1 votes (its largest gap overall is after mu_1) is what
-makes it "ambiguous".  The price: clusters that overlap so much that the spectrum looks like
-one blob's (the W1 workload at its default separation, K >= 10) are reported ambiguous too,
-with K as the best guess.
-
-Step 5 (third and fourth rounds, bench/RESULTS.md): modularity measures how much more the
-graph's edges stay inside the partition's groups than chance, so it scores a partition at every
-k even when the spectrum decays smoothly; the eigengap cannot.  On the 140 cells of the 28
-shared sets (choices only, with a spectral k-means of the landmarks as the NMI proxy), (a)
-moved the per-set target from 7 to 9 of 28 (cora and citeseer) and the NMI proxy ratio from
-0.912 to 0.925; refitted, the mean NMI at the chosen K went from 88.7% to 91.9% of the true-K
-NMI.  The veto (b) then took the confident coarse splits (ccv 2 -> 5-11 for 20, proteinfold
-2 -> 20 for 27, scene15 4 -> 8-13 for 15, reuters1200 2 -> 12 for 6): NMI proxy 0.925 ->
-0.961, per-set target unchanged (9/28), the separated W1 cells exact (25/25); the refitted NMI
-is in bench/RESULTS.md, "Fourth round".  Modularity for every K (not only where it over-rules
-the eigengap) was exact on fewer sets (6/28) and lost separated W1 K = 50 cells (resolution
-limit and discretisation at 20 landmarks per cluster): there the gap's partition is within
-5% of the best, so the gap stands.  Clustering stability across landmark resamples (Lange, Roth,
-Braun and Buhmann 2004, normalised instability; Ben-Hur et al. 2002, ARI; split halves with a
-nearest-neighbour transfer), prediction strength (Tibshirani and Walther 2005) and the eigengap
-candidates re-ranked by stability were screened too: 3-5 of 28 sets, NMI proxy 0.58-0.91.  A
-stable coarse split is stable, and even the ideal use of the stability scores (the true K among
-the two most stable k) reaches 8 of 28 sets.  No rule drawing on these scores can meet the
-issue's 70% per-set target: a label oracle that only needs the true K among the eigengap's top
-3 at each of the three sizes and modularity's top 3 (up to 12 candidates) reaches 13 of 28.
-
-Tried and not kept (issue 25, second round; bench/RESULTS.md): self-tuning (Zelnik-Manor and
-Perona) weights on the kNN graph, a dense self-tuning affinity, mutual kNN graphs, other fixed
-neighbourhood sizes, votes pooled over three sizes, the mean (normalised) gap over the
-resamples instead of votes, ratio and relative gaps, a recursive eigengap within the groups,
-and an eigenvector criterion (k-means fit of the row-normalised spectral embedding, with a
-Procrustes version of the self-tuning rotation cost).  On the 28 shared sets none put the
-true K among the two largest gaps of more than 8 sets: their spectra decay smoothly and the
-labels' K is not where the graph's structure is.
+How the rule was chosen, round by round, with the measurements: the docs' performance page
+(docs/performance.md, "How the K rule was chosen").
 """
 
 from __future__ import annotations

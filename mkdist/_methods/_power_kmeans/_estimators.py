@@ -579,10 +579,10 @@ class RFFKernelPowerKMeans(RFFPowerKMeansBase):
     Examples
     --------
     >>> from mkdist import RFFKernelPowerKMeans, make_multiview_blobs
-    >>> views, y = make_multiview_blobs(2000, n_clusters=3, random_state=0)[:2]
-    >>> labels = RFFKernelPowerKMeans(3, random_state=0).fit_predict(views["view0"])
+    >>> views, y = make_multiview_blobs(600, n_clusters=3, random_state=0, as_dask=False)
+    >>> labels = RFFKernelPowerKMeans(3, n_init=2, random_state=0).fit_predict(views["view0"])  # 2 restarts: quick
     >>> labels.shape
-    (2000,)
+    (600,)
     """
 
     method: ClassVar[str] = "rff-power"
@@ -672,8 +672,8 @@ class MultiViewRFFPowerKMeans(RFFPowerKMeansBase):
     Examples
     --------
     >>> from mkdist import MultiViewRFFPowerKMeans, make_multiview_blobs
-    >>> views, y = make_multiview_blobs(2000, n_clusters=3, random_state=0)[:2]
-    >>> est = MultiViewRFFPowerKMeans(3, random_state=0).fit(views)
+    >>> views, y = make_multiview_blobs(600, n_clusters=3, random_state=0, as_dask=False)
+    >>> est = MultiViewRFFPowerKMeans(3, n_init=2, random_state=0).fit(views)  # 2 restarts: quick
     >>> est.view_weights_.shape
     (2,)
     """
