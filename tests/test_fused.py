@@ -1,5 +1,10 @@
 """The fused embedding (issue 34): kernels summed before one projection, NumPy and compiled routes."""
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -196,3 +201,50 @@ def test_finish_step_centres_and_scales_rows_like_numpy():
 def test_numba_switched_off_by_the_environment(monkeypatch):
     monkeypatch.setenv("MKDIST_NUMBA", "0")
     assert not _fused.compiled_available()
+
+
+#: A fit and two transforms of W1-type rows in a fresh process; argv[1] "blocked": ``import numba``
+#: fails there, as where numba cannot be imported (sys.modules[name] = None makes import raise).
+_ROUTE_JOB = r"""
+import hashlib, json, sys
+if sys.argv[1] == "blocked":
+    sys.modules["numba"] = None
+import numpy as np
+import mkdist
+from mkdist._core import _fused
+
+views, y = mkdist.make_multiview_blobs(800, n_clusters=4, view_dims=(6, 6), as_dask=False)
+views = list(views.values())
+est = mkdist.MultipleKernelClustering(4, kernels="rbf-grid", n_landmarks=100, random_state=0).fit(views)
+H = np.asarray(est.transform(views))
+est.transform(views)  # a second pass: the notice is not repeated
+print(json.dumps({"labels": np.asarray(est.labels_).tolist(), "compiled": _fused.compiled_available(),
+                  "embedding": hashlib.sha256(np.ascontiguousarray(H).tobytes()).hexdigest()}))
+"""
+
+
+def _route_job(mode: str, **env) -> tuple[dict, str]:
+    env = {**{k: v for k, v in os.environ.items() if k != "MKDIST_NUMBA"}, **env}
+    r = subprocess.run([sys.executable, "-c", _ROUTE_JOB, mode], capture_output=True, text=True, env=env,
+                       cwd="/tmp", timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+def test_without_numba_the_numpy_route_runs_says_so_once_and_gives_its_labels():
+    blocked, blocked_err = _route_job("blocked")
+    chosen, chosen_err = _route_job("plain", MKDIST_NUMBA="0")
+    assert not blocked["compiled"] and not chosen["compiled"]
+    assert blocked_err.count("numba cannot be imported") == 1, blocked_err[-3000:]
+    assert "NumPy route" in blocked_err
+    assert "numba cannot be imported" not in chosen_err  # MKDIST_NUMBA=0 is a choice: nothing to say
+    # the same route: the same embedding bits and labels as the NumPy route chosen on purpose
+    assert blocked["embedding"] == chosen["embedding"]
+    assert blocked["labels"] == chosen["labels"]
+
+
+def test_an_installed_numba_takes_the_compiled_route_by_default():
+    compiled, err = _route_job("plain")
+    assert compiled["compiled"]
+    assert "numba cannot be imported" not in err
+
