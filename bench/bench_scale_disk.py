@@ -18,7 +18,8 @@ For each N and format the script
 3. samples every 0.25 s the RSS of every process involved (scheduler, nanny, worker processes,
    the ``mkdist run`` process and its children) and records the peak of their sum; bytes read
    and written are the processes' own I/O counters (``read_chars``: bytes through ``read()``,
-   page cache included; ``read_bytes``: bytes from the block device);
+   page cache included; ``read_bytes``: bytes from the block device) and CPU seconds (user +
+   system, last seen: a process's CPU after its last sample is missed);
 4. scores ACC on an evenly spaced sample of rows (``--acc-sample``) from the stored labels
    (the run is given no label column: scoring all rows would load them all into the client);
 5. optionally (``--peers``: the N where the data fit in memory) runs the peers on the same rows,
@@ -186,10 +187,12 @@ class Sampler:
             except (self.psutil.NoSuchProcess, self.psutil.AccessDenied):
                 continue
             total += rss
-            counters = {f: getattr(io, f) for f in self.FIELDS}
+            cpu = p.cpu_times()
+            counters = {**{f: getattr(io, f) for f in self.FIELDS},
+                        "cpu_s": cpu.user + cpu.system + cpu.children_user + cpu.children_system}
             if first or p.pid not in self.io0 and p.pid not in self.io:
                 # a process alive before the measurement counts from here; one born later from 0
-                self.io0[p.pid] = counters if first else {f: 0 for f in self.FIELDS}
+                self.io0[p.pid] = counters if first else dict.fromkeys(counters, 0)
             self.io[p.pid] = counters
         self.peak = max(self.peak, total)
 
@@ -202,7 +205,8 @@ class Sampler:
         self.thread.join()
         self._sample()
         return {"peak_rss_gib": round(self.peak / 2**30, 3),
-                **{f: int(sum(self.io[p][f] - self.io0.get(p, {}).get(f, 0) for p in self.io)) for f in self.FIELDS}}
+                **{f: int(sum(self.io[p][f] - self.io0.get(p, {}).get(f, 0) for p in self.io)) for f in self.FIELDS},
+                "cpu_s": round(sum(self.io[p]["cpu_s"] - self.io0.get(p, {}).get("cpu_s", 0) for p in self.io), 2)}
 
 
 def load() -> float:
@@ -295,7 +299,7 @@ def _scaled(X):
 PEERS = ("kmeans", "minibatch", "dask-ml")
 
 
-def run_peers(path: Path, n: int, methods=PEERS) -> list[dict]:
+def run_peers(path: Path, n: int, methods=PEERS, threads: int = 2) -> list[dict]:
     """scikit-learn KMeans, MiniBatchKMeans (in this process, 2 BLAS/OpenMP threads) and dask-ml KMeans
     (on a fresh ``dask worker --nworkers 2 --nthreads 1``) on the Zarr data, standardised."""
     rows = []
@@ -310,12 +314,13 @@ def run_peers(path: Path, n: int, methods=PEERS) -> list[dict]:
             continue
         load_before = load()
         X_copy = X.copy()  # scaled in place, inside the timing
-        with threadpool_limits(2):
-            t0 = time.perf_counter()
+        with threadpool_limits(threads):
+            t0, c0 = time.perf_counter(), time.process_time()
             pred = make().fit_predict(_scaled(X_copy))
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         del X_copy
-        rows.append({"n": n, "format": "zarr (in memory)", "method": name, "wall_s": round(wall, 2),
+        rows.append({"n": n, "format": "zarr (in memory)", "method": name, "threads": threads, "wall_s": round(wall, 2),
+                     "cpu_s": round(cpu, 2),
                      "us_per_row": round(1e6 * wall / n, 3), "acc": _acc(y, pred),
                      "load_before": load_before, "load_after": load()})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
@@ -358,6 +363,9 @@ def main() -> None:
     ap.add_argument("--formats", default="zarr,parquet")
     ap.add_argument("--peers", default="1000000,10000000", help="the N of the peers table ('none': no peers)")
     ap.add_argument("--peer-methods", default=",".join(PEERS), help="which peers (of %(default)s)")
+    ap.add_argument("--peer-threads", type=int, default=2,
+                    help="BLAS/OpenMP threads of the scikit-learn peers (1: their CPU seconds, robust to load)")
+    ap.add_argument("--no-mkdist", action="store_true", help="the peers only")
     ap.add_argument("--repeats", type=int, default=1, help="mkdist runs per N and format")
     ap.add_argument("--acc-sample", type=int, default=1_000_000)
     ap.add_argument("--dir", default="/tmp/mkdist-scale-disk", help="where data and stores go (deleted after)")
@@ -392,10 +400,10 @@ def main() -> None:
                 size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
                 record({"n": n, "format": fmt, "write_s": round(time.perf_counter() - t0, 1),
                         "bytes_on_disk": int(size), "load_after": load()})
-            for _ in range(args.repeats):
+            for _ in range(0 if args.no_mkdist else args.repeats):
                 record(run_mkdist(path, fmt, n, work, args.acc_sample))
             if fmt == "zarr" and n in peers:
-                for r in run_peers(path, n, args.peer_methods.split(",")):
+                for r in run_peers(path, n, args.peer_methods.split(","), args.peer_threads):
                     record(r)
             if not args.keep:
                 shutil.rmtree(path, ignore_errors=True)
