@@ -23,6 +23,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .
+	@# numba compiles the embedding's loops into its disk cache now, not in the first run's workers
+	$(BIN)/python -c "import mkdist.internals as m; m.warm_compiled()"
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed

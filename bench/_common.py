@@ -255,6 +255,49 @@ class DaskProcesses:
             p.wait(timeout=60)
 
 
+class DaskWorkerCommand:
+    """``dask scheduler`` + one ``dask worker --nworkers N --nthreads 1`` command (a nanny per worker
+    process), distributed's defaults otherwise, as an operator types them; ``env``: variables added
+    to the processes' environment.  ``pids``: the two commands' processes (the worker processes are
+    their children); ``close()`` stops them."""
+
+    def __init__(self, n_workers: int = 2, env: dict | None = None):
+        from distributed import Client
+
+        port = free_port()
+        self.address = f"tcp://127.0.0.1:{port}"
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}, **(env or {})}
+        quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        dask = [sys.executable, "-m", "dask"]
+        self.scheduler = subprocess.Popen(dask + ["scheduler", "--host", "127.0.0.1", "--port", str(port),
+                                                  "--no-dashboard"], **quiet)
+        self.workers = None
+        try:
+            wait_for_port(port, "dask scheduler", self.scheduler)
+            self.workers = subprocess.Popen(dask + ["worker", self.address, "--nworkers", str(n_workers),
+                                                    "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard"],
+                                            **quiet)
+            with Client(self.address) as client:
+                client.wait_for_workers(n_workers, timeout=300)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in (self.scheduler, self.workers) if p is not None]
+
+    def close(self):
+        procs = [p for p in (self.workers, self.scheduler) if p is not None]
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
 def local_cluster(n_workers: int = 2, cluster: str = "tuned"):
     """A cluster of ``n_workers`` processes x 1 thread started as ``cluster`` says (:data:`CLUSTERS`),
     and a client of it; the caller closes both."""

@@ -31,6 +31,7 @@ methods
 ``fit_landmark_model``, ``embed_chunk`` MKC's fit on landmark rows, its row embedding
 ``compiled_available``                  whether MKC's fused embedding takes its compiled step
 ``combine_compiled``                    that step itself (numba), e.g. to time its first call
+``warm_compiled``                       compile / load that step now (fills numba's disk cache)
 ``cache_block_rows``                    rows per sub-block for a cache budget (row functions)
 ``late_fusion_seeds``                   late fusion's (landmark, base, fusion) seeds of a seed
 ``fit_base_partitions``                 late fusion's step 1 (base partitions)
@@ -68,7 +69,7 @@ import contextlib
 from collections.abc import Iterator
 
 from ._core._blocks import cache_block_rows
-from ._core._fused import combine_compiled, compiled_available
+from ._core._fused import combine_compiled, compiled_available, warm as warm_compiled
 from ._core._graph import build_graph
 from ._core._kernel_specs import SPARSE_DENSITY, resolve_kernel_specs, view_density
 from ._core._kernels import (
@@ -122,7 +123,8 @@ __all__ = [
     # rows, graphs, linear algebra
     "sample_landmark_indices", "build_graph", "blas_threads", "is_dask_array", "default_embedding_dim",
     # methods
-    "fit_landmark_model", "embed_chunk", "compiled_available", "combine_compiled", "cache_block_rows",
+    "fit_landmark_model", "embed_chunk", "compiled_available", "combine_compiled", "warm_compiled",
+    "cache_block_rows",
     "late_fusion_seeds", "fit_base_partitions", "fit_late_fusion_from_base",
     "fit_fusion", "partition_copies", "default_n_components",
     # the K rule

@@ -1,5 +1,10 @@
 """The fused embedding (issue 34): kernels summed before one projection, NumPy and compiled routes."""
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -196,3 +201,106 @@ def test_finish_step_centres_and_scales_rows_like_numpy():
 def test_numba_switched_off_by_the_environment(monkeypatch):
     monkeypatch.setenv("MKDIST_NUMBA", "0")
     assert not _fused.compiled_available()
+
+
+#: A fit and two transforms of W1-type rows in a fresh process; argv[1] "blocked": ``import numba``
+#: fails there, as where numba cannot be imported (sys.modules[name] = None makes import raise).
+_ROUTE_JOB = r"""
+import hashlib, json, sys
+if sys.argv[1] == "blocked":
+    sys.modules["numba"] = None
+import numpy as np
+import mkdist
+from mkdist._core import _fused
+
+views, y = mkdist.make_multiview_blobs(800, n_clusters=4, view_dims=(6, 6), as_dask=False)
+views = list(views.values())
+est = mkdist.MultipleKernelClustering(4, kernels="rbf-grid", n_landmarks=100, random_state=0).fit(views)
+H = np.asarray(est.transform(views))
+est.transform(views)  # a second pass: the notice is not repeated
+print(json.dumps({"labels": np.asarray(est.labels_).tolist(), "compiled": _fused.compiled_available(),
+                  "embedding": hashlib.sha256(np.ascontiguousarray(H).tobytes()).hexdigest()}))
+"""
+
+
+def _route_job(mode: str, **env) -> tuple[dict, str]:
+    env = {**{k: v for k, v in os.environ.items() if k != "MKDIST_NUMBA"}, **env}
+    r = subprocess.run([sys.executable, "-c", _ROUTE_JOB, mode], capture_output=True, text=True, env=env,
+                       cwd="/tmp", timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+def test_without_numba_the_numpy_route_runs_says_so_once_and_gives_its_labels():
+    blocked, blocked_err = _route_job("blocked")
+    chosen, chosen_err = _route_job("plain", MKDIST_NUMBA="0")
+    assert not blocked["compiled"] and not chosen["compiled"]
+    assert blocked_err.count("numba cannot be imported") == 1, blocked_err[-3000:]
+    assert "NumPy route" in blocked_err
+    assert "numba cannot be imported" not in chosen_err  # MKDIST_NUMBA=0 is a choice: nothing to say
+    # the same route: the same embedding bits and labels as the NumPy route chosen on purpose
+    assert blocked["embedding"] == chosen["embedding"]
+    assert blocked["labels"] == chosen["labels"]
+
+
+def test_an_installed_numba_takes_the_compiled_route_by_default():
+    compiled, err = _route_job("plain")
+    assert compiled["compiled"]
+    assert "numba cannot be imported" not in err
+
+
+_WARM_JOB = r"""
+import json, sys
+import numpy as np
+from mkdist._core import _fused
+if sys.argv[1] == "warm":
+    print(json.dumps({"compiled": _fused.warm(("float32",))}))
+else:
+    _fused._load(np.dtype("float32"))
+    stats = _fused._compiled().stats
+    print(json.dumps({"hits": sum(stats.cache_hits.values()), "misses": sum(stats.cache_misses.values())}))
+"""
+
+
+def test_warm_fills_the_disk_cache_a_new_process_loads_from(tmp_path):
+    """What `make setup` and the Docker image do: after ``warm``, a new process loads the compiled
+    step from numba's disk cache and compiles nothing."""
+    pytest.importorskip("numba")
+    env = {**{k: v for k, v in os.environ.items() if k != "MKDIST_NUMBA"}, "NUMBA_CACHE_DIR": str(tmp_path)}
+
+    def job(arg):
+        r = subprocess.run([sys.executable, "-c", _WARM_JOB, arg], capture_output=True, text=True, env=env,
+                           cwd="/tmp", timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    assert job("warm") == {"compiled": True}
+    assert list(tmp_path.rglob("*.nbi")), "nothing written to NUMBA_CACHE_DIR"
+    loaded = job("load")
+    assert loaded["hits"] >= 1 and loaded["misses"] == 0, loaded
+
+
+def _prefetched(dtype: str) -> tuple[bool, bool]:
+    """On a worker: (was the load started here, is the compiled step loaded once it is done)."""
+    import threading
+
+    for t in threading.enumerate():
+        if t.name == "mkdist-numba-prefetch":
+            t.join()
+    return np.dtype(dtype).str in _fused._PREFETCHED, bool(_fused._COMPILED) and _fused._COMPILED[0] is not None
+
+
+def test_workers_load_the_compiled_step_at_start_also_those_that_join_later():
+    """The fit asks the cluster to load the compiled step (a worker plugin): the workers there, and a
+    worker started afterwards, load it before their first task, without being sent one."""
+    from distributed import Client, LocalCluster
+
+    pytest.importorskip("numba")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        _fused.prefetch_where_embedded("float32")
+        cluster.scale(2)
+        client.wait_for_workers(2, timeout=120)
+        states = client.run(_prefetched, "float32")
+    assert len(states) == 2
+    assert all(state == (True, True) for state in states.values()), states

@@ -14,23 +14,26 @@ module computes, for every row and kernel t of a view, from one *source* block:
     C    += a_t * dl_t * k_t                     (dl_t: the landmark side of the normalisation)
     coef[t] = a_t,  cent[t] = a_t * (m_t - shift[t])   (the rank-one centring terms)
 
-The compiled step (numba, when it is installed: ``pip install mkdist[fast]``) keeps each row
+The compiled step (numba, a dependency of mkdist since issue 45) keeps each row
 in L1 and touches the (b, n) block once per kernel.  For float32 RBF views it also forms the
 source itself, src = exp(c (2 x.l - ||x||^2 - ||l||^2)), from the distance GEMM's block (no
 NumPy exp pass, no [x, ||x||^2, 1] copy), and :func:`finish_compiled` does the block's last
-step (centring terms, unit rows, cast) in one call.  Without numba, :func:`combine_numpy`
-computes the same sum a NumPy way (one thin GEMM per kernel, see there).  ``MKDIST_NUMBA=0``
-selects NumPy.
+step (centring terms, unit rows, cast) in one call.  Where numba cannot be imported (a NumPy
+newer than it supports, a platform without an llvmlite wheel), :func:`combine_numpy` computes the
+same sum a NumPy way (one thin GEMM per kernel, see there), and the process says so once (a
+warning of the ``mkdist`` logger).  ``MKDIST_NUMBA=0`` selects NumPy, silently: it is a choice.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
 
 import numpy as np
 
-__all__ = ["combine_numpy", "combine_compiled", "finish_compiled", "compiled_available", "prefetch",
+__all__ = ["combine_numpy", "combine_compiled", "finish_compiled", "compiled_available", "prefetch", "warm",
            "prefetch_where_embedded", "MODE_CONSTANT", "MODE_DIAGONAL_CENTRED", "MODE_DIAGONAL"]
 
 #: a_t = weight[t] (no normalisation, or trace normalisation folded into the weight)
@@ -415,8 +418,9 @@ def _compiled():
         if not _COMPILED:
             try:
                 import numba
-            except ImportError:
+            except Exception as exc:  # noqa: BLE001 - ImportError, or numba's own refusal of this NumPy
                 _COMPILED.append(None)
+                _say_numpy_route(exc)
             else:
                 # cache=True: the machine code is kept beside this module (or in numba's user
                 # cache), so a new process loads it (~0.3-1 s with numba's import) instead of
@@ -435,6 +439,14 @@ def _compiled():
                 # no fastmath: the float64 sums keep their written order
                 _COMPILED.append(numba.njit(cache=True, nogil=True)(_finish_loops))
     return _COMPILED[0]
+
+
+def _say_numpy_route(exc: BaseException) -> None:
+    """Once per process (``_compiled`` fills its list once): the embedding runs the slower route."""
+    message = (f"mkdist: numba cannot be imported in process {os.getpid()} ({type(exc).__name__}: {exc}); MKC's "
+               "embedding takes the NumPy route, ~2x slower per row, same clusters up to float32 rounding. "
+               "Install a numba that imports with this NumPy (pip install 'numba>=0.68') for the compiled route.")
+    logging.getLogger("mkdist").warning(message)
 
 
 def _numba_installed() -> bool:
@@ -472,9 +484,26 @@ def _load(dtype: np.dtype) -> None:
            np.zeros((1, 1), dtype=dtype), np.empty((1, 1)), np.empty((1, 1)), 0, 1e-12, True)
 
 
+def warm(dtypes=("float32", "float64")) -> bool:
+    """Compile (or load from numba's disk cache) the compiled step for ``dtypes`` in this process, now.
+
+    numba keeps the machine code on disk (``cache=True``: beside this module when that directory
+    is writable, else in numba's user cache or ``NUMBA_CACHE_DIR``), so a process that runs this
+    once -- ``make setup``, deploy/Dockerfile's build -- leaves every later process on the machine
+    a ~0.3-2 s load instead of a 4-9 s compilation per dtype.  Returns whether the compiled step
+    is used here (False: numba cannot be imported, or ``MKDIST_NUMBA=0``).
+    """
+    if not compiled_available():
+        return False
+    for dtype in dtypes:
+        _load(np.dtype(dtype))
+    return True
+
+
 def prefetch_where_embedded(dtype: str) -> None:
-    """:func:`prefetch` on every worker of the active Dask client (without waiting for them), or
-    in this process when there is none: where the rows will be embedded."""
+    """:func:`prefetch` on every worker of the active Dask client, and on every worker that joins it
+    later, at its start (a worker plugin; registering it does not wait for the load); or in this
+    process when there is no client: where the rows will be embedded."""
     if not _numba_installed():
         return
     from ._cluster import active_client
@@ -483,12 +512,23 @@ def prefetch_where_embedded(dtype: str) -> None:
     if client is None:
         prefetch(dtype)
     else:
-        client.run(_prefetch_on_worker, np.dtype(dtype).str, wait=False)
+        plugin = _compiled_warmup_plugin(np.dtype(dtype).str)
+        with contextlib.suppress(Exception):  # a speed-up only: a cluster that refuses it runs as before
+            client.register_plugin(plugin, name=plugin.name)
 
 
-async def _prefetch_on_worker(dtype: str) -> None:
-    # A coroutine: distributed runs a function without waiting for it only if it is one.
-    prefetch(dtype)
+def _compiled_warmup_plugin(dtype: str):
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class CompiledWarmup(WorkerPlugin):
+        """Loads the compiled step for one dtype in the background of each worker, at its start."""
+
+        name = f"mkdist-compiled-{dtype}"
+
+        def setup(self, worker):
+            prefetch(dtype)
+
+    return CompiledWarmup()
 
 
 def combine_compiled(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, cent, offset, floor,
@@ -508,7 +548,7 @@ def combine_compiled(src, powers, dl, shift, weight, kxx, mode, clip, C, coef, c
     """
     fn = _compiled()
     if fn is None:
-        raise ImportError("numba is not installed: pip install 'mkdist[fast]'")
+        raise ImportError("numba cannot be imported: pip install 'numba>=0.68'")
     dt = src.dtype
     if exp_of is None:
         X, cb, scale = _NO_EXP.get(dt.str) or _NO_EXP.setdefault(dt.str, (np.zeros((1, 1), dt), np.zeros(1, dt),
@@ -546,6 +586,6 @@ def finish_compiled(P: np.ndarray, cent: np.ndarray, coef: np.ndarray, U: np.nda
     """
     fn = _compiled_finish()
     if fn is None:
-        raise ImportError("numba is not installed: pip install 'mkdist[fast]'")
+        raise ImportError("numba cannot be imported: pip install 'numba>=0.68'")
     fn(P, cent, coef, U, V, bool(center), bool(unit), out)
     return out
