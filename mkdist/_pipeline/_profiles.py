@@ -123,7 +123,10 @@ def read_profiles(store) -> ClusterProfiles | None:
     """The profiles a store holds (a run's or an assignment's), or None when it has none."""
     if not store.is_complete(PROFILES_STAGE):
         return None
-    return profiles_from_dataset(store.read_stage(PROFILES_STAGE))
+    # A few small arrays, read here (as ``compute_here`` reads a model): through the cluster
+    # every read would be a round trip, and a fresh `dask scheduler` would import the store's
+    # reader and with it zarr, xarray and pandas (tests/test_cluster.py).
+    return profiles_from_dataset(store.read_stage(PROFILES_STAGE).load(scheduler="threads"))
 
 
 def stage_profiles(store, views: Mapping[str, Any], n_clusters: int, *, persist=None) -> bool:
