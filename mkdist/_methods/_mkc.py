@@ -433,9 +433,9 @@ def fit_landmark_model(landmark_views: Mapping[str, np.ndarray], landmark_indice
     # Which kernels enter the weight fit (mkdist._core._structure): a view that agrees with the
     # other views no more than chance would otherwise draw the min-max objective's weight.
     t0 = time.perf_counter()
-    structure = shared_structure(stack, [f.view for f in fitted]) if keep_structured else None
-    entering = (structure.kernel_mask([f.view for f in fitted]) if structure is not None
-                else np.ones(len(fitted), dtype=bool))
+    kernel_views = [f.view for f in fitted]
+    structure = shared_structure(stack, kernel_views) if keep_structured else None
+    entering = structure.kernel_mask(kernel_views) if structure is not None else np.ones(len(fitted), dtype=bool)
     fit_stack = stack if entering.all() else stack[entering]
     timings["structure_s"] = time.perf_counter() - t0
     if callable(n_clusters):
