@@ -30,7 +30,7 @@ def chunk_cost(repeats: int = 5) -> dict:
     rng = np.random.default_rng(0)
     n, k = 50_000, 10
     labels = rng.integers(0, k, n)
-    views = [rng.normal(size=(n, 32)).astype(np.float32) + labels[:, None] for _ in range(2)]
+    views = [(rng.normal(size=(n, 32)) + labels[:, None]).astype(np.float32) for _ in range(2)]
     layout = ProfileLayout.of_views({"view0": 32, "view1": 32})
     seconds = []
     for _ in range(repeats):

@@ -472,6 +472,9 @@ def prefetch(dtype: str) -> None:
 
 
 def _load(dtype: np.dtype) -> None:
+    from ._profiles import warm_loops
+
+    warm_loops(dtype)  # the labels pass's profile loops, read from the same disk cache
     fn = _compiled()
     if fn is not None:
         finish = _compiled_finish()
