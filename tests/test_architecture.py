@@ -166,8 +166,9 @@ def test_storage_and_flows_depend_on_the_library_only_through_its_public_layer()
 
 
 #: Code that orchestrates runs; it must not know any method by name.
-ORCHESTRATION = ["mkdist/_pipeline/_stages.py", "mkdist/_pipeline/_config.py", "mkdist/_report/_summary.py",
-                 "mkdist/pipeline.py",
+ORCHESTRATION = ["mkdist/_pipeline/_stages.py", "mkdist/_pipeline/_assign.py", "mkdist/_pipeline/_run_store.py",
+                 "mkdist/_pipeline/_run_input.py", "mkdist/_pipeline/_passes.py", "mkdist/_pipeline/_config.py",
+                 "mkdist/_report/_summary.py", "mkdist/pipeline.py",
                  "mkdist/cli.py", "mkdist/_run/_demo.py", "flows/cluster.py", "flows/assign.py", "flows/_runtime.py"]
 
 

@@ -235,7 +235,7 @@ class AssignRequest:
     """An assignment as asked: what ``mkdist assign --prefect``, a deployment and the assign
     flow hand over as one parameter (:meth:`to_json`), instead of a list of loose ones.
 
-    Not checked here: :func:`mkdist._pipeline._stages.check_assign` checks it once, in the
+    Not checked here: :func:`mkdist._pipeline._assign.check_assign` checks it once, in the
     process that runs it (it loads the model and reads the batch's metadata).
 
     Attributes

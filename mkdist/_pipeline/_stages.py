@@ -15,15 +15,18 @@ interrupted run resumes where it stopped.  :func:`open_run` builds the context f
 process gets one from :func:`mkdist._pipeline._context.run_context`.  The Prefect flows call
 these functions one task each; :func:`cluster` calls them in order.  No method name appears
 here: the pipeline asks the estimator class.
+
+Around the stages, each in its own module: the run's store (opening, writer lease, resume
+repair, stage plan: :mod:`._run_store`), its input as the stages read it (input record,
+imputation: :mod:`._run_input`), passes with progress (:mod:`._passes`), and labelling a new
+batch with a stored model (:mod:`._assign`); the names other modules import from here are
+re-exported.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
-import logging
-import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -31,182 +34,38 @@ from typing import Any
 import numpy as np
 
 from .._core import _missing
-from .._core._blocks import report_passes
-from .._core._cluster import active_client, compute, compute_here, persist_and_wait, unfused
-from .._core._columns import is_frame
+from .._core._cluster import compute, compute_here, unfused
 from .._core._kmeans import labels_pass
-from .._core._missing import Imputer, count_missing, donor_indices, fill_views
+from .._core._missing import Imputer, donor_indices
 from .._core._sampling import gather_rows
 from .._core._state import state_to_dataset, to_jsonable
-from ..errors import DamagedStoreError, InputValidationError, MkdistError, SchemaVersionError
+from ..errors import InputValidationError
 from ..metrics import clustering_scores
-from ._config import RunConfig
-from ._context import IMPUTATION_STAGE, RunContext, estimator_from_state, read_imputer, read_model_state, run_context
-from ._drift import check_thresholds, drift_statistics
-from ._io import (
-    InputScan,
-    InputSource,
-    OpenedInput,
-    check_labels_out,
-    check_missing,
-    frame_input,
-    labels_mark,
-    load_ids,
-    load_views,
-    refuse_overlap,
-    scan_views,
-    views_fingerprint,
-    write_labels_parquet,
+from ._assign import AssignPlan, assign, check_assign, write_stored_labels
+from ._context import IMPUTATION_STAGE, RunContext, run_context
+from ._io import InputScan, refuse_overlap, scan_views
+from ._passes import _int32, _listed, _pass_progress, _persist, _unlisted, persist_progress
+from ._profiles import merge_blocks, profile_accumulator, profile_blocks, profile_layout, stage_profiles, write_profiles
+from ._run_input import (
+    _described,
+    _missing_record,
+    _scan_in_embedding,
+    _scan_pending,
+    _stage_views,
+    _write_imputation,
+    input_record,
+    like_model,
+    run_imputer,
 )
-from ._profiles import (
-    PROFILES_STAGE,
-    merge_blocks,
-    profile_accumulator,
-    profile_blocks,
-    profile_layout,
-    stage_profiles,
-    write_profiles,
-)
+from ._run_store import as_store, load_estimator, prepare_resume, stage_plan, writer_lease
 
 __all__ = [
     "check_assign", "AssignPlan", "open_run", "run_context", "RunContext", "write_stored_labels",
     "writer_lease", "prepare_resume", "stage_plan", "run_stage",
     "merge_timings", "stage_landmarks", "stage_model", "stage_embedding", "stage_labels",
     "stage_metrics", "load_estimator", "assign", "refuse_overlap", "persist_progress", "input_record", "like_model",
-    "run_imputer", "IMPUTATION_STAGE",
+    "run_imputer", "IMPUTATION_STAGE", "as_store",
 ]
-
-logger = logging.getLogger("mkdist")
-
-#: Seconds a run's writer lease lives without a heartbeat (it beats every TTL / 4): a run
-#: killed with SIGKILL blocks its store for at most this long (MKDIST_LEASE_TTL overrides).
-LEASE_TTL = 60.0
-
-
-# ----------------------------------------------------------------------------- helpers
-@contextlib.contextmanager
-def _pass_progress(stage: str, enabled: bool, n_rows: int | None = None):
-    """With ``enabled``, one status line on stderr that counts the passes over the rows of an
-    iterative fit (power k-means, k-means, Nystrom's reductions: one pass per iteration),
-    which a progress bar per pass would turn into dozens of bars."""
-    if not enabled:
-        yield
-        return
-    from ._progress import stage_line
-
-    state = {"passes": 0, "seconds": 0.0}
-    t0 = time.perf_counter()
-
-    def rate(seconds: float) -> str:
-        return f", {n_rows / seconds:,.0f} rows/s" if n_rows and seconds > 0 else ""
-
-    def show(layer: str, seconds: float) -> None:
-        state["passes"] += 1
-        state["seconds"] += seconds
-        stage_line(f"{stage}: pass {state['passes']} over the rows ({layer}, {seconds:.1f} s{rate(seconds)})",
-                   final=False)
-
-    with report_passes(show):
-        yield
-    if state["passes"]:
-        stage_line(f"{stage}: {state['passes']} passes over {n_rows or 0:,} rows in "
-                   f"{time.perf_counter() - t0:.1f} s", final=True)
-
-
-def _persist(x, progress: bool = False, stage: str = "compute", n_rows: int = 0):
-    """:func:`mkdist._core._cluster.persist_and_wait`, with a progress line for ``stage`` if asked
-    (on a cluster it follows the futures; on a local scheduler Dask's local callbacks draw it)."""
-    if not progress:
-        return persist_and_wait(x)
-    from ._progress import LocalRowsBar, track
-
-    if active_client() is not None:
-        return persist_and_wait(x, watch=lambda persisted: track(persisted, stage, n_rows))
-    with LocalRowsBar(stage, n_rows):
-        return persist_and_wait(x)
-
-
-def persist_progress(stage: str, n_rows: int, progress: bool):
-    """A ``compute(collections)`` for callers that take one: :func:`_persist` with a progress
-    line for ``stage``."""
-    return lambda collections: _persist(collections, progress, stage, n_rows)
-
-
-def as_store(store, mode: str = "r+"):
-    """A RunStore from a RunStore or a URL (what the store-reading entry points accept)."""
-    from mkdist.storage import RunStore
-
-    return store if isinstance(store, RunStore) else RunStore.open(store, mode=mode)
-
-
-def writer_lease(store: Any, owner: str | None = None):
-    """The run's writer lease on ``store`` (a context manager; one writer per store).
-
-    Taken before the store is created or reopened, held for the whole run (heartbeated), so a
-    second run on the same store is refused with ``StoreLockedError`` naming the live one.
-    """
-    from mkdist.storage import RunStore
-
-    target = store if isinstance(store, RunStore) else RunStore(store, mode="r+")
-    # MKDIST_LEASE_TTL: seconds without a heartbeat after which a killed run's lease expires.
-    return target.lease(owner=owner, ttl=float(os.environ.get("MKDIST_LEASE_TTL", LEASE_TTL)))
-
-
-def prepare_resume(store, stages: list[str] | None = None) -> dict[str, Any]:
-    """Make a reopened run safe to resume: remove crash leftovers, drop damaged stages.
-
-    Every stored stage is verified in full (each chunk against its checksum); the first
-    damaged stage in the plan's order (or ``stages``, for stores that are not runs, such as
-    an assignment's output) and every stage after it are deleted, so they are recomputed
-    instead of trusted.  Call it while holding the writer lease.
-
-    Returns
-    -------
-    dict
-        ``{"cleaned": [leftovers removed], "dropped": [stages deleted], "problems": [...],
-        "status": stage status after the repair}``.
-    """
-    store = as_store(store)
-    cleaned = store.clean_partials()
-    order = list(stages) if stages is not None else [*stage_plan(store), "kernel_blocks", PROFILES_STAGE, "metrics"]
-    status = store.stage_status(verify="full")
-    damaged = [s for s in order if status.get(s) == "damaged"]
-    problems, dropped = [], []
-    if damaged:
-        problems = [p for s in damaged for p in store.verify_stage(s, full=True)]
-        first = min(order.index(s) for s in damaged)
-        dropped = [s for s in order[first:] if status.get(s) in ("complete", "damaged")]
-        for s in dropped:
-            store.delete_stage(s, missing_ok=True)
-        logger.warning("store %s: %s damaged (%s); recomputing %s", store.url, ", ".join(damaged),
-                       "; ".join(problems), ", ".join(dropped))
-        status = store.stage_status(verify=None)
-    return {"cleaned": cleaned, "dropped": dropped, "problems": problems, "status": status}
-
-
-def stage_plan(run: Any) -> tuple[str, ...]:
-    """The stages a run executes, in order: its method's plan (an optional ``kernel_blocks``
-    stage is written with the embedding).  ``run``: a RunConfig, a RunContext or a RunPlan
-    (their resolved config), or a run store (its stored config)."""
-    config = getattr(run, "config", run)
-    if not isinstance(config, RunConfig):
-        config = RunConfig.from_json(as_store(run, "r").params)
-    return tuple(config.estimator_class.stage_plan)
-
-
-def _listed(profiles) -> list:
-    """The profiles' partials as a list to persist with the labels: empty when they are off."""
-    return [] if profiles is None else [profiles]
-
-
-def _unlisted(profiles, persisted: list):
-    """(persisted partials or None, the rest) of a persist that took ``_listed(profiles)`` first."""
-    return (None, persisted) if profiles is None else (persisted[0], persisted[1:])
-
-
-def _int32(labels):
-    """Labels as int32, the store's label dtype (lazily on Dask arrays)."""
-    return labels.astype(np.int32)
 
 
 # ----------------------------------------------------------------------------- opening a run
@@ -288,218 +147,6 @@ def open_run(plan: Any, *, progress: bool = False) -> RunContext:
     return RunContext(run, views, config, plan=plan, landmarks=landmarks)
 
 
-def _scan_in_embedding(config: RunConfig, missing: str) -> bool:
-    """Whether a run's input scan rides on its embedding's pass (issue 34: the input read once
-    for the embedding): a landmark-embedding plan whose rows are not imputed (the fill needs
-    the scan's statistics before any row is embedded)."""
-    return missing == "refuse" and {"landmarks", "embedding"} <= set(stage_plan(config))
-
-
-def _scan_pending(store) -> bool:
-    """The run's input scan is still to be done, by its embedding's pass."""
-    return "input_stats" not in store.attrs and (store.attrs.get("missing") or {}).get("mode") != "impute"
-
-
-def _write_imputation(run, imputer: Imputer) -> None:
-    import xarray as xr
-
-    ds = xr.Dataset(attrs={"view_names": imputer.view_names, "n_neighbors": imputer.n_neighbors})
-    for name, values in imputer.arrays().items():
-        view = name.split("__", 1)[1]
-        ds[name] = (("donor", f"feature__{view}") if name.startswith("donors__") else (f"feature__{view}",), values)
-    run.write_stage(IMPUTATION_STAGE, ds, overwrite=True, compute=compute)
-
-
-def _missing_record(stats: Mapping[str, dict], imputer: Imputer, feature_names) -> dict[str, Any]:
-    """Root attribute ``missing`` of an imputing run: the cells missing per column, the fill."""
-    columns = {}
-    for view, st in stats.items():
-        names = (feature_names or {}).get(view) or [f"{view}[{j}]" for j in range(st["n_features"])]
-        columns.update({str(n): int(c) for n, c in zip(names, st.get("missing") or []) if c})
-    return {"mode": "impute", "cells": int(sum(columns.values())), "columns": columns,
-            "fill": f"mean of the {imputer.n_neighbors} nearest of {imputer.n_donors} donor rows"
-            if imputer.n_neighbors else "column mean"}
-
-
-def run_imputer(store) -> Imputer | None:
-    """How a run fills missing cells (its ``imputation`` stage), or None when it does not impute
-    (read from the store each call; a run's stages share their context's: ``RunContext.imputer``).
-
-    Raises
-    ------
-    StoreNotFoundError, DamagedStageError
-        The run imputes but its ``imputation`` stage is gone or damaged (re-running the run
-        scans its input again and rewrites it).
-    """
-    return read_imputer(as_store(store, mode="r"))
-
-
-def _stage_views(ctx: RunContext):
-    """The views a stage hands the estimator, and the missing cells per row.
-
-    As read when the run does not impute (counts None); else every view filled with the
-    run's stored fill, lazily: the fill runs in the tasks that consume the rows (no extra
-    pass), and the counts (int32, shape (N,)) share the rows' reads.
-    """
-    views = ctx.views
-    imputer = ctx.imputer()
-    if imputer is None:
-        return views, None
-    return fill_views(views, imputer), count_missing(views, table_cells(ctx.store))
-
-
-def table_cells(store) -> dict[str, np.ndarray] | None:
-    """Per categorical view of the run's table, which of its features stand for one cell (the
-    first indicator of each column), so that a missing category counts as one cell."""
-    record = store.attrs.get("input") or {}
-    categories = record.get("categories")
-    if not categories:
-        return None
-    return {view: np.concatenate([np.arange(len(categories[c])) == 0 for c in cols])
-            for view, cols in record["views"].items() if cols and all(c in categories for c in cols)}
-
-
-def input_record(opened: OpenedInput) -> dict[str, Any]:
-    """What a run store keeps of its input: location, kind, views (a table's columns per view),
-    id and label columns."""
-    record = {"location": opened.source.location, "kind": opened.kind, "n_rows": opened.n_rows,
-              "id_column": opened.source.id_column, "label_column": opened.source.label_column}
-    if opened.plan is not None:
-        record["views"] = opened.plan.views
-        if opened.plan.categories:
-            # The vocabulary of every categorical column: a new batch is encoded with it.
-            record["categories"] = opened.plan.categories
-    return record
-
-
-def like_model(source: Any, model) -> Any:
-    """A new batch read as the model's input was: a table without declared views gets the
-    model's columns per view, and the model's id column when it has that column."""
-    from ._io import InputSource, as_input
-
-    source = as_input(source)
-    record = model.attrs.get("input") or {}
-    if not isinstance(source, InputSource) or not record.get("views") or not source.is_table:
-        return source
-    changes = {}
-    if source.views is None:
-        changes["views"] = record["views"]
-    if record.get("categories") and source.categories is None:
-        changes["categories"] = record["categories"]
-    if source.id_column is None and record.get("id_column"):
-        from ._tables import ParquetTable
-
-        if record["id_column"] in ParquetTable.open(source.location, source.storage_options).columns:
-            changes["id_column"] = record["id_column"]
-    return dataclasses.replace(source, **changes) if changes else source
-
-
-#: What check_assign refuses while a live run writes the model store.
-_READ_UNFINISHED = "Labelling with the model it is still writing"
-
-
-@dataclasses.dataclass(frozen=True)
-class AssignPlan:
-    """An assignment, checked before any work (:func:`check_assign`); :func:`assign` takes it
-    instead of checking again.
-
-    Attributes
-    ----------
-    model_store, output : str, PathLike or RunStore
-    source : InputSource or in-memory input
-        The batch, read as the model's input was (:func:`like_model`).
-    estimator : estimator
-        The model's, loaded.
-    views : dict of str to dask.array.Array
-        The batch's views, lazy (checked against the model).
-    fingerprint : str
-    opened : OpenedInput or None
-    overwrite : bool
-    """
-
-    model_store: Any
-    source: Any
-    output: Any
-    estimator: Any
-    views: dict
-    fingerprint: str
-    opened: Any = None
-    overwrite: bool = False
-
-
-def check_assign(model_store: Any, source: Any, output: Any, *, overwrite: bool = False,
-                 chunk_rows: int | None = None, missing: str | None = None) -> AssignPlan:
-    """Every check of an assignment that reads no data, and writes nothing.
-
-    The output must not overlap the model store or the input; the model store must hold a
-    finished run, and one that is not (or is gone) because a live run is writing it (a refit
-    replacing the model) is refused with ``StoreLockedError``; the input's views and features
-    must match the model; an output store that holds another assignment or that this mkdist
-    cannot read (unless ``overwrite``), or that another live run writes, is refused.
-    ``missing`` (default: the batch's own, else the model run's) "impute" needs a model run
-    that imputed: its fill values fill the batch.
-
-    Returns
-    -------
-    AssignPlan
-    """
-    from mkdist.storage import RunStore
-
-    refuse_overlap(output, model_store=model_store, input=source)
-    try:
-        src = as_store(model_store, mode="r")
-    except (FileNotFoundError, DamagedStoreError):
-        # A live run (a refit) replacing the model store wipes it first: say that, as
-        # StoreLockedError, which a caller may wait out (the assign flow's ``lease_wait``).
-        RunStore(model_store, mode="r").check_no_other_writer(_READ_UNFINISHED)
-        raise
-    if not src.is_complete("labels"):
-        src.check_no_other_writer(_READ_UNFINISHED)
-        raise InputValidationError(f"the run in {src.url} is not finished (its labels stage is not complete): "
-                                   "finish it first (re-run it to resume).")
-    est = load_estimator(src)
-    source = like_model(source, src)
-    mode = _assign_missing(src, source, missing)
-    if isinstance(source, InputSource) and source.missing != mode:
-        source = dataclasses.replace(source, missing=mode)
-    opened = source.open() if isinstance(source, InputSource) else None
-    views = opened.load() if opened is not None else load_views(source, chunk_rows=chunk_rows)
-    est.predict(views)  # lazy: checks the views against the model, computes nothing
-    fingerprint = views_fingerprint(views, mode)
-    try:
-        out = RunStore.open(output, mode="r")
-    except FileNotFoundError:
-        out = None
-    except (DamagedStoreError, SchemaVersionError):  # unreadable here: what overwrite replaces
-        if not overwrite:
-            raise
-        out = None
-    if out is not None:
-        out.check_no_other_writer("an assignment")
-        if not overwrite:
-            out.check_same_run(fingerprint, _assign_params(src))
-    return AssignPlan(model_store, opened.source if opened is not None else source, output, est, views, fingerprint,
-                      opened, bool(overwrite))
-
-
-def _assign_missing(src, source: Any, missing: str | None) -> str:
-    """How an assignment treats the batch's missing cells: as asked (``missing``, else the
-    batch's InputSource), else as the model's run did; "impute" fills with the model's fill."""
-    asked = missing if missing is not None else (source.missing if isinstance(source, InputSource) else None)
-    model = (src.attrs.get("missing") or {}).get("mode", "refuse")
-    mode = check_missing(asked, default=model)
-    if mode == "impute" and model != "impute":
-        raise InputValidationError(
-            f"missing='impute' fills a batch with its model's fill values, and the run in {src.url} has none (it ran "
-            "with missing='refuse'): refit it with --missing impute (missing='impute'), or fill the batch's missing "
-            "cells first")
-    return mode
-
-
-def _assign_params(src) -> dict[str, Any]:
-    return {"model_store": str(src.url), "model_fingerprint": src.fingerprint}
-
-
 # ----------------------------------------------------------------------------- stages
 def stage_landmarks(ctx: RunContext) -> float:
     """Sample the landmarks reproducibly and store their rows.  Returns seconds (0 if resumed
@@ -534,25 +181,6 @@ def stage_landmarks(ctx: RunContext) -> float:
     ds.attrs["elapsed_s"] = time.perf_counter() - t0  # provenance: what this stage cost when it ran
     store.write_stage("landmarks", ds, compute=compute)
     return time.perf_counter() - t0
-
-
-def _described(store) -> dict[str, Any]:
-    """What a refusal names a run's columns and rows by (a table's column names per view, its
-    row ids), from the input the store records."""
-    record = store.attrs.get("input") or {}
-    out: dict[str, Any] = {"feature_names": record["views"]} if record.get("views") else {}
-    if record.get("kind") == "table" and record.get("id_column"):
-        def describe_row(row: int) -> str:  # on the error path only: opens the table again
-            from ._io import as_input
-
-            try:
-                opened = as_input(record["location"], views=record["views"], id_column=record["id_column"]).open()
-            except (MkdistError, OSError):
-                return f"row {row}"
-            return opened.describe_row(row)
-
-        out["describe_row"] = describe_row
-    return out
 
 
 def stage_model(ctx: RunContext, *, progress: bool = False) -> float:
@@ -594,21 +222,6 @@ def stage_model(ctx: RunContext, *, progress: bool = False) -> float:
     ds.attrs["elapsed_s"] = time.perf_counter() - t0
     store.write_stage("model", ds, compute=compute)
     return time.perf_counter() - t0
-
-
-def load_estimator(store, *, k_hint: bool = False):
-    """The fitted estimator of a run store, rebuilt from arrays + JSON (any method, no pickle).
-
-    For a landmark-embedding run the centroids come from the ``labels`` stage once it is
-    complete (before that the estimator transforms but does not predict).  Each call reads
-    the store (the stages of a run share one read: ``RunContext.estimator``).
-
-    With ``k_hint`` the estimator carries the K rule's verdict (``summary()["n_clusters_choice"]``)
-    also when K was given by hand: the rule runs on the landmark kernel (~1 s at 1000
-    landmarks).
-    """
-    method, state = read_model_state(as_store(store, mode="r"))
-    return estimator_from_state(method, state, k_hint=k_hint)
 
 
 def stage_embedding(ctx: RunContext, *, progress: bool = False) -> dict[str, float]:
@@ -935,153 +548,3 @@ def merge_timings(parts: list[dict[str, float]]) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- entry points
-def assign(model_store: Any, source: Any = None, output: Any = None, *, overwrite: bool = False,
-           progress: bool = False, chunk_rows: int | None = None, labels_out: Any = None,
-           id_column: str | None = None, drift_thresholds: Mapping[str, float] | None = None,
-           missing: str | None = None) -> Any:
-    """Label new points with a stored model, no refit, and measure how far they drifted.
-
-    Parameters
-    ----------
-    model_store : str, Path, RunStore or AssignPlan
-        A finished run store (its labels stage complete, so its centroids are known); or the
-        assignment checked already (:func:`check_assign`), with ``source`` and ``output``
-        not given: it is not checked again (its ``overwrite`` is the one that applies).
-    source : array, list/dict of arrays, xarray.Dataset or path/URL
-        The new points, with the same views and features as the training data.
-    output : str or Path
-        Store for the result: stage ``labels`` with ``labels`` and ``distance`` (sample,);
-        root attributes ``drift`` (see :func:`mkdist._pipeline._drift.drift_statistics`) and
-        ``input_stats`` (the batch's per-feature statistics).
-    labels_out : str or Path, optional
-        Also write every row's id, cluster and distance as Parquet (:func:`write_labels_parquet`).
-    id_column : str, optional
-        Column / coordinate of ``source`` holding the row ids (default: the row position).
-    drift_thresholds : dict, optional
-        Overrides of ``mkdist._pipeline._drift.DEFAULT_THRESHOLDS``.
-    missing : {"refuse", "impute"}, optional
-        The batch's missing cells; default: as the model's run treated its own.  "impute"
-        fills them with the model's fill (its stored donors and statistics, never the
-        batch's); the labels stage then holds ``missing_cells`` per row.
-
-    Returns
-    -------
-    RunStore
-        The output store.
-    """
-    import dask.array as da
-    import xarray as xr
-
-    from mkdist.storage import RunStore
-
-    thresholds = check_thresholds(drift_thresholds)
-    if isinstance(model_store, AssignPlan):
-        if source is not None or output is not None:
-            raise InputValidationError("assign(plan) takes the batch and the output from the plan: give neither.")
-        plan = model_store
-    else:
-        if is_frame(source):
-            # Read by column like the model's table, from a Parquet copy beside the output (see frame_input).
-            source = frame_input(source, output)
-        plan = check_assign(model_store, source, output, overwrite=overwrite, chunk_rows=chunk_rows, missing=missing)
-    model_store, source, output, overwrite = plan.model_store, plan.source, plan.output, plan.overwrite
-    est, vs, fingerprint, opened = plan.estimator, plan.views, plan.fingerprint, plan.opened
-    id_column = id_column or (source.id_column if opened is not None else None)
-    src = as_store(model_store, mode="r")
-    imputer = run_imputer(src) if _assign_missing(src, source, missing) == "impute" else None
-    if labels_out is not None:
-        refuse_overlap(labels_out, model_store=model_store, input=source, output=output)
-        check_labels_out(labels_out, overwrite, _assignment_mark(output, fingerprint),
-                         storage_options=getattr(source, "storage_options", None))
-        if opened is None:
-            load_ids(source, id_column, vs)  # a missing id is refused before any work
-    fit_labels = src.read_stage("labels")
-    fit_p99 = float(fit_labels.attrs["distance_p99"])
-    fitted_sizes = json.loads(src.read_stage("metrics").attrs["summary"])["cluster_sizes"]
-    described = {} if opened is None else {"feature_names": opened.feature_names, "describe_row": opened.describe_row}
-    with writer_lease(output, owner="mkdist.assign"):
-        out = RunStore.create(output, fingerprint=fingerprint, params=_assign_params(src), overwrite=overwrite)
-        if prepare_resume(out, ["labels", PROFILES_STAGE])["status"].get("labels") != "complete":
-            n_rows = int(next(iter(vs.values())).shape[0])
-            with _pass_progress("scan input", progress, n_rows):
-                # Refuses NaN (unless imputed) / overflow / constant views before any write.
-                batch_stats = scan_views(vs, missing="impute" if imputer is not None else "refuse", **described)
-            views = vs if imputer is None else fill_views(vs, imputer)
-            extra = () if imputer is None else (count_missing(vs, table_cells(src)),)
-            labels, distance = est.assign_with_distance(views)
-            labels, layout = _int32(labels), profile_layout(src, vs)
-            # The batch's profiles (in the fit's columns) share the pass and the reads with its labels.
-            profiles = profile_blocks(labels, vs, layout, int(est.n_clusters_))
-            labels, distance, *extra = _persist((labels, distance.astype(np.float32), *_listed(profiles), *extra),
-                                                progress, "assign", int(labels.shape[0]))
-            profiles, extra = _unlisted(profiles, extra)
-            sizes, beyond, *missing_sums = compute(da.bincount(labels, minlength=int(est.n_clusters_)),
-                                                   (distance > fit_p99).mean(),
-                                                   *[x for c in extra for x in ((c > 0).sum(), c.sum())])
-            drift = drift_statistics(fit_stats=src.attrs.get("input_stats") or {}, batch_stats=batch_stats,
-                                     fitted_sizes=fitted_sizes, batch_sizes=sizes,
-                                     share_beyond_fit_p99=float(beyond), thresholds=thresholds)
-            drift["fit_p99"] = fit_p99
-            variables = {"labels": (("sample",), labels), "distance": (("sample",), distance)}
-            attrs: dict[str, Any] = {"drift": json.dumps(drift)}
-            record: dict[str, Any] = {}
-            if extra:
-                variables["missing_cells"] = (("sample",), extra[0])
-                attrs.update(missing_rows=int(missing_sums[0]), missing_cells=int(missing_sums[1]))
-                record = {"missing": {"mode": "impute", "rows": int(missing_sums[0]), "cells": int(missing_sums[1]),
-                                      "fill": f"the model's, from {src.url}"}}
-            profiles = merge_blocks(profiles)
-            out.write_stage("labels", xr.Dataset(variables, attrs=attrs), compute=compute)
-            write_profiles(out, profiles, layout)
-            out.update_attrs(drift=drift, input_stats=batch_stats, **record)
-        if labels_out is not None:
-            write_stored_labels(out, labels_out, source, vs, id_column=id_column, overwrite=overwrite,
-                                progress=progress)
-    return out
-
-
-def write_stored_labels(store, labels_out: Any, source: Any, views: Mapping[str, Any], *,
-                        id_column: str | None = None, overwrite: bool = True, progress: bool = False) -> str:
-    """A store's labels stage as Parquet keyed by its input's ids: id, cluster, distance per
-    row (and ``missing_cells`` when the run imputed), marked as the store's
-    (:func:`mkdist._pipeline._io.labels_mark`).  What a run's and an assignment's labels
-    output both write; the caller has decided that it is written (``check_labels_out``).
-
-    Parameters
-    ----------
-    store : RunStore
-        Its labels stage stored.
-    labels_out : str or PathLike
-    source : InputSource or in-memory input
-        Where the ids are read.
-    views : dict of str to dask.array.Array
-        The input's views (their row chunks).
-    id_column : str, optional
-        Default: the row position, in a column named ``row``.
-
-    Returns
-    -------
-    str
-    """
-    stored = store.read_stage("labels")
-    chunks = next(iter(views.values())).chunks[0]
-    labels = stored["labels"].data.rechunk((chunks,))
-    counts = stored["missing_cells"].data.rechunk((chunks,)) if "missing_cells" in stored else None
-    return write_labels_parquet(labels_out, labels, stored["distance"].data.rechunk((chunks,)),
-                                load_ids(source, id_column, views), id_name=id_column or "row", overwrite=overwrite,
-                                mark=labels_mark(store), storage_options=getattr(source, "storage_options", None),
-                                compute=persist_progress("labels-out", int(labels.shape[0]), progress),
-                                missing_cells=counts)
-
-
-def _assignment_mark(output: Any, fingerprint: str) -> dict[str, Any] | None:
-    """The labels-output mark of ``output`` when it already holds this batch's labels, else None."""
-    from mkdist.storage import RunStore
-
-    try:
-        out = RunStore.open(output, mode="r")
-    except (FileNotFoundError, MkdistError):
-        return None
-    if out.fingerprint != fingerprint or not out.is_complete("labels"):
-        return None
-    return labels_mark(out)
