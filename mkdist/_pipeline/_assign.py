@@ -249,7 +249,7 @@ def write_stored_labels(store, labels_out: Any, source: Any, views: Mapping[str,
                         id_column: str | None = None, overwrite: bool = True, progress: bool = False) -> str:
     """A store's labels stage as Parquet keyed by its input's ids: id, cluster, distance per
     row (and ``missing_cells`` when the run imputed), marked as the store's
-    (:func:`mkdist._pipeline._io.labels_mark`).  What a run's and an assignment's labels
+    (:func:`mkdist._pipeline._labels_out.labels_mark`).  What a run's and an assignment's labels
     output both write; the caller has decided that it is written (``check_labels_out``).
 
     Parameters

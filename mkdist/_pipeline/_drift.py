@@ -56,7 +56,7 @@ def drift_statistics(*, fit_stats: Mapping[str, dict], batch_stats: Mapping[str,
     Parameters
     ----------
     fit_stats, batch_stats : dict of view to {"mean": list, "std": list}
-        Per-feature statistics of the fit data and of the batch (``mkdist._pipeline._io.scan_views``).
+        Per-feature statistics of the fit data and of the batch (``mkdist._pipeline._scan.scan_views``).
     fitted_sizes, batch_sizes : array-like of shape (k,)
         Rows per cluster in the fit and in the batch.
     share_beyond_fit_p99 : float

@@ -298,7 +298,7 @@ def _embed_scan_chunk(*args, block_info=None):
     """One chunk: the scan's partial and, when the chunk is finite, its embedding; as a (1, 1)
     object block (the task's one output, split by two getters)."""
     from .._core._worker_env import tune_malloc
-    from ._io import _moments
+    from ._scan import _moments
 
     tune_malloc()  # like every row task (see _core/_blocks.py): this may be a worker's first
     *blocks, state = args
@@ -337,7 +337,7 @@ def _embed_and_scan(est, scan):
         scan_views(dict(zip(rows.names, rows.arrays)), feature_names=scan.feature_names)
     probe = est.transform(first)  # the embedding's width and dtype
     width, dtype = int(probe.shape[1]), probe.dtype
-    # Where a partial holds the NaN and inf counts (see _io._moments: 5 sums per view).
+    # Where a partial holds the NaN and inf counts (see _scan._moments: 5 sums per view).
     at, n_bad = 0, []
     for d in scan.widths:
         n_bad.extend(range(at + 3 * d, at + 5 * d))
