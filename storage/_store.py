@@ -3,58 +3,36 @@ by one atomic put of its pointer.
 
 :class:`RunStore` is the facade: opening and creating stores, provenance, the writer lease,
 what may be written, and verifying stages against their markers.  How stages are committed
-(generations, pointers, cleaning up) is :mod:`mkdist.storage._generations`.
+(generations, pointers, cleaning up) is :mod:`mkdist.storage._generations`; reading a stage
+back verified is :mod:`mkdist.storage._stage_read`, checking and committing a write
+:mod:`mkdist.storage._stage_write`, the root's provenance :mod:`mkdist.storage._provenance`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import logging
 import os
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import fsspec
-import numpy as np
 import xarray as xr
-import zarr
 from fsspec.implementations.local import LocalFileSystem
-
-# The function xarray's Zarr backend encodes each variable with (CF conventions, dtype
-# encoding): applied before writing so that the checksums cover exactly the stored values.
-from xarray.backends.zarr import encode_zarr_variable
 from zarr.abc.store import Store as ZarrStore
-from zarr.storage import StorePath, WrapperStore
 
-from mkdist.errors import (
-    DamagedStageError,
-    DamagedStoreError,
-    IncompleteStageError,
-    SchemaVersionError,
-    StoreError,
-    StoreExistsError,
-    StoreNotFoundError,
-)
+from mkdist.errors import DamagedStageError, DamagedStoreError, StoreExistsError, StoreNotFoundError
 
 from . import _verify
-from ._faults import reaching_storage_failed
-from ._generations import (
-    Generations,
-    Stage,
-    StageState,
-    generation_grace_s,
-    now_iso,
-    read_json,
-    valid_name,
-    zarr_root_store,
-)
+from ._generations import Generations, StageState, generation_grace_s, now_iso, read_json
 from ._layout import SCHEMA_VERSION
 from ._lease import DEFAULT_TTL, LEASE_FILE, LeaseInfo, StoreLease, check_writer, held_here, read_lease
+from ._provenance import _check_schema, _mkdist_version, _run_differences, _to_json
+from ._stage_read import Verify, _check_name, _damaged_fix, _StageReading
+from ._stage_write import _encoded, _StageWriting, _writable
 
 if TYPE_CHECKING:
     from dask.delayed import Delayed
@@ -67,18 +45,12 @@ logger = logging.getLogger("mkdist.storage")
 #: Stages every run may hold; ``stage_status`` always reports these.
 STANDARD_STAGES = ("landmarks", "model", "embedding", "labels", "profiles", "kernel_blocks", "metrics")
 
-Verify = Literal["quick", "full"] | None
-
 _MARKER = _verify.MARKER
 _PROVENANCE = frozenset({"schema_version", "mkdist_version", "created", "fingerprint", "params",
                          "layout"})
-# Encoding a stage may carry over.  Chunk keys are dropped on purpose: the stored chunks are
-# the data's own (Dask) chunks, and stale ``chunks`` from a store the data was read from
-# would conflict with them.
-_ENCODING_KEYS = frozenset({"compressors", "filters", "serializer", "dtype", "_FillValue"})
 
 
-class RunStore:
+class RunStore(_StageReading, _StageWriting):
     """A Zarr v3 store holding one mkdist clustering run.
 
     The root group's attributes record the run's provenance; each pipeline stage is an
@@ -695,101 +667,8 @@ class RunStore:
         return leftovers
 
     # ---------------------------------------------------------------- internals
-    def _stage(self, name: str, verify: Verify) -> Stage:
-        return self._check_stage(self._generations.locate(_check_name(name)), verify)
-
-    def _check_stage(self, stage: Stage, verify: Verify) -> Stage:
-        """Verify a complete stage (``verify`` as in stage_status); damaged if problems."""
-        if stage.state != "complete" or verify is None:
-            return stage
-        self._fs.invalidate_cache(self._path)  # zarr wrote through another fs instance
-        listing = _verify.list_stage(self._fs, self._abs(stage.group))
-        stage.problems = _verify.quick_problems(self._fs, self._abs(stage.group), stage.marker, listing)
-        stage.metadata = listing.metadata
-        if not stage.problems and verify == "full":
-            try:
-                group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3,
-                                        **self._zarr_kw)
-            except Exception as e:
-                if reaching_storage_failed(e):  # says nothing about the stage: not "damaged"
-                    raise
-                stage.problems = [f"its group cannot be opened ({type(e).__name__}: {e})"]
-            else:
-                stage.problems = _verify.full_problems(group, stage.marker)
-        if stage.problems:
-            stage.state = "damaged"
-        return stage
-
-    def _refuse_unfinished(self, stage: Stage) -> None:
-        """Raise unless ``stage`` is complete or damaged (something was committed)."""
-        if stage.state == "incomplete":
-            raise IncompleteStageError(
-                f"stage {stage.name!r} in {self.url} is incomplete: its writer did not finish "
-                "(it crashed or is still running). Re-running the pipeline resumes the run and "
-                "rewrites this stage.")
-        if stage.state == "missing":
-            found, _ = self._generations.scan()
-            listing = ", ".join(f"{n} ({s.state})" for n, s in sorted(found.items())) or "none"
-            raise StoreNotFoundError(
-                f"stage {stage.name!r} does not exist in {self.url}; stages found: {listing}.")
-
-    def _open_verified(self, stage: Stage) -> xr.Dataset:
-        """The Dataset of a quick-checked stage, its arrays read through checksum checks."""
-        where = f"stage {stage.name!r} in {self.url}"
-        try:
-            known = _known_metadata(stage)
-            if known is None:
-                raw = xr.open_zarr(self.url, group=stage.group, consolidated=False, zarr_format=3,
-                                   chunks=None, decode_cf=False, create_default_indexes=False,
-                                   **self._zarr_kw)
-                group = zarr.open_group(self.url, path=stage.group, mode="r", zarr_format=3,
-                                        **self._zarr_kw)
-                arrays = {n: group[n] for n in raw.variables}
-            else:
-                # The verification just read every zarr.json of the group: xarray and zarr are
-                # handed those documents instead of reading each one again (on an object
-                # store, a request or two per array, per read of the stage).
-                root = self._zarr_root()
-                # Opened without CF decoding, so that its variables hold the stored values the
-                # checksums cover; decoded (lazily) once the checked arrays replace them.
-                raw = xr.open_zarr(_KnownMetadataStore(root, stage.group, known), group=stage.group,
-                                   consolidated=False, zarr_format=3, chunks=None, decode_cf=False,
-                                   create_default_indexes=False)
-                arrays = {n: zarr.Array(zarr.AsyncArray(
-                    metadata=json.loads(known[f"{n}/zarr.json"]),
-                    store_path=StorePath(root, f"{stage.group}/{n}"))) for n in raw.variables}
-        except Exception as e:
-            if reaching_storage_failed(e):  # the network, not the stage: raised as it is
-                raise
-            raise DamagedStageError(f"{where} cannot be opened ({type(e).__name__}: {e}). "
-                                    f"{_damaged_fix(stage.name)}") from e
-        variables = {}
-        for var_name, var in raw.variables.items():
-            spec = stage.marker["arrays"].get(var_name)
-            if spec is None:  # excluded by the quick check; kept as a guard
-                raise DamagedStageError(f"{where}: array {var_name!r} is not recorded in its "
-                                        f"marker. {_damaged_fix(stage.name)}")
-            data = _verify.verified_dask(arrays[var_name], spec, var.dtype,
-                                         where=f"{where}: array {var_name!r}",
-                                         fix=_damaged_fix(stage.name))
-            if var_name in raw.dims:  # an index: loaded now (as xarray does), in this process
-                data = data.compute(scheduler="synchronous")
-            variables[var_name] = xr.Variable(var.dims, data, var.attrs, var.encoding)
-        ds = xr.Dataset({n: v for n, v in variables.items() if n not in raw.coords},
-                        coords={n: variables[n] for n in raw.coords}, attrs=raw.attrs)
-        ds = xr.decode_cf(ds)
-        ds.attrs.pop(_MARKER, None)
-        return ds
-
     def _abs(self, rel: str) -> str:
         return posixpath.join(self._path, rel) if rel else self._path
-
-    def _zarr_root(self) -> ZarrStore:
-        """A read-only zarr store at the store's root, made once."""
-        if self._zarr_store is None:
-            self._zarr_store = zarr_root_store(self._path, self.url, local=self._local, zarr_kw=self._zarr_kw,
-                                               read_only=True)
-        return self._zarr_store
 
     def _root_attrs(self) -> dict[str, Any] | None:
         """Root attributes if the location is an mkdist store (v3 group with schema_version)."""
@@ -836,50 +715,6 @@ class RunStore:
             # the lease, and its fence directories (storage._lease), stay
             if not child.rstrip("/").startswith(self._lease_path):
                 fs.rm(child, recursive=True)
-
-    def _check_writable(self) -> None:
-        """Refuse a write in mode "r"."""
-        if self.mode == "r":
-            raise StoreError(f"{self.url} was opened read-only; use RunStore.open(url, mode='r+') "
-                             "to write to it.")
-
-    def _check_target(self, name: str, overwrite: bool) -> Stage:
-        """Refuse replacing a complete stage (unless overwrite) or a group, or nesting in one.
-
-        A damaged stage may be replaced: it holds nothing worth keeping.  Returns the stage
-        as it stands.
-        """
-        parts = name.split("/")
-        for i in range(1, len(parts)):
-            parent = "/".join(parts[:i])
-            try:
-                meta = self._generations.meta(parent) or {}
-            except ValueError:
-                meta = {}
-            if (self._generations.locate_pointer(parent).state != "missing"
-                    or meta.get("node_type") == "array"):
-                raise StoreExistsError(f"cannot write stage {name!r} inside stage {parent!r}.")
-        stage = self._stage(name, "quick")
-        if stage.state == "damaged":
-            logger.warning("%s: replacing damaged stage %r (%s)", self.url, name,
-                           "; ".join(stage.problems))
-            return stage
-        if stage.state != "complete" and self._fs.isdir(self._abs(name)):
-            raise StoreExistsError(
-                f"{name!r} in {self.url} is not a stage written by mkdist (a group of stages?); "
-                f"delete it with delete_stage({name!r}) first.")
-        if stage.state == "complete" and not overwrite:
-            raise StoreExistsError(f"stage {name!r} is already complete in {self.url}; pass "
-                                   "overwrite=True to replace it.")
-        return stage
-
-    def _commit(self, generation: str, name: str, overwrite: bool) -> None:
-        """Mark the fully written ``generation`` complete and make it stage ``name``."""
-        marker = self._generations.mark(generation, name)
-        # Again: another writer may have taken the store, or finished this stage, meanwhile.
-        self._check_writer(f"committing stage {name!r}")
-        current = self._check_target(name, overwrite)
-        self._generations.point(name, generation, marker, current)
 
 
 @dataclass(frozen=True, eq=False)
@@ -943,159 +778,3 @@ class PendingStage:
 
 
 # ---------------------------------------------------------------------- helpers
-def _mkdist_version() -> str:
-    """The installed mkdist's version, read without importing the package root (which imports
-    this module: a cycle)."""
-    try:
-        return importlib.metadata.version("mkdist")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
-        return "unknown"
-
-
-def _check_name(name: str) -> str:
-    """``name`` if it is a valid stage name, else ValueError."""
-    if not valid_name(name):
-        raise ValueError(f"invalid stage name {name!r}: use '/'-separated segments of letters, "
-                         "digits and '_.=+-' (not starting with '.', '=', '+' or '-', and without "
-                         "'.gen-'), e.g. 'assignments/batch-2026-11-22'.")
-    return name
-
-
-def _check_schema(attrs: Mapping[str, Any], url: str) -> None:
-    """Refuse a store of another schema version than this mkdist's (older, or newer)."""
-    version = attrs.get("schema_version")
-    if isinstance(version, int) and version < SCHEMA_VERSION:
-        # No reader or migration: no released mkdist wrote an older schema.  Version 1 kept no
-        # checksums to verify stages by; version 2 committed stages by directory renames,
-        # which a reader could see half done.
-        raise SchemaVersionError(
-            f"{url} has store schema_version={version}, written by an older mkdist; mkdist "
-            f"{_mkdist_version()} reads schema version {SCHEMA_VERSION} only: re-create the run "
-            "with RunStore.create(..., overwrite=True) (`mkdist run --overwrite`), or use "
-            "another location.")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"{url} has store schema_version={version!r}, but mkdist {_mkdist_version()} reads "
-            f"schema versions up to {SCHEMA_VERSION}: upgrade mkdist to read this store.")
-
-
-def _run_differences(attrs: Mapping[str, Any], fingerprint: str, params: dict) -> list[str]:
-    """What differs between the stored run and the given one (empty if it is the same run)."""
-    diffs = []
-    if attrs.get("fingerprint") != fingerprint:
-        diffs.append(f"fingerprint (stored {attrs.get('fingerprint')!r}, given {fingerprint!r})")
-    stored = attrs.get("params") or {}
-    unset = object()
-
-    def same(a: Any, b: Any) -> bool:  # through JSON so that NaN equals NaN
-        return a is not unset and b is not unset and _dumps(a) == _dumps(b)
-
-    keys = sorted(k for k in stored.keys() | params.keys()
-                  if not same(stored.get(k, unset), params.get(k, unset)))
-    if keys:
-        diffs.append("params " + ", ".join(
-            f"{k} (stored {stored.get(k, '<unset>')!r}, given {params.get(k, '<unset>')!r})"
-            for k in keys))
-    return diffs
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, (np.generic, np.ndarray)):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"{type(obj).__name__} {obj!r} is not JSON-serialisable")
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, default=_json_default)
-
-
-def _to_json(obj: Any, what: str) -> Any:
-    """``obj`` as plain JSON types (tuples become lists, numpy scalars numbers)."""
-    try:
-        return json.loads(_dumps(obj))
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"{what} must be JSON-serialisable (run stores hold no pickles): {e}"
-                        ) from None
-
-
-def _writable(dataset: xr.Dataset) -> xr.Dataset:
-    """A shallow copy of ``dataset`` ready for a stage group (the input is not modified)."""
-    if not isinstance(dataset, xr.Dataset):
-        raise TypeError(f"a stage is an xarray.Dataset, got {type(dataset).__name__}.")
-    ds = dataset.copy(deep=False)
-    # A marker copied from another store's stage would make the new generation look
-    # complete before its data is written.
-    ds.attrs.pop(_MARKER, None)
-    for var in ds.variables.values():
-        var.encoding = {k: v for k, v in var.encoding.items() if k in _ENCODING_KEYS}
-    return ds
-
-
-def _encoded(dataset: xr.Dataset) -> xr.Dataset:
-    """``dataset`` with every variable encoded as xarray's Zarr backend stores it.
-
-    Encoding is idempotent, so ``to_zarr`` stores these variables unchanged (the same Dask
-    arrays: the write and checksum tasks share their blocks) and the checksums computed on
-    them are those of the stored values.
-    """
-    variables = {k: encode_zarr_variable(v, name=k, zarr_format=3)
-                 for k, v in dataset.variables.items()}
-    return xr.Dataset({k: variables[k] for k in dataset.data_vars},
-                      coords={k: variables[k] for k in dataset.coords}, attrs=dataset.attrs)
-
-
-def _known_metadata(stage: Stage) -> dict[str, bytes] | None:
-    """The group's and its arrays' ``zarr.json`` as the stage's verification read them, or
-    None when that read is not at hand (the stage was not verified) or was incomplete."""
-    docs = stage.metadata
-    if not docs or not isinstance(docs.get("zarr.json"), bytes) or not stage.marker:
-        return None
-    wanted = ["zarr.json", *(f"{n}/zarr.json" for n in stage.marker.get("arrays", {}))]
-    if not all(isinstance(docs.get(rel), bytes) for rel in wanted):
-        return None
-    return {rel: docs[rel] for rel in wanted}
-
-
-class _KnownMetadataStore(WrapperStore):
-    """A read-only view of a zarr store that answers, from memory, the metadata reads and the
-    listing of one group whose ``zarr.json`` documents are already known; everything else
-    (chunks, other nodes) goes to the wrapped store.
-
-    Written by hand: zarr's consolidated metadata would do this, but only for groups written
-    consolidated (and it is outside the Zarr v3 specification); this reuses what the stage's
-    verification read anyway.
-    """
-
-    def __init__(self, store: ZarrStore, group: str, documents: Mapping[str, bytes]) -> None:
-        super().__init__(store)
-        self._group = group.strip("/")
-        self._documents = {f"{self._group}/{rel}": raw for rel, raw in documents.items()}
-        self._children = ["zarr.json", *sorted(rel.split("/")[0] for rel in documents if "/" in rel)]
-
-    def _with_store(self, store: ZarrStore) -> _KnownMetadataStore:
-        group_docs = {k[len(self._group) + 1:]: v for k, v in self._documents.items()}
-        return type(self)(store, self._group, group_docs)
-
-    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
-        raw = self._documents.get(key)
-        if raw is None or byte_range is not None:
-            return await self._store.get(key, prototype, byte_range)
-        return prototype.buffer.from_bytes(raw)
-
-    async def exists(self, key: str) -> bool:
-        return key in self._documents or await self._store.exists(key)
-
-    async def list_dir(self, prefix: str):  # type: ignore[override]
-        if prefix.strip("/") == self._group:
-            for child in self._children:
-                yield child
-        else:
-            async for child in self._store.list_dir(prefix):
-                yield child
-
-
-def _damaged_fix(name: str) -> str:
-    return (f"Its data cannot be trusted: delete it with delete_stage({name!r}) and recompute it "
-            "(re-running the pipeline rewrites damaged stages).")
