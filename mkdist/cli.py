@@ -12,7 +12,8 @@ Prefect profile), ``mkdist run`` and ``mkdist assign`` drive the run in this pro
 same driver the Prefect flows wrap -- and with one configured they run as flows, tracked by
 it.  ``--prefect`` asks for a flow anyway (a temporary server is started for it).  The
 command's processes (its cluster's workers, the report drawer, that server) are handled by
-``mkdist._run._processes``.
+``mkdist._run._processes``.  This module holds the commands; reading and checking their
+options, their errors in the command line's words and what they print are :mod:`mkdist._cli`.
 """
 
 from __future__ import annotations
@@ -20,103 +21,48 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import click
 
+from mkdist._cli._errors import (
+    EXIT_BAD_INPUT,
+    EXIT_DRIFT,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK as EXIT_OK,  # the exit codes, as they were: mkdist.cli.EXIT_*
+    BadInput,
+    _quiet_prefect_tracebacks,
+    for_command_line,
+)
+from mkdist._cli._options import (
+    _check_scheduler,
+    _NClustersType,
+    _nothing_to_do,
+    _refuse_missing_store,
+    _request,
+    _run_options,
+    _thresholds,
+    parse_n_clusters as parse_n_clusters,  # imported from here by tests
+)
+from mkdist._cli._output import (
+    _note,
+    _print_result,
+    _result_line as _result_line,  # imported from here by tests/test_n_clusters_auto.py
+    _where_line,
+)
 from mkdist._pipeline._dask_runtime import IN_PROCESS_MAX_ROWS, in_process_max_rows
 from mkdist._run._processes import handle_interrupts, prefect_api_configured, stop_now, temporary_prefect_server
-
-EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 #: Seconds to wait for an existing Dask scheduler (``--connect-timeout``, MKDIST_CONNECT_TIMEOUT).
 DEFAULT_CONNECT_TIMEOUT = 10.0
 #: Seconds an interrupted command may spend stopping its cluster before it is cut short.
 INTERRUPT_GRACE_S = 4.0
-#: Options that are the CLI's and the flow's, not the estimator's.
-RUN_KEYS = ("n_clusters", "kernels", "n_landmarks", "random_state", "method", "label_key", "labels_out",
-            "id_column", "views", "dask_address", "n_workers", "storage_options", "missing")
 INTERRUPTED = "mkdist: interrupted; re-run the same command to resume."
-
-
-class BadInput(click.ClickException):
-    """An argument, a config file or an input the CLI refuses (exit 2, one line)."""
-
-    exit_code = EXIT_BAD_INPUT
-
-
-def parse_n_clusters(value: Any) -> Any:
-    """``--n-clusters`` (or ``n_clusters`` in --config): K, "auto", or a range "K_MIN:K_MAX"
-    (a config file may give a list [k_min, k_max]).
-
-    Only the command line's spelling is read here; whether the value is a K the method takes
-    is the library's check (one message for every refusal, with the flag's name: a value this
-    cannot read, such as "many" or "2.5", is passed on as it is and refused there)."""
-    if isinstance(value, (bool, int, list)):
-        return value
-    text = str(value).strip()
-    if text.lower() == "auto":
-        return "auto"
-    lo, sep, hi = text.partition(":")
-    try:
-        return [int(lo), int(hi)] if sep else int(text)
-    except ValueError:
-        return text
-
-
-class _NClustersType(click.ParamType):
-    name = "K|auto|K_MIN:K_MAX"
-
-    def convert(self, value, param, ctx):
-        return parse_n_clusters(value)
-
-
-#: How the command line writes values that the library's messages write as Python (backquoted).
-CLI_TERMS = {'"auto"': "auto", "(k_min, k_max)": "K_MIN:K_MAX", "(3, 20)": "3:20"}
-
-
-def _typed(value: Any) -> str:
-    """A value as it is typed on the command line (a range as K_MIN:K_MAX)."""
-    if isinstance(value, (list, tuple)):
-        return ":".join(str(v) for v in value)
-    return str(value)
-
-
-def _command_flags() -> dict[str, str]:
-    """Parameter name -> its flag, for the running command's options (``n_clusters`` -> ``--n-clusters``)."""
-    ctx = click.get_current_context(silent=True)
-    if ctx is None:
-        return {}
-    return {p.name: max((o for o in p.opts if o.startswith("--")), key=len) for p in ctx.command.params
-            if isinstance(p, click.Option) and any(o.startswith("--") for o in p.opts)}
-
-
-def for_command_line(exc: Exception) -> str:
-    """An error's message in the command line's words: each backquoted parameter name that is an
-    option of the command becomes its flag, a ``ParameterError``'s value is shown as typed
-    (``--n-clusters 5:3``), and the Python spellings of values in :data:`CLI_TERMS` become the
-    command line's; names that are not options (``--config`` keys) keep their backquotes."""
-    import re
-
-    from mkdist.errors import ParameterError
-
-    flags = _command_flags()
-    text = str(exc)
-    if isinstance(exc, ParameterError) and exc.parameter in flags:
-        text = flags[exc.parameter] + (f" {_typed(exc.value)}" if exc.show_value else "") + exc.rest
-
-    def word(match: re.Match) -> str:
-        term = match.group(1)
-        return flags.get(term) or CLI_TERMS.get(term) or match.group(0)
-
-    return re.sub(r"`([^`]+)`", word, text)
 
 
 def _environment(quiet: bool, debug: bool) -> None:
@@ -136,28 +82,6 @@ def _environment(quiet: bool, debug: bool) -> None:
         # distributed is first imported, and inherited by the worker processes.
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
         logging.getLogger("mkdist").setLevel(logging.ERROR if quiet else logging.WARNING)
-
-
-class _OneLineForKnownErrors(logging.Filter):
-    """Drop the tracebacks Prefect logs for mkdist's own errors: the CLI prints them in one line."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        from mkdist.errors import MkdistError
-
-        exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, MkdistError):
-            record.exc_info, record.exc_text = None, None
-        return True
-
-
-def _quiet_prefect_tracebacks() -> None:
-    """Install the filter on every handler of the prefect loggers (after Prefect is imported)."""
-    handlers = set()
-    for name, logger in list(logging.root.manager.loggerDict.items()):
-        if name.startswith("prefect") and isinstance(logger, logging.Logger):
-            handlers.update(logger.handlers)
-    for handler in handlers | set(logging.root.handlers):
-        handler.addFilter(_OneLineForKnownErrors())
 
 
 #: Whether this process is the ``mkdist`` command (:func:`console_main`), not a host that called
@@ -229,148 +153,6 @@ def _guard(fn, debug: bool, interrupts: bool = False) -> Any:
         sys.exit(EXIT_FAILURE)
     finally:
         restore()
-
-
-def _load_config(path: str | None) -> dict[str, Any]:
-    """A TOML/JSON/YAML file of run options; a malformed one is refused naming file and line."""
-    if not path:
-        return {}
-    p = Path(path)
-    if not p.is_file():
-        raise BadInput(f"config file {path} does not exist")
-    text = p.read_text()
-    invalid: tuple[type[Exception], ...] = (ValueError,)  # tomllib's and json's errors are ValueErrors
-    try:
-        if p.suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(text)
-        elif p.suffix in (".yaml", ".yml"):
-            import yaml
-
-            invalid = (ValueError, yaml.YAMLError)
-            data = yaml.safe_load(text) or {}
-        else:
-            data = json.loads(text)
-    except invalid as exc:  # each parser's own "not valid"; anything else is no verdict on the file
-        raise BadInput(f"config file {path} is not valid {p.suffix.lstrip('.').upper() or 'JSON'}: {exc}") from None
-    if not isinstance(data, dict):
-        raise BadInput(f"config file {path} must hold a table of run options, got {type(data).__name__}")
-    return data
-
-
-def _check_scheduler(address: str | None, timeout: float) -> None:
-    """Refuse an unreachable scheduler address quickly, before Prefect or Dask start."""
-    if not address:
-        return
-    url = urlparse(address if "://" in address else f"tcp://{address}")
-    if url.scheme not in ("tcp", "tls") or not url.hostname:
-        return  # other comms (inproc, ucx): the client reports them
-    try:
-        socket.create_connection((url.hostname, url.port or 8786), timeout=timeout).close()
-    except OSError as exc:
-        raise BadInput(f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({exc}); check "
-                       "--dask-address, or start the scheduler") from None
-
-
-def _run_options(config_path: str | None, given: dict[str, Any], view_items: tuple[str, ...]) -> dict[str, Any]:
-    """The config file's options overridden by the command line's; ``--view`` replaces the
-    file's ``[views]`` table."""
-    from mkdist._pipeline._tables import parse_view_option
-
-    merged = {**_load_config(config_path), **{k: v for k, v in given.items() if v is not None}}
-    if view_items:
-        merged["views"] = parse_view_option(view_items)
-    views = merged.get("views")
-    if views is not None and not isinstance(views, dict):
-        raise BadInput(f"views in {config_path} must be a table of view = columns, e.g. [views] a = 'a*'")
-    return merged
-
-
-def _request(source: str, store: str, merged: dict[str, Any], overwrite: bool):
-    """The run as asked, from the command line's options, checked without the data or the
-    heavy imports (``mkdist.pipeline.check_request``: parameters, remote locations, outputs
-    overlapping inputs, the store path's kind, the input's metadata, K against its rows).
-    Returns the RunRequest: its key says whether the store already holds this run."""
-    from mkdist._pipeline._config import RunConfig
-    from mkdist._pipeline._io import InputSource
-    from mkdist._pipeline._plan import check_request
-
-    options = merged.get("storage_options")
-    if options is not None and not (isinstance(options, dict) and all(isinstance(k, str) for k in options)):
-        raise BadInput("storage_options in --config must be a table of fsspec options, e.g. [storage_options] "
-                       "endpoint_url = 'http://...'")
-    if "n_clusters" not in merged:
-        raise BadInput("give --n-clusters (or n_clusters in --config)")
-    merged["n_clusters"] = parse_n_clusters(merged["n_clusters"])
-    run_keys = ("n_clusters", "kernels", "n_landmarks", "random_state", "method")
-    config = RunConfig.from_options(**{k: v for k, v in merged.items() if k not in RUN_KEYS or k in run_keys})
-    source = InputSource(source, views=merged.get("views"), id_column=merged.get("id_column"),
-                         label_column=merged.get("label_key"), storage_options=options, missing=merged.get("missing"))
-    return check_request(source, store, config, labels_out=merged.get("labels_out"), overwrite=overwrite, report=True)
-
-
-def _refuse_missing_store(store: str) -> None:
-    """A STORE argument that names no run store is refused before the numerical stack loads.
-
-    ``inspect``, ``report`` and ``assign --model-store`` read a store that must exist; a typo
-    in its path answered after ~3 s of imports (scikit-learn, zarr, xarray) before this check.
-    Only fsspec is needed here (and the object-store probe for URLs: a wrong key is one line).
-    """
-    import fsspec
-
-    from mkdist._pipeline._tables import _suggest
-    from mkdist.errors import InputValidationError
-    from mkdist.storage._remote import options_for, probe
-
-    if "://" in store:
-        probe(store, what="store")
-    fs, path = fsspec.core.url_to_fs(store, **options_for(store))
-    if not fs.exists(path):
-        raise InputValidationError(f"no mkdist run store at {store}{_suggest(fs, path)}")
-    if not fs.isdir(path) or not fs.exists(f"{path.rstrip('/')}/zarr.json"):
-        kind = "directory" if fs.isdir(path) else "file"
-        raise InputValidationError(f"no mkdist run store at {store}: it is a {kind} without a zarr.json (a run "
-                                   "store is a Zarr group written by `mkdist run`)")
-
-
-def _nothing_to_do(store: str, key: str, merged: dict[str, Any], overwrite: bool) -> dict | None:
-    """The stored summary when the store holds this finished run and its outputs are there."""
-    from mkdist._pipeline._rerun import finished_run
-
-    if overwrite:
-        return None
-    summary = finished_run(store, key)
-    if summary is None or (summary.get("report") and not _exists(summary["report"])):
-        return None
-    labels_out = merged.get("labels_out")
-    if labels_out is not None:
-        from mkdist._pipeline._io import labels_out_owner
-
-        owner = labels_out_owner(labels_out)
-        url = store.rstrip("/") if "://" in store else os.path.abspath(store)
-        if not owner or summary.get("labels_out") != labels_out or owner.get("store") != url:
-            return None
-    else:
-        summary.pop("labels_out", None)
-    return summary
-
-
-def _exists(location: str) -> bool:
-    """Whether a file exists, on local disk or at an fsspec URL (a report next to an s3 store)."""
-    if "://" not in location:
-        return os.path.exists(location)
-    import fsspec
-
-    from mkdist.storage._remote import options_for
-
-    fs, path = fsspec.core.url_to_fs(location, **options_for(location))
-    return fs.exists(path)
-
-
-def _note(text: str) -> None:
-    """A line about the run (input, resume) on stderr, beside the progress."""
-    click.echo(text, err=True)
 
 
 class _OneLineErrors(click.Group):
@@ -539,14 +321,6 @@ def _write_profiles_out(summary: dict, path: str | None, store: str, debug: bool
                                                                     overwrite=True), debug)
 
 
-def _where_line(scheduler, n_rows: int) -> str:
-    """Where a run computes, and why when it is this process."""
-    if scheduler.kind != "in-process":
-        return scheduler.describe()
-    return (f"{scheduler.describe()}: {n_rows:,} rows, at most {in_process_max_rows():,} "
-            "(MKDIST_IN_PROCESS_MAX_ROWS), so no Dask cluster to start")
-
-
 def _run_flow(plan, merged: dict, connect_timeout: float, quiet: bool, debug: bool) -> dict:
     """The run as the Prefect flow (tracked by the configured server, or a temporary one),
     handed the plan made here: the flow checks and decides nothing again."""
@@ -560,63 +334,6 @@ def _run_flow(plan, merged: dict, connect_timeout: float, quiet: bool, debug: bo
         # run's locations.
         return cluster_flow(plan=plan.to_json(), dask_address=merged.get("dask_address"),
                             n_workers=merged.get("n_workers"), connect_timeout=connect_timeout, progress=not quiet)
-
-
-def _print_result(summary: dict, store: str, as_json: bool, quiet: bool, seconds: float,
-                  nothing_to_do: bool = False) -> None:
-    """The run's result: its summary (or JSON), and one line saying what it did and where."""
-    if as_json:
-        click.echo(json.dumps(summary, default=float, indent=2))
-        return
-    line = _result_line(summary, store, seconds, nothing_to_do)
-    if not quiet:
-        from mkdist.pipeline import summary_markdown
-
-        click.echo(summary_markdown(summary, store))
-    click.echo(line)
-
-
-def _result_line(summary: dict, store: str, seconds: float, nothing_to_do: bool) -> str:
-    resumed = summary.get("resumed_stages") or []
-    if nothing_to_do:
-        what = f"nothing to do: {store} already holds this run"
-    elif resumed and not summary.get("computed_stages"):
-        what = f"{store} already holds this run; wrote what was missing in {seconds:.1f} s"
-    else:
-        from mkdist._core._nclusters import k_verdict
-
-        choice = summary.get("n_clusters_choice") or {}
-        chosen = f"; {k_verdict(choice)}" if choice.get("chosen_by_fit") else ""
-        what = (f"clustered {int(summary.get('N') or 0):,} rows into {summary.get('n_clusters')} clusters "
-                f"({summary.get('method')}) in {seconds:.1f} s{chosen}; store {store}")
-        if resumed:
-            what += f" (resumed after {resumed[-1]})"
-    missing = summary.get("missing") or {}
-    if missing.get("rows") is not None:
-        what += f"; {missing['rows']:,} rows with missing cells clustered ({missing['cells']:,} cells imputed)"
-    scores = summary.get("scores") or {}
-    if scores.get("acc") is not None:
-        what += f"; ACC {scores['acc']:.4f}"
-    if summary.get("labels_out"):
-        what += f"; labels {summary['labels_out']}"
-    if summary.get("profiles_out"):
-        what += f"; profiles {summary['profiles_out']}"
-    if summary.get("report"):
-        what += f"; report {summary['report']}"
-    return what
-
-
-def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
-    out = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise BadInput(f"--drift-threshold {item!r}: write NAME=VALUE, e.g. cluster_tv=0.2")
-        out[name.strip()] = value.strip()
-    from mkdist._pipeline._drift import check_thresholds
-
-    check_thresholds(out)
-    return out
 
 
 @main.command()
