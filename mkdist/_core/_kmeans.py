@@ -94,11 +94,10 @@ def assign_with_distance(H, centers: np.ndarray):
     return both[:, 0].astype(np.int64), both[:, 1]
 
 
-def _labels_chunk(block, centers, report_index, n_clusters, block_rows, *extra, accumulate=None, block_info=None):
+def _labels_chunk(block, centers, report_index, n_clusters, block_rows, block_info=None):
     """Everything the labels stage keeps of one embedding chunk, as a (1, 1) object block:
-    labels (int32), squared distances (float32), the cluster sizes, the chunk's rows among
-    ``report_index`` (embedding rows, labels, distances) and ``accumulate(labels, extra)``
-    (None without it)."""
+    labels (int32), squared distances (float32), the cluster sizes and the chunk's rows among
+    ``report_index`` (embedding rows, labels, distances)."""
     from ._blocks import _map_rows
 
     start, stop = block_info[0]["array-location"][0]
@@ -107,9 +106,14 @@ def _labels_chunk(block, centers, report_index, n_clusters, block_rows, *extra, 
     labels, distance = both[:, 0].astype(np.int64).astype(np.int32), both[:, 1].astype(np.float32)
     local = report_index[np.searchsorted(report_index, start):np.searchsorted(report_index, stop)] - start
     out = np.empty((1, 1), dtype=object)
-    partial = accumulate(labels, [np.asarray(b) for b in extra]) if accumulate is not None else None
     out[0, 0] = (labels, distance, np.bincount(labels, minlength=n_clusters),
-                 (np.asarray(block[local]), labels[local], distance[local]), partial)
+                 (np.asarray(block[local]), labels[local], distance[local]))
+    return out
+
+
+def _accumulate_chunk(labels, *blocks, chunk_fn=None):
+    out = np.empty((1, 1), dtype=object)
+    out[0, 0] = chunk_fn(np.asarray(labels).ravel(), [np.asarray(b) for b in blocks])
     return out
 
 
@@ -133,9 +137,12 @@ def labels_pass(H, centers: np.ndarray, report_index: np.ndarray, *, persist: Ca
         Persists the per-chunk results (e.g. with a progress line); they stay on the workers.
     n_clusters : int
     accumulate : (arrays, chunk_fn, merge_fn), optional
-        More row-chunked arrays (H's row chunks, one column chunk each) that the same task
-        reads, ``chunk_fn(labels, blocks)`` giving a chunk's partial, and ``merge_fn(partials)``
-        merging them (on the workers, a tree of ``SPLIT_EVERY``; the cluster profiles).
+        More row-chunked arrays (H's row chunks, one column chunk each), ``chunk_fn(labels,
+        blocks)`` giving a chunk's partial from its persisted labels and those blocks, and
+        ``merge_fn(partials)`` merging them (on the workers, a tree of ``SPLIT_EVERY``; the
+        cluster profiles).  The partials are tasks of their own, computed with the sizes and
+        report rows: a partial is freed once merged, not held with the labels until the store
+        write (at 100M rows, 763 W1 partials of ~3 MB would have been).
 
     Returns
     -------
@@ -153,12 +160,10 @@ def labels_pass(H, centers: np.ndarray, report_index: np.ndarray, *, persist: Ca
     rows = RowBlocks({"embedding": H})
     centers = np.asarray(centers, dtype=np.float64)
     report_index = np.asarray(report_index, dtype=np.int64)
-    extra, chunk_fn, merge_fn = accumulate if accumulate is not None else ((), None, None)
-    name = f"mkdist-labels-{tokenize(H, centers, report_index, n_clusters, rows.block_rows, *extra, chunk_fn)}"
+    name = f"mkdist-labels-{tokenize(H, centers, report_index, n_clusters, rows.block_rows)}"
     nb = len(rows.row_chunks)
-    parts = da.map_blocks(_labels_chunk, rows.arrays[0], centers, report_index, n_clusters, rows.block_rows, *extra,
-                          accumulate=chunk_fn, chunks=((1,) * nb, (1,)), dtype=object,
-                          meta=np.empty((0, 0), dtype=object), name=name)
+    parts = da.map_blocks(_labels_chunk, rows.arrays[0], centers, report_index, n_clusters, rows.block_rows,
+                          chunks=((1,) * nb, (1,)), dtype=object, meta=np.empty((0, 0), dtype=object), name=name)
     parts = persist(parts)
     kw = dict(chunks=(rows.row_chunks,), drop_axis=1)
     labels = parts.map_blocks(_part, 0, dtype=np.int32, meta=np.empty((0,), np.int32), name=f"{name}-labels", **kw)
@@ -168,7 +173,11 @@ def labels_pass(H, centers: np.ndarray, report_index: np.ndarray, *, persist: Ca
     if accumulate is None:
         small = np.asarray(compute(small)[0]).ravel()
     else:
-        small, total = compute(small, _merge_tree(parts, merge_fn))
+        extra, chunk_fn, merge_fn = accumulate
+        partials = da.map_blocks(_accumulate_chunk, labels[:, None], *extra, chunk_fn=chunk_fn,
+                                 chunks=((1,) * nb, (1,)), dtype=object, meta=np.empty((0, 0), dtype=object),
+                                 name=f"{name}-accumulate-{tokenize(*extra, chunk_fn)}")
+        small, total = compute(small, _merge_tree(partials, merge_fn))
         small = np.asarray(small).ravel()
     sizes = np.sum([s[0] for s in small], axis=0).astype(np.int64)
     report = tuple(np.concatenate([s[1][j] for s in small]) for j in range(3))
@@ -192,7 +201,7 @@ def _merge_tree(parts, merge_fn):
 
 
 def _merge_level(merge_fn, *items):
-    return merge_fn([item[0, 0][4] if isinstance(item, np.ndarray) else item for item in items])
+    return merge_fn([item[0, 0] if isinstance(item, np.ndarray) else item for item in items])
 
 
 def _small_parts(block):

@@ -436,8 +436,9 @@ def stage_labels(ctx: RunContext, *, progress: bool = False) -> dict[str, float]
         # One pass over the stored embedding: per chunk one task computes the labels, the
         # distances, the cluster sizes and the report rows (they were 4 passes and 16 tasks
         # per chunk: the report rows' read, the labels, the sizes and sample over them).
-        # The same task accumulates the chunk's profile from its labels and its rows as read
-        # (not filled); the partials merge by a tree on the workers (issue 42).
+        # Beside it, a task per chunk accumulates the chunk's profile from its labels and its
+        # rows as read (not filled), in the same compute as the sizes; the partials merge by a
+        # tree on the workers and are freed as they merge (issue 42).
         accumulate = profile_accumulator(ctx.views, layout, int(est.n_clusters_), H.chunks[0])
         labels, distance, sizes, (sample, sample_labels, sample_distance), *profiles = labels_pass(
             H, est.cluster_centers_, idx, n_clusters=int(est.n_clusters_),
