@@ -211,6 +211,22 @@ def test_an_assignment_profiles_its_batch_beside_the_fit(customer_run, tmp_path)
     assert "The batch's clusters beside the fit's" in page
 
 
+def test_an_assignment_whose_profiles_were_lost_gets_them_back_on_the_same_command(customer_run, tmp_path):
+    from mkdist._pipeline._profiles import read_profiles
+
+    _, _, result = customer_run
+    batch, _ = customer_table(700, seed=6)
+    out = mkdist.assign(result.store.url, batch, tmp_path / "batch.zarr")
+    before = read_profiles(out).numeric
+    labels_token = out.stage_token("labels")
+    out.delete_stage("profiles")
+    again = mkdist.assign(result.store.url, batch, tmp_path / "batch.zarr")
+    assert again.stage_token("labels") == labels_token  # the labels were not computed again
+    pd.testing.assert_frame_equal(read_profiles(again).numeric, before)
+    # In the fit's columns (the batch's views may come in another order).
+    assert set(read_profiles(again).layout.columns) == set(read_profiles(result.store).layout.columns)
+
+
 def test_the_profile_command_prints_the_table_and_refuses_a_foreign_out(customer_run, tmp_path):
     from click.testing import CliRunner
 

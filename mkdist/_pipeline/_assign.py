@@ -30,7 +30,7 @@ from ._io import (
     write_labels_parquet,
 )
 from ._passes import _int32, _listed, _pass_progress, _persist, _unlisted, persist_progress
-from ._profiles import PROFILES_STAGE, merge_blocks, profile_blocks, profile_layout, write_profiles
+from ._profiles import PROFILES_STAGE, merge_blocks, profile_blocks, profile_layout, stage_profiles, write_profiles
 from ._run_input import like_model, run_imputer, table_cells
 from ._run_store import as_store, load_estimator, prepare_resume, writer_lease
 
@@ -239,6 +239,10 @@ def assign(model_store: Any, source: Any = None, output: Any = None, *, overwrit
             out.write_stage("labels", xr.Dataset(variables, attrs=attrs), compute=compute)
             write_profiles(out, profiles, layout)
             out.update_attrs(drift=drift, input_stats=batch_stats, **record)
+        else:
+            # Labels stored but the profiles lost or damaged (or written before profiles
+            # existed): computed from the stored labels, in the fit's columns.
+            stage_profiles(out, vs, int(est.n_clusters_), columns_of=src)
         if labels_out is not None:
             write_stored_labels(out, labels_out, source, vs, id_column=id_column, overwrite=overwrite,
                                 progress=progress)

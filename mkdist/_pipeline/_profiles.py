@@ -129,17 +129,18 @@ def read_profiles(store) -> ClusterProfiles | None:
     return profiles_from_dataset(store.read_stage(PROFILES_STAGE).load(scheduler="threads"))
 
 
-def stage_profiles(store, views: Mapping[str, Any], n_clusters: int, *, persist=None) -> bool:
+def stage_profiles(store, views: Mapping[str, Any], n_clusters: int, *, persist=None, columns_of=None) -> bool:
     """Profiles from the stored labels, when the labels stage is complete and the profiles are
     not (a store written before profiles existed, or whose profiles stage was damaged): one
-    pass over the input.  Returns whether it computed them."""
+    pass over the input.  ``columns_of``: the store whose input record names the columns (an
+    assignment's are its model's run; default ``store``).  Returns whether it computed them."""
     if not profiles_enabled() or not store.is_complete("labels") or store.is_complete(PROFILES_STAGE):
         return False
     labels = store.read_stage("labels")["labels"].data
     first = next(iter(views.values()))
     if first.chunks[0] != labels.chunks[0]:
         labels = labels.rechunk((first.chunks[0],))
-    layout = profile_layout(store, views)
+    layout = profile_layout(store if columns_of is None else columns_of, views)
     blocks = profile_blocks(labels, views, layout, n_clusters)
     if persist is not None:
         blocks = persist(blocks)
