@@ -32,6 +32,8 @@ __all__ = [
     "view_density",
     "rbf_grid",
     "resolve_kernel_specs",
+    "auto_specs_for_table",
+    "is_indicator_block",
 ]
 
 KernelKind = Literal["rbf", "laplacian", "polynomial", "linear", "cosine"]
@@ -201,6 +203,32 @@ def _auto_set(view: str, rows: np.ndarray | None) -> list[KernelSpec]:
 #: Kernel sets that look at the data: the set of each view depends on its rows (the
 #: landmarks).  Resolved without rows (parameter checks), every view counts as dense.
 DATA_KERNEL_SETS = {"auto": _auto_set}
+
+
+def is_indicator_block(rows: Any) -> bool:
+    """Whether the rows are a categorical view's one-hot indicators: every value in [0, 1] and
+    at least 99% of them exactly 0 or 1 (an imputed cell may hold a share in between)."""
+    X = np.asarray(rows)
+    if X.size == 0 or not np.all((X >= 0) & (X <= 1)):
+        return False
+    return float(np.mean((X == 0) | (X == 1))) >= 0.99
+
+
+def auto_specs_for_table(landmark_views: Mapping[str, np.ndarray]) -> list[KernelSpec]:
+    """``kernels="auto"`` for a table with categorical columns: the linear kernel on each
+    categorical view (its one-hot indicators), the auto set on the others.
+
+    Why: an RBF of one-hot rows is exp(-(d_1 + d_2 + ...)/2 sigma^2), a *product* over the
+    view's columns, whose clusters are the joint cells of all its columns, so one noise column
+    beside an informative one splits every cluster (issue 41's customer table: ACC 0.57 with
+    ``profile=plan,region`` against 0.89 with ``plan`` alone).  The linear kernel on the
+    indicators adds the columns (its distance counts the columns that differ, weighed by
+    rarity once standardised), as k-modes' matching dissimilarity and one-hot k-means do:
+    the same table gives 0.89 (seeds 0, 1), ``plan`` alone still 0.89, ``plan,channel``
+    0.885 -> 0.886 (docs/guide/quality.md).
+    """
+    return [s for v, rows in landmark_views.items()
+            for s in ([KernelSpec(view=v, kind="linear")] if is_indicator_block(rows) else _auto_set(v, rows))]
 
 
 def kernel_set_names() -> list[str]:

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..errors import InputValidationError
-from ._kernel_specs import SPARSE_DENSITY, view_density
+from ._kernel_specs import SPARSE_DENSITY, is_indicator_block, view_density
 
 __all__ = ["FeatureScaling", "SCALINGS", "SCALE_AUTO", "SCALE_NONE", "SCALE_UNITS", "UNITS_SPREAD_RATIO",
-           "scales_features", "units_differ"]
+           "scales_features", "units_differ", "SCALE_TABLE"]
 
 #: Per-feature scalings every estimator with a ``scale`` parameter offers (see FeatureScaling).
 SCALINGS = ("minmax", "standard")
@@ -43,6 +43,15 @@ SCALE_UNITS = "units"
 #: breast_cancer 0.83 -> 0.91); pixels and one-unit descriptors 1.1-8.9 (iris 2.2 in cm: 0.97 as
 #: given, 0.80 standardised; digits 1.5: 0.77 as given, 0.69 standardised).
 UNITS_SPREAD_RATIO = 10.0
+
+#: ``scale="table"`` (mkc's default for a table with categorical columns): "standard" on the
+#: numeric views, a categorical view's one-hot indicators as given.  Why as given: with the
+#: linear kernel on them (:func:`mkdist._core._kernel_specs.auto_specs_for_table`) two rows'
+#: distance is then twice the number of columns where they differ, each column counted once as
+#: in k-modes' matching dissimilarity; standardised, a column weighs by its number of levels
+#: and their rarity, and a 50-level noise column beside a 2-level plan took over the view (ACC
+#: 0.68-0.84 against 0.89; docs/guide/quality.md).
+SCALE_TABLE = "table"
 
 
 def units_differ(X) -> bool:
@@ -94,20 +103,21 @@ class FeatureScaling:
         """Estimate the scaling on in-memory rows (landmarks or a sample); None for ``kind=None``."""
         if not scales_features(kind):
             return None
-        if kind not in (*SCALINGS, SCALE_AUTO, SCALE_UNITS):
+        if kind not in (*SCALINGS, SCALE_AUTO, SCALE_UNITS, SCALE_TABLE):
             raise InputValidationError(
-                f"`scale`={kind!r} must be one of {(*SCALINGS, SCALE_AUTO, SCALE_UNITS, SCALE_NONE)}.")
+                f"`scale`={kind!r} must be one of {(*SCALINGS, SCALE_AUTO, SCALE_UNITS, SCALE_TABLE, SCALE_NONE)}.")
         as_given = ({name: view_density(L) < SPARSE_DENSITY for name, L in views.items()} if kind == SCALE_AUTO
                     else {name: not units_differ(L) for name, L in views.items()} if kind == SCALE_UNITS
+                    else {name: is_indicator_block(L) for name, L in views.items()} if kind == SCALE_TABLE
                     else dict.fromkeys(views, False))
-        if kind == SCALE_UNITS and all(as_given.values()):
+        if kind in (SCALE_UNITS, SCALE_TABLE) and all(as_given.values()):
             return None  # every view as given: no scaling step in the embedding at all
         offset, scale = {}, {}
         for name, L in views.items():
             L = np.asarray(L, dtype=np.float64)
             if as_given[name]:
                 lo, span = np.zeros(L.shape[1]), np.ones(L.shape[1])
-            elif kind in ("minmax", SCALE_AUTO):  # "units" standardises the views it scales
+            elif kind in ("minmax", SCALE_AUTO):  # "units" and "table" standardise the views they scale
                 lo, span = L.min(axis=0), L.max(axis=0) - L.min(axis=0)
             else:
                 lo, span = L.mean(axis=0), L.std(axis=0)

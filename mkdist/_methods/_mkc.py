@@ -20,9 +20,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._core._blocks import RowBlocks
 from .._core._fused import prefetch_where_embedded
+from .._core._kernel_specs import auto_specs_for_table
 from .._core._kmeans import KMeansResult, assign_labels
 from .._core._linalg import blas_threads
-from .._core._scaling import SCALE_UNITS
+from .._core._scaling import SCALE_TABLE, SCALE_UNITS
 from .._core._validation import check_finite, common_float_dtype
 from . import _params
 from ._base import DEFAULT_MAX_LANDMARKS, KernelLandmarkEstimator
@@ -67,6 +68,10 @@ class MultipleKernelClustering(KernelLandmarkEstimator):
         Base kernels.  None: "auto": on a view with fewer than 10% non-zero entries (text,
         graph adjacency) the cosine kernel, on the others "rbf-grid", three RBF kernels with
         sigma = sqrt(mean squared pairwise distance) x {0.5, 1, 2}; decided on the landmarks.
+        On a categorical view (a table's categories) the linear kernel on its indicators: it
+        adds the columns where the RBF multiplies them, so a noise column beside an
+        informative one no longer splits every cluster
+        (:func:`mkdist._core._kernel_specs.auto_specs_for_table`).
         A string names a kernel set applied to every view ("auto", "rbf", "rbf-median",
         "rbf-grid", "rbf-grid5", "linear", "mkkm12").  Measured on the 28 shared multi-view
         sets (bench/RESULTS.md, quality): the cosine kernel on sparse views lifts the mean ACC
@@ -117,14 +122,16 @@ class MultipleKernelClustering(KernelLandmarkEstimator):
         (0.889).  With K columns rather than 2K, Palmer penguins' species NMI 0.59 -> 0.73
         (``docs/algorithms.md``).  Numeric inputs keep the paper's geometry (the 28-set
         measurements).
-    scale : {"auto", None, "none", "minmax", "standard", "units"}, default="auto"
+    scale : {"auto", None, "none", "minmax", "standard", "units", "table"}, default="auto"
         Per-feature scaling estimated on the landmarks.  "units": "standard" on a dense view
         whose columns come in different units (the widest column's standard deviation over 10x
         the median column's, :func:`mkdist._core._scaling.units_differ`: wine's proline beside
         its hue), the features as given on the others (pixels, counts, one-unit descriptors).
-        "auto": "standard" when a view is categorical (a table: its numbers come in their own
-        units, and one RBF bandwidth per view cannot weigh dollars against visits;
-        standardised indicators weigh a category by its rarity, as FAMD does), else "units"
+        "table": "standard" on the numeric views, a categorical view's indicators as given.
+        "auto": "table" when a view is categorical (a table: its numbers come in their own
+        units, and one RBF bandwidth per view cannot weigh dollars against visits; the
+        indicators as given count each column once, as k-modes does, where standardised ones
+        weighed a column by its number of levels: :data:`mkdist._core._scaling.SCALE_TABLE`), else "units"
         (wine 0.68 -> 0.97 ACC, breast_cancer 0.83 -> 0.91; iris and digits as given, where
         standardising costs 0.18 and 0.08; ``bench/bench_baselines.py``).  On the customer table of
         ``bench/bench_tables.py`` without scaling, the kernel k-means geometry cut a pair of
@@ -258,7 +265,8 @@ class MultipleKernelClustering(KernelLandmarkEstimator):
         geometry = self._geometry()
         with blas_threads(1):  # faster than two on a quiet machine, and 10x faster on a busy one (mkdist._core._linalg)
             model, info = fit_landmark_model(
-                landmark_views, np.asarray(landmark_indices), n_clusters=n_clusters, kernels=self.kernels,
+                landmark_views, np.asarray(landmark_indices), n_clusters=n_clusters,
+                kernels=self._kernels_for(landmark_views),
                 weights=self.weights, center=self.center, keep_structured=self.keep_structured,
                 max_iter=self.max_iter,
                 tol=self.tol, dtype=dtype, random_state=seed, embedding_dim=self.embedding_dim, **geometry)
@@ -285,9 +293,17 @@ class MultipleKernelClustering(KernelLandmarkEstimator):
         """
         categorical = bool(getattr(self, "categories_", None))
         pick = {"normalize": ("trace", "diagonal"), "normalize_embedding": (False, True),
-                "embedding_scale": ("eigenvalue", "unit"), "scale": ("standard", SCALE_UNITS)}
+                "embedding_scale": ("eigenvalue", "unit"), "scale": (SCALE_TABLE, SCALE_UNITS)}
         return {name: (choice[0] if categorical else choice[1]) if getattr(self, name) == "auto"
                 else getattr(self, name) for name, choice in pick.items()}
+
+    def _kernels_for(self, landmark_views: dict) -> Any:
+        """``kernels`` as the fit uses it: with the default ("auto") and a categorical view
+        (``categories_``), the linear kernel on that view's indicators
+        (:func:`mkdist._core._kernel_specs.auto_specs_for_table`); else as given."""
+        if self.kernels not in (None, "auto") or not getattr(self, "categories_", None):
+            return self.kernels
+        return auto_specs_for_table(landmark_views)
 
     def _embedding_dim(self, n_landmarks: int, k: int | None = None) -> int:
         if self.embedding_dim is None and self._geometry()["embedding_scale"] == "eigenvalue":

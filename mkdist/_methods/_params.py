@@ -21,7 +21,7 @@ import numpy as np
 
 from .._core._kernel_specs import KernelSpec
 from .._core._sampling import LANDMARK_METHODS
-from .._core._scaling import SCALE_AUTO, SCALE_NONE, SCALE_UNITS, SCALINGS
+from .._core._scaling import SCALE_AUTO, SCALE_NONE, SCALE_TABLE, SCALE_UNITS, SCALINGS
 from .._core._validation import Boolean, Interval, NClusters, Options, RandomStateLike, Types
 
 __all__ = ["AUTO_N_CLUSTERS_METHODS", "LANDMARK_METHODS", "POWER_BANDWIDTH_RULES", "D_RULES", "RESTART_RULES",
@@ -61,7 +61,7 @@ MKC: dict[str, list] = {
     "normalize": [Options("auto", "diagonal", "trace", None)],
     "normalize_embedding": [Options("auto"), Boolean()],
     "embedding_scale": [Options("auto", "unit", "eigenvalue")],
-    "scale": [Options(None, SCALE_NONE, *SCALINGS, SCALE_AUTO, SCALE_UNITS)],
+    "scale": [Options(None, SCALE_NONE, *SCALINGS, SCALE_AUTO, SCALE_UNITS, SCALE_TABLE)],
     "keep_structured": [Boolean()],
     "max_iter": [Interval(Integral, 1, None)],
     "tol": [Interval(Real, 0, None, closed="neither")],
