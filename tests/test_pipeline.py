@@ -214,6 +214,41 @@ def test_embedding_is_streamed_through_the_store_not_kept_on_the_workers(dask_cl
     assert clustering_accuracy(y, fresh.store.read_stage("labels")["labels"].values) == 1.0
 
 
+def test_labels_above_the_held_size_are_recomputed_for_the_write_with_the_same_results(dask_client, data,
+                                                                                       tmp_path, monkeypatch):
+    # Above MKDIST_HELD_LABELS_BYTES the labels stage holds nothing of size N between its pass and
+    # its store write (the write computes the labels again from the stored embedding): the
+    # same stage, bit for bit, as when they are held.
+    from mkdist._pipeline._profiles import read_profiles
+
+    from mkdist._pipeline import _stages
+
+    views, _ = data
+    stores, persisted = {}, {}
+    real = _stages._persist
+
+    def recording(x, progress=False, stage="compute", n_rows=0):
+        persisted[name].append(stage)
+        return real(x, progress, stage, n_rows)
+
+    monkeypatch.setattr(_stages, "_persist", recording)
+    for name, held in (("held", None), ("recomputed", "1")):
+        persisted[name] = []
+        if held is None:
+            monkeypatch.delenv("MKDIST_HELD_LABELS_BYTES", raising=False)
+        else:
+            monkeypatch.setenv("MKDIST_HELD_LABELS_BYTES", held)
+        stores[name] = cluster(_dask(views), str(tmp_path / f"{name}.zarr"), 3, n_landmarks=100,
+                               random_state=0).store
+    assert "labels" in persisted["held"] and "labels" not in persisted["recomputed"]
+    a, b = (stores[k].read_stage("labels").load(scheduler="threads") for k in ("held", "recomputed"))
+    for var in ("labels", "distance", "cluster_sizes", "report_labels", "report_embedding"):
+        np.testing.assert_array_equal(a[var].values, b[var].values)
+    assert a.attrs["distance_p99"] == b.attrs["distance_p99"]
+    pd = pytest.importorskip("pandas")
+    pd.testing.assert_frame_equal(read_profiles(stores["held"]).numeric, read_profiles(stores["recomputed"]).numeric)
+
+
 def test_nan_chunk_is_named(dask_client, data, tmp_path):
     views, _ = data
     bad = views[1].copy()
