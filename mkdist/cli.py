@@ -51,6 +51,7 @@ from mkdist._cli._options import (
 )
 from mkdist._cli._output import (
     _note,
+    _outputs_said,
     _print_result,
     _result_line as _result_line,  # imported from here by tests/test_n_clusters_auto.py
     _where_line,
@@ -428,13 +429,7 @@ def assign(model_store, source, output, labels_out, profiles_out, id_column, vie
         imputed = summary.get("missing") or {}
         if imputed.get("rows") is not None:
             line += f"; {imputed['rows']:,} rows with missing cells ({imputed['cells']:,} cells imputed)"
-        if summary.get("labels_out"):
-            line += f"; labels {summary['labels_out']}"
-        if summary.get("profiles_out"):
-            line += f"; profiles {summary['profiles_out']}"
-        if summary.get("report"):
-            line += f"; report {summary['report']}"
-        click.echo(line)
+        click.echo(line + _outputs_said(summary))
     if drifted and fail_on_drift:
         sys.exit(EXIT_DRIFT)
 

@@ -58,10 +58,11 @@ def _result_line(summary: dict, store: str, seconds: float, nothing_to_do: bool)
     scores = summary.get("scores") or {}
     if scores.get("acc") is not None:
         what += f"; ACC {scores['acc']:.4f}"
-    if summary.get("labels_out"):
-        what += f"; labels {summary['labels_out']}"
-    if summary.get("profiles_out"):
-        what += f"; profiles {summary['profiles_out']}"
-    if summary.get("report"):
-        what += f"; report {summary['report']}"
-    return what
+    return what + _outputs_said(summary)
+
+
+def _outputs_said(summary: dict) -> str:
+    """"; labels PATH; profiles PATH; report PATH" for the outputs a command wrote (a run's or
+    an assignment's result line)."""
+    return "".join(f"; {name} {summary[key]}" for key, name in
+                   (("labels_out", "labels"), ("profiles_out", "profiles"), ("report", "report")) if summary.get(key))
