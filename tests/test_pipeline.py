@@ -219,9 +219,8 @@ def test_labels_above_the_held_size_are_recomputed_for_the_write_with_the_same_r
     # Above MKDIST_HELD_LABELS_BYTES the labels stage holds nothing of size N between its pass and
     # its store write (the write computes the labels again from the stored embedding): the
     # same stage, bit for bit, as when they are held.
-    from mkdist._pipeline._profiles import read_profiles
-
     from mkdist._pipeline import _stages
+    from mkdist._pipeline._profiles import read_profiles
 
     views, _ = data
     stores, persisted = {}, {}

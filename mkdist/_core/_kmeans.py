@@ -111,9 +111,10 @@ def _labels_chunk(block, centers, report_index, n_clusters, block_rows, block_in
     return out
 
 
-def _accumulate_chunk(labels, *blocks, chunk_fn=None):
+def _accumulate_chunk(part, *blocks, chunk_fn=None):
+    """``chunk_fn`` of a chunk's labels (from its labels task's output) and its ``blocks``."""
     out = np.empty((1, 1), dtype=object)
-    out[0, 0] = chunk_fn(np.asarray(labels).ravel(), [np.asarray(b) for b in blocks])
+    out[0, 0] = chunk_fn(part[0, 0][0], [np.asarray(b) for b in blocks])
     return out
 
 
@@ -174,9 +175,12 @@ def labels_pass(H, centers: np.ndarray, report_index: np.ndarray, *, persist: Ca
         small = np.asarray(compute(small)[0]).ravel()
     else:
         extra, chunk_fn, merge_fn = accumulate
-        partials = da.map_blocks(_accumulate_chunk, labels[:, None], *extra, chunk_fn=chunk_fn,
-                                 chunks=((1,) * nb, (1,)), dtype=object, meta=np.empty((0, 0), dtype=object),
-                                 name=f"{name}-accumulate-{tokenize(*extra, chunk_fn)}")
+        # Block (i, 0) of the labels tasks beside block (i, 0) of each array (one column chunk
+        # each, H's row chunks): no getter task between them.
+        partials = da.blockwise(_accumulate_chunk, "ij", parts, "ij", *[a for x in extra for a in (x, "ij")],
+                                chunk_fn=chunk_fn, align_arrays=False, concatenate=False, dtype=object,
+                                meta=np.empty((0, 0), dtype=object),
+                                name=f"{name}-accumulate-{tokenize(*extra, chunk_fn)}")
         small, total = compute(small, _merge_tree(partials, merge_fn))
         small = np.asarray(small).ravel()
     sizes = np.sum([s[0] for s in small], axis=0).astype(np.int64)
