@@ -165,7 +165,20 @@ def labels_pass(H, centers: np.ndarray, report_index: np.ndarray, *, persist: Ca
     nb = len(rows.row_chunks)
     parts = da.map_blocks(_labels_chunk, rows.arrays[0], centers, report_index, n_clusters, rows.block_rows,
                           chunks=((1,) * nb, (1,)), dtype=object, meta=np.empty((0, 0), dtype=object), name=name)
-    parts = persist(parts)
+    total = None
+    if accumulate is not None:
+        extra, chunk_fn, merge_fn = accumulate
+        # Block (i, 0) of the labels tasks beside block (i, 0) of each array (one column chunk
+        # each, H's row chunks): no getter task between them.  Persisted with the labels (one
+        # phase: the partials' input reads run beside the labels tasks) as their merged total
+        # only: a partial is freed once merged.
+        partials = da.blockwise(_accumulate_chunk, "ij", parts, "ij", *[a for x in extra for a in (x, "ij")],
+                                chunk_fn=chunk_fn, align_arrays=False, concatenate=False, dtype=object,
+                                meta=np.empty((0, 0), dtype=object),
+                                name=f"{name}-accumulate-{tokenize(*extra, chunk_fn)}")
+        parts, total = persist((parts, _merge_tree(partials, merge_fn)))
+    else:
+        parts = persist(parts)
     kw = dict(chunks=(rows.row_chunks,), drop_axis=1)
     labels = parts.map_blocks(_part, 0, dtype=np.int32, meta=np.empty((0,), np.int32), name=f"{name}-labels", **kw)
     distance = parts.map_blocks(_part, 1, dtype=np.float32, meta=np.empty((0,), np.float32),
@@ -174,14 +187,7 @@ def labels_pass(H, centers: np.ndarray, report_index: np.ndarray, *, persist: Ca
     if accumulate is None:
         small = np.asarray(compute(small)[0]).ravel()
     else:
-        extra, chunk_fn, merge_fn = accumulate
-        # Block (i, 0) of the labels tasks beside block (i, 0) of each array (one column chunk
-        # each, H's row chunks): no getter task between them.
-        partials = da.blockwise(_accumulate_chunk, "ij", parts, "ij", *[a for x in extra for a in (x, "ij")],
-                                chunk_fn=chunk_fn, align_arrays=False, concatenate=False, dtype=object,
-                                meta=np.empty((0, 0), dtype=object),
-                                name=f"{name}-accumulate-{tokenize(*extra, chunk_fn)}")
-        small, total = compute(small, _merge_tree(partials, merge_fn))
+        small, total = compute(small, total)
         small = np.asarray(small).ravel()
     sizes = np.sum([s[0] for s in small], axis=0).astype(np.int64)
     report = tuple(np.concatenate([s[1][j] for s in small]) for j in range(3))
