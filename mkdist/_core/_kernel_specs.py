@@ -222,10 +222,10 @@ def auto_specs_for_table(landmark_views: Mapping[str, np.ndarray]) -> list[Kerne
     view's columns, whose clusters are the joint cells of all its columns, so one noise column
     beside an informative one splits every cluster (issue 41's customer table: ACC 0.57 with
     ``profile=plan,region`` against 0.89 with ``plan`` alone).  The linear kernel on the
-    indicators adds the columns (its distance counts the columns that differ, weighed by
-    rarity once standardised), as k-modes' matching dissimilarity and one-hot k-means do:
-    the same table gives 0.89 (seeds 0, 1), ``plan`` alone still 0.89, ``plan,channel``
-    0.885 -> 0.886 (docs/guide/quality.md).
+    indicators adds the columns; on the indicators as given (``scale="table"``,
+    :data:`mkdist._core._scaling.SCALE_TABLE`) its distance counts the columns that differ, as
+    k-modes' matching dissimilarity and one-hot k-means do: the same table gives 0.89 with 5 or
+    50 noise levels, as ``plan`` alone (docs/guide/quality.md).
     """
     return [s for v, rows in landmark_views.items()
             for s in ([KernelSpec(view=v, kind="linear")] if is_indicator_block(rows) else _auto_set(v, rows))]

@@ -25,7 +25,7 @@ from ._blocks import RowBlocks
 from ._cluster import compute
 from ._distances import nearest_center
 
-__all__ = ["KMeansResult", "kmeans", "assign_labels", "assign_with_distance"]
+__all__ = ["KMeansResult", "kmeans", "assign_labels", "assign_with_distance", "merge_tree"]
 
 
 @dataclasses.dataclass
@@ -141,9 +141,9 @@ def labels_pass(H, centers: np.ndarray, report_index: np.ndarray, *, persist: Ca
         More row-chunked arrays (H's row chunks, one column chunk each), ``chunk_fn(labels,
         blocks)`` giving a chunk's partial from its persisted labels and those blocks, and
         ``merge_fn(partials)`` merging them (on the workers, a tree of ``SPLIT_EVERY``; the
-        cluster profiles).  The partials are tasks of their own, computed with the sizes and
-        report rows: a partial is freed once merged, not held with the labels until the store
-        write (at 100M rows, 763 W1 partials of ~3 MB would have been).
+        cluster profiles).  The partials are tasks of their own whose merged total is persisted
+        with the labels: a partial is freed once merged, not held with the labels until the
+        store write (at 100M rows, 763 W1 partials of ~3 MB would have been).
 
     Returns
     -------
@@ -176,7 +176,7 @@ def labels_pass(H, centers: np.ndarray, report_index: np.ndarray, *, persist: Ca
                                 chunk_fn=chunk_fn, align_arrays=False, concatenate=False, dtype=object,
                                 meta=np.empty((0, 0), dtype=object),
                                 name=f"{name}-accumulate-{tokenize(*extra, chunk_fn)}")
-        parts, total = persist((parts, _merge_tree(partials, merge_fn)))
+        parts, total = persist((parts, merge_tree(partials, merge_fn)))
     else:
         parts = persist(parts)
     kw = dict(chunks=(rows.row_chunks,), drop_axis=1)
@@ -196,8 +196,9 @@ def labels_pass(H, centers: np.ndarray, report_index: np.ndarray, *, persist: Ca
     return labels, distance, sizes, report, total
 
 
-def _merge_tree(parts, merge_fn):
-    """The partials of every chunk's task merged by a tree on the workers (Delayed)."""
+def merge_tree(parts, merge_fn):
+    """``merge_fn`` over the (1, 1) object blocks of ``parts`` (one partial each) by a tree of
+    ``SPLIT_EVERY`` a node on the workers (Delayed): the labels pass's and the profiles' merge."""
     import dask
 
     from ._blocks import SPLIT_EVERY

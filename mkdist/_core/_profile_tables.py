@@ -59,29 +59,11 @@ class ClusterProfiles:
         self.all = sums.overall()
         self.n_clusters = sums.n_clusters
         self.n_rows = int(sums.rows.sum())
-        self.relative_error = 2.0 ** -(sums.mantissa_bits + 1)
+        self.relative_error = sums.relative_error
 
-    # The tables are built when first read: a run reads its profiles back at its end (the
-    # estimator's ``profiles_``), and building every table there cost W1 1.3 s of a 10 s run.
-    @functools.cached_property
-    def numeric(self):
-        return self._numeric()
-
-    @functools.cached_property
-    def categories(self):
-        return self._categories()
-
-    @functools.cached_property
-    def missing(self):
-        return self._missing()
-
-    @functools.cached_property
-    def separation(self):
-        return self._separation()
-
-    @functools.cached_property
-    def clusters(self):
-        return self._clusters()
+    # The tables (cached properties below) are built when first read: a run reads its profiles
+    # back at its end (the estimator's ``profiles_``), and building every table there cost W1
+    # 1.3 s of a 10 s run.
 
     @functools.cached_property
     def _smd(self) -> np.ndarray:
@@ -95,7 +77,8 @@ class ClusterProfiles:
                 f"{len(self.layout.columns)} columns)\n{self.clusters[['size', 'share', 'label']].to_string()}")
 
     # ------------------------------------------------------------------ tables
-    def _numeric(self):
+    @functools.cached_property
+    def numeric(self):
         import pandas as pd
 
         names = [c.name for c in self.layout.numeric]
@@ -103,13 +86,11 @@ class ClusterProfiles:
         if not names:
             return pd.DataFrame(columns=cols, index=pd.MultiIndex.from_arrays([[], []], names=["cluster", "column"]))
         frames = []
-        quantiles = {id(self.all): self.all.quantiles(self.quantile_levels),
-                     id(self.sums): self.sums.quantiles(self.quantile_levels)}
-        smd_all = np.zeros(len(names))  # all rows against themselves
+        q_all, q_clusters = self.all.quantiles(self.quantile_levels), self.sums.quantiles(self.quantile_levels)
         for label, s in ((-1, self.all), *((c, self.sums) for c in range(self.n_clusters))):
             c = 0 if label == -1 else label
-            q = quantiles[id(s)][c]
-            smd = smd_all if label == -1 else self._smd[c]
+            q = (q_all if label == -1 else q_clusters)[c]
+            smd = np.zeros(len(names)) if label == -1 else self._smd[c]  # all rows against themselves: 0
             data = {"count": s.count[c], "missing": s.missing[c], "mean": s.mean[c], "std": s.std()[c],
                     "min": s.vmin[c], **{_q_name(v): q[:, i] for i, v in enumerate(self.quantile_levels)},
                     "max": s.vmax[c], "smd": smd}
@@ -117,6 +98,7 @@ class ClusterProfiles:
                                                                                names=["cluster", "column"])))
         return pd.concat(frames)
 
+    @functools.cached_property
     def _category_counts(self) -> list[tuple[Any, list, np.ndarray, np.ndarray, int]]:
         """Per categorical column: (column, shown categories, counts (k, shown) incl. '(other)'
         and '(unseen)' when present, overall counts, column index)."""
@@ -141,11 +123,12 @@ class ClusterProfiles:
             out.append((col.name, names, counts, counts.sum(axis=0), i))
         return out
 
-    def _categories(self):
+    @functools.cached_property
+    def categories(self):
         import pandas as pd
 
         rows = []
-        for name, cats, counts, total, _ in self._category_counts():
+        for name, cats, counts, total, _ in self._category_counts:
             overall = total / max(total.sum(), 1)
             for label, cnt in ((-1, total), *((c, counts[c]) for c in range(self.n_clusters))):
                 n = max(cnt.sum(), 1)
@@ -157,7 +140,8 @@ class ClusterProfiles:
                                            "lift"])
         return frame.set_index(["cluster", "column", "category"])
 
-    def _missing(self):
+    @functools.cached_property
+    def missing(self):
         import pandas as pd
 
         names = [c.name for c in self.layout.numeric] + [c.name for c in self.layout.categorical]
@@ -167,7 +151,8 @@ class ClusterProfiles:
         return pd.DataFrame({"missing": per.ravel()},
                             index=pd.MultiIndex.from_product([labels, names], names=["cluster", "column"]))
 
-    def _separation(self):
+    @functools.cached_property
+    def separation(self):
         import pandas as pd
 
         rows = []
@@ -184,7 +169,7 @@ class ClusterProfiles:
             f = (between / (groups - 1)) / (within / (total_n - groups)) \
                 if groups > 1 and total_n > groups and within > 0 else np.nan
             rows.append((col.name, "numeric", eta2, f))
-        for name, _, counts, _, _ in self._category_counts():
+        for name, _, counts, _, _ in self._category_counts:
             v, chi2 = _cramers_v(counts)
             rows.append((name, "categorical", v, chi2))
         frame = pd.DataFrame(rows, columns=["column", "kind", "score", "statistic"])
@@ -201,7 +186,7 @@ class ClusterProfiles:
                 out.append({"column": col.name, "kind": "numeric", "strength": abs(smd), "smd": smd,
                             "mean": float(self.sums.mean[cluster, j]),
                             "text": f"{col.name} {smd:+.1f} sd"})
-        for name, cats, counts, total, _ in self._category_counts():
+        for name, cats, counts, total, _ in self._category_counts:
             n = counts[cluster].sum()
             if n == 0 or total.sum() == 0:
                 continue
@@ -214,7 +199,8 @@ class ClusterProfiles:
                         "text": f"{name} = {cats[j]} ({share[j]:.0%})"})
         return sorted(out, key=lambda t: -t["strength"])
 
-    def _clusters(self):
+    @functools.cached_property
+    def clusters(self):
         import pandas as pd
 
         rows = []
@@ -297,7 +283,7 @@ def profiles_to_dataset(sums: ProfileSums, layout: ProfileLayout):
 
     variables = {name: (dims, getattr(sums, name)) for name, dims in _FIELDS.items() if getattr(sums, name).size}
     return xr.Dataset(variables, attrs={"layout": json.dumps(layout.to_json()), "quantiles": list(QUANTILES),
-                                        "quantile_relative_error": 2.0 ** -(sums.mantissa_bits + 1),
+                                        "quantile_relative_error": sums.relative_error,
                                         "histogram_mantissa_bits": int(sums.mantissa_bits),
                                         "n_clusters": int(sums.n_clusters)})
 

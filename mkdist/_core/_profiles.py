@@ -24,8 +24,8 @@ read from it (:meth:`ProfileSums.quantiles`, pandas' linear interpolation betwee
 order statistics around the rank) is within ``RELATIVE_ERROR`` of the exact one, relative
 to the larger of those two order statistics' magnitudes.  A chunk counts its values per
 (column, cluster, bin) code, so the histograms do not depend on the chunking; compiled (numba)
-a chunk's counts are one pass per column into a dense counter, and partials merge by a linear
-merge of their sorted codes (NumPy's route: one sort).
+a chunk's counts are one row-major pass per group of columns into a dense counter, and partials
+merge by a linear merge of their sorted codes (NumPy's route: one sort).
 Written here because no library keeps such histograms per group in one vectorised pass
 (DDSketch's and KLL's Python packages add values one call at a time).
 """
@@ -155,6 +155,11 @@ class ProfileSums:
     @property
     def n_clusters(self) -> int:
         return int(self.rows.shape[0])
+
+    @property
+    def relative_error(self) -> float:
+        """Bound on a quantile's relative error with these bins (``RELATIVE_ERROR`` for today's)."""
+        return 2.0 ** -(self.mantissa_bits + 1)
 
     @classmethod
     def merge(cls, parts: Sequence[ProfileSums]) -> ProfileSums:

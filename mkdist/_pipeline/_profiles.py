@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .._core._blocks import SPLIT_EVERY
 from .._core._cluster import compute
+from .._core._kmeans import merge_tree
 from .._core._profile_tables import ClusterProfiles, profiles_from_dataset, profiles_to_dataset
 from .._core._profiles import ProfileLayout, ProfileSums, profile_partial
 from ..errors import InputValidationError, StoreExistsError
@@ -93,23 +93,13 @@ def profile_accumulator(views: Mapping[str, Any], layout: ProfileLayout, n_clust
     return arrays, functools.partial(profile_partial, layout=layout, n_clusters=int(n_clusters)), ProfileSums.merge
 
 
-def _merge_objects(*parts):
-    return ProfileSums.merge([p[0, 0] if isinstance(p, np.ndarray) else p for p in parts])
-
-
 def merge_blocks(blocks) -> ProfileSums | None:
     """The profile of every row from the partials of :func:`profile_blocks` (persisted or lazy):
-    a tree merge on the workers, ``SPLIT_EVERY`` partials a node; one total reaches here."""
-    import dask
-
+    a tree merge on the workers, ``SPLIT_EVERY`` partials a node (the labels pass's tree); one
+    total reaches here."""
     if blocks is None:
         return None
-    level = list(blocks.to_delayed().ravel())
-    merge = dask.delayed(_merge_objects, pure=True)
-    while len(level) > 1:
-        level = [merge(*level[i:i + SPLIT_EVERY]) for i in range(0, len(level), SPLIT_EVERY)]
-    total = compute(level[0])[0]
-    return total[0, 0] if isinstance(total, np.ndarray) else total
+    return compute(merge_tree(blocks, ProfileSums.merge))[0]
 
 
 def write_profiles(store, sums: ProfileSums | None, layout: ProfileLayout) -> None:

@@ -450,8 +450,8 @@ def stage_labels(ctx: RunContext, *, progress: bool = False) -> dict[str, float]
         # distances, the cluster sizes and the report rows (they were 4 passes and 16 tasks
         # per chunk: the report rows' read, the labels, the sizes and sample over them).
         # Beside it, a task per chunk accumulates the chunk's profile from its labels and its
-        # rows as read (not filled), in the same compute as the sizes; the partials merge by a
-        # tree on the workers and are freed as they merge (issue 42).
+        # rows as read (not filled), persisted with the labels; the partials merge by a tree on
+        # the workers and are freed as they merge (issue 42).
         # The pass's labels and distances (8 bytes a row) are held on the workers until the
         # store write while they are small; above HELD_LABELS_BYTES the write computes them
         # again from the stored embedding (a second read of it, ~5% of a run) so that no
